@@ -1,0 +1,1 @@
+"""kproto: the sans-IO Kafka protocol core."""
