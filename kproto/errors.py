@@ -63,3 +63,77 @@ class ConfigError(KafkaError, ValueError):
 class EncodeError(KafkaError, ValueError):
     """A value cannot be encoded into the field it was given for
     (wrong type, out of range, null where the version forbids it)."""
+
+
+class BrokerError(KafkaError):
+    """An error code returned by the broker in a response.
+
+    One subclass per Kafka error code lives in :mod:`kproto.error_codes`
+    (build instances with ``error_codes.error_for_code``). Class attributes:
+    ``code`` (int), ``name`` (Kafka's UPPER_SNAKE name), ``retriable`` (a retry
+    may succeed), ``invalid_metadata`` (refresh metadata before retrying);
+    instance attributes ``message`` and ``context`` (what was being done).
+    ``str()`` is ``"NAME (code N): message"``.
+    """
+
+    code = None
+    name = "UNKNOWN"
+    retriable = False
+    invalid_metadata = False
+    default_message = "the broker reported an error"
+
+    def __init__(self, message=None, *, context=""):
+        msg = message or self.default_message
+        if context:
+            msg = f"{context}: {msg}"
+        self.message = msg
+        self.context = context
+        super().__init__(msg)
+
+    def __str__(self):
+        return f"{self.name} (code {self.code}): {self.message}"
+
+    def __repr__(self):
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def __reduce__(self):
+        # The subclasses take different constructor arguments; rebuild from state.
+        return (_restore_broker_error, (type(self), self.__dict__.copy(), self.args))
+
+
+def _restore_broker_error(cls, state, args):
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class AuthorizationError(BrokerError):
+    """The broker refused the operation for lack of an ACL (a *_AUTHORIZATION_FAILED code)."""
+
+
+class AuthenticationError(BrokerError):
+    """SASL authentication failed or was done wrong (codes 33, 34, 58)."""
+
+
+class UnknownBrokerError(BrokerError):
+    """An error code this client does not know (newer broker than our table).
+
+    Not retriable, like Java's mapping of unknown codes to UNKNOWN_SERVER_ERROR,
+    but it keeps the real code so logs show what the broker said."""
+
+    name = "UNKNOWN_ERROR_CODE"
+
+    def __init__(self, code, message=None, *, context=""):
+        self.code = code
+        super().__init__(message or f"the broker returned error code {code}, which this client does not know",
+                         context=context)
+
+
+class NotReadyError(KafkaError):
+    """A connection was asked to do something its state does not allow
+    (send before READY or past max_in_flight, connect while connected).
+
+    A caller bug or a race with a disconnect: check ``can_send()`` first."""
+
+    retriable = True

@@ -1,0 +1,1 @@
+"""kio: I/O drivers for the kproto sans-IO Kafka core."""

@@ -1,0 +1,874 @@
+"""One broker connection as a sans-IO state machine.
+
+This is the bookkeeping that Java splits between ``NetworkClient``,
+``ClusterConnectionStates`` and ``KafkaChannel`` (seed-notes section 3), without
+the I/O: :class:`Connection` never touches a socket, a thread or the clock. The
+driver owns the socket and tells the connection what happened, passing the
+current time ``now`` in milliseconds (int or float) to every call; the
+connection answers with bytes to write and with *events*.
+
+Lifecycle and driver contract::
+
+    conn = Connection(node_id, host, port, client_id="app")
+    if conn.can_connect(now):             # DISCONNECTED and reconnect backoff elapsed
+        conn.start_connect(now)           # -> CONNECTING; driver opens the socket
+    conn.connection_made(now)             # -> HANDSHAKE; ApiVersions is queued
+    conn.connection_lost(now, exc)        # socket failed/closed -> DISCONNECTED
+
+    data = conn.data_to_send()            # bytes-like, NOT consumed ...
+    n = sock.send(data)                   # ... write what you can,
+    events = conn.bytes_sent(n, now)      # then report how much was written
+    events = conn.receive_data(chunk, now)
+    events = conn.check_timeouts(now)     # call at conn.next_deadline(now) at the latest
+
+    req = conn.send("Metadata", {...}, now)   # only when conn.can_send()
+
+``data_to_send()`` returns the unsent bytes without consuming them; the
+driver reports written bytes with ``bytes_sent(n, now)``. This handles partial
+writes (the unsent tail stays queued) and tells the connection when a request
+is completely on the wire, which is when a request that expects no response
+(Produce with acks=0, ``expect_response=False``) completes - as in Java. A
+driver that hands everything to a transport (asyncio) calls
+``bytes_sent(len(data), now)`` right after ``transport.write(data)``.
+
+States: DISCONNECTED -> CONNECTING -> HANDSHAKE (ApiVersions, with the
+UNSUPPORTED_VERSION fallback) -> AUTHENTICATING (only with an
+``authenticator``) -> READY; any failure or ``close`` -> DISCONNECTED (or
+CLOSED for ``close(..., permanent=True)``, which never reconnects).
+
+Events (returned by every input method, a list, possibly empty; NamedTuples):
+
+* :class:`RequestCompleted` ``(request, body)``: the response arrived and was
+  decoded (``body`` is the response dict), or - for a request without
+  response - it was completely written (``body`` is None);
+* :class:`RequestFailed` ``(request, error)``: timed out, connection closed,
+  undecodable response;
+* :class:`ConnectionReady` ``(node_id, versions)``: handshake done, ``send``
+  may be used;
+* :class:`ConnectionClosed` ``(node_id, reason, error)``: the state machine
+  closed the connection (or was told it was lost): the driver must close the
+  socket if it still has one. Failed requests are reported before it.
+
+Every request is also an :class:`InFlightRequest` handle (``.result``,
+``.error``, ``.done``) with an optional ``callback(request)`` called on
+completion, so callers can use events, handles or callbacks - none is required.
+Handshake and authentication requests are internal: they produce no request
+events.
+
+Semantics kept from Java:
+
+* in-flight requests are a FIFO: a response matches the oldest request that
+  expects one, and its correlation id must agree, otherwise the connection is
+  closed (ProtocolError) and every in-flight request fails;
+* a request's deadline is the time it was handed to ``send`` plus
+  ``request_timeout_ms`` (or its own ``timeout_ms``); one timed-out request
+  closes the connection and fails everything in flight with
+  RequestTimedOutError;
+* reconnect backoff: ``reconnect_backoff_ms * 2**failures`` with +-20% jitter,
+  capped at ``reconnect_backoff_max_ms``; the failure count resets on READY.
+
+Deliberate difference: Java allows a new request only once the previous one
+is completely written (its Selector holds one Send per channel);
+here requests queue in ``data_to_send`` and only ``max_in_flight`` limits them.
+Response ``throttle_time_ms`` is not enforced here (see ``last_throttle_time_ms``).
+"""
+import collections
+import enum
+import random
+from typing import Any, NamedTuple, Optional
+
+from kproto import error_codes
+from kproto.errors import (
+    AuthenticationError,
+    ConnectionClosedError,
+    DecodeError,
+    KafkaError,
+    NotReadyError,
+    ProtocolError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+)
+from kproto.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+
+__all__ = [
+    "ConnectionState", "Connection", "InFlightRequest", "ReconnectBackoff",
+    "RequestCompleted", "RequestFailed", "ConnectionReady", "ConnectionClosed",
+    "Authenticator", "SaslMechanism", "SaslAuthenticator", "client_software_version",
+]
+
+UNSUPPORTED_VERSION = 35
+
+
+def _messages():
+    # Imported lazily so this module (and its docs) load even while the codec
+    # module is being built; every real use goes through here.
+    from kproto import messages
+    return messages
+
+
+def _versions():
+    from kproto import versions
+    return versions
+
+
+def client_software_version():
+    """The version sent as client_software_version in ApiVersions v3+."""
+    import kproto
+    v = getattr(kproto, "__version__", None)
+    if v:
+        return str(v)
+    try:
+        from importlib.metadata import version
+        return version("kproto-kio")
+    except Exception:
+        return "0.0.0"
+
+
+class ConnectionState(enum.Enum):
+    DISCONNECTED = "DISCONNECTED"
+    CONNECTING = "CONNECTING"
+    HANDSHAKE = "HANDSHAKE"
+    AUTHENTICATING = "AUTHENTICATING"
+    READY = "READY"
+    CLOSED = "CLOSED"
+
+
+# --- events -----------------------------------------------------------------
+
+class RequestCompleted(NamedTuple):
+    request: "InFlightRequest"
+    body: Optional[dict]
+
+
+class RequestFailed(NamedTuple):
+    request: "InFlightRequest"
+    error: BaseException
+
+
+class ConnectionReady(NamedTuple):
+    node_id: Any
+    versions: Any
+
+
+class ConnectionClosed(NamedTuple):
+    node_id: Any
+    reason: str
+    error: Optional[BaseException]
+
+
+# --- request handle -----------------------------------------------------------
+
+class InFlightRequest:
+    """A request handed to a connection; completed exactly once.
+
+    ``result`` is the decoded response body (None for requests without
+    response), ``error`` the exception if it failed. ``sent_at`` is the ``now``
+    of ``send``; ``deadline`` is when it times out; ``written`` tells whether all
+    its bytes were reported written.
+    """
+
+    __slots__ = ("api", "version", "correlation_id", "body", "node_id", "expect_response",
+                 "timeout_ms", "sent_at", "deadline", "written", "written_at", "completed_at",
+                 "result", "error", "done", "callback", "internal", "_end", "_seq")
+
+    def __init__(self, api, version, correlation_id, body, node_id, expect_response,
+                 timeout_ms, sent_at, callback=None, internal=False):
+        self.api = api
+        self.version = version
+        self.correlation_id = correlation_id
+        self.body = body
+        self.node_id = node_id
+        self.expect_response = expect_response
+        self.timeout_ms = timeout_ms
+        self.sent_at = sent_at
+        self.deadline = sent_at + timeout_ms
+        self.written = False
+        self.written_at = None
+        self.completed_at = None
+        self.result = None
+        self.error = None
+        self.done = False
+        self.callback = callback
+        self.internal = internal
+        self._end = 0     # stream offset just past this request's last byte
+        self._seq = 0
+
+    @property
+    def api_name(self):
+        return self.api.name
+
+    @property
+    def succeeded(self):
+        return self.done and self.error is None
+
+    def __repr__(self):
+        state = "pending" if not self.done else ("failed: %r" % (self.error,) if self.error else "done")
+        return (f"<InFlightRequest {self.api.name} v{self.version} corr={self.correlation_id} "
+                f"node={self.node_id} {state}>")
+
+
+# --- reconnect backoff ----------------------------------------------------------
+
+class ReconnectBackoff:
+    """Java's ExponentialBackoff as used for reconnects (base 2, jitter 0.2).
+
+    ``backoff(attempts)`` = min(max_ms, initial_ms * 2**min(attempts, exp_max) * U(0.8, 1.2))
+    where exp_max = log2(max_ms / initial_ms). ``rng`` is anything with a
+    ``random()`` method returning a float in [0, 1) (random.Random); inject a
+    seeded one for deterministic tests.
+    """
+
+    MULTIPLIER = 2.0
+    JITTER = 0.2
+
+    def __init__(self, initial_ms=50, max_ms=1000, rng=None, jitter=JITTER):
+        import math
+        self.initial_ms = initial_ms
+        self.max_ms = max_ms
+        self.jitter = jitter
+        self.rng = rng if rng is not None else random.Random()
+        if max_ms > initial_ms:
+            self._exp_max = math.log(max_ms / max(initial_ms, 1)) / math.log(self.MULTIPLIER)
+        else:
+            self._exp_max = 0.0
+
+    def backoff(self, attempts):
+        if self._exp_max == 0:
+            return self.initial_ms
+        exp = min(attempts, self._exp_max)
+        term = self.initial_ms * (self.MULTIPLIER ** exp)
+        if self.jitter > 0:
+            factor = (1 - self.jitter) + 2 * self.jitter * self.rng.random()
+        else:
+            factor = 1.0
+        value = int(factor * term)
+        return min(value, self.max_ms)
+
+
+# --- authentication hook ----------------------------------------------------------
+
+class Authenticator:
+    """Interface of the authentication step run between ApiVersions and READY.
+
+    The connection calls ``start(conn)`` once the version table is known
+    (``conn.versions``); it returns the first request to send as a tuple
+    ``(api_name, body)``, or None when there is nothing to do. Each response
+    to such a request goes to ``on_response(conn, api_name, body)``, which
+    returns the next ``(api_name, body)`` or None when authentication is
+    complete. A request may also be ``(api_name, body, version)`` to force a
+    version. To fail, raise a KafkaError (typically an
+    :class:`kproto.errors.AuthenticationError` subclass from
+    :mod:`kproto.error_codes`): the connection closes with that error.
+    Requests go out at the highest version both sides support.
+
+    Subclass it, or pass any object with these two methods. For SASL, use
+    :class:`SaslAuthenticator` with a :class:`SaslMechanism`.
+    """
+
+    def start(self, conn):
+        raise NotImplementedError
+
+    def on_response(self, conn, api_name, body):
+        raise NotImplementedError
+
+
+class SaslMechanism:
+    """A SASL client mechanism (PLAIN, SCRAM-SHA-256, ...), token level only.
+
+    Mirrors javax.security.sasl.SaslClient: ``name`` is the mechanism name
+    sent in SaslHandshake; ``initial_response()`` returns the first token;
+    ``evaluate_challenge(challenge)`` returns the next token, or None when the
+    exchange is finished (``complete`` is then True). Raise
+    AuthenticationError on a bad challenge (e.g. a wrong server signature).
+    """
+
+    name = None
+    complete = False
+
+    def initial_response(self):
+        raise NotImplementedError
+
+    def evaluate_challenge(self, challenge):
+        raise NotImplementedError
+
+
+class SaslAuthenticator(Authenticator):
+    """KIP-152 SASL: SaslHandshake (v1+), then SaslAuthenticate round trips.
+
+    Drives a :class:`SaslMechanism`. The broker's ``session_lifetime_ms``
+    (SaslAuthenticate v1+, KIP-368 re-authentication) is kept in
+    ``session_lifetime_ms``; re-authentication itself is not done yet.
+    """
+
+    def __init__(self, mechanism):
+        self.mechanism = mechanism
+        self.session_lifetime_ms = 0
+        self.broker_mechanisms = None
+
+    def start(self, conn):
+        # v0 of SaslHandshake means raw tokens without SaslAuthenticate (pre KIP-152): not supported.
+        conn.versions.pick("SaslHandshake", min_version=1)
+        conn.versions.pick("SaslAuthenticate")
+        return ("SaslHandshake", {"mechanism": self.mechanism.name})
+
+    def on_response(self, conn, api_name, body):
+        if api_name == "SaslHandshake":
+            self.broker_mechanisms = list(body.get("mechanisms") or [])
+            code = body.get("error_code", 0)
+            if code:
+                raise error_codes.error_for_code(
+                    code, context=f"SASL mechanism {self.mechanism.name} "
+                                  f"(broker enables {', '.join(self.broker_mechanisms) or 'none'})")
+            return ("SaslAuthenticate", {"auth_bytes": self.mechanism.initial_response()})
+        if api_name == "SaslAuthenticate":
+            code = body.get("error_code", 0)
+            if code:
+                raise error_codes.error_for_code(code, body.get("error_message"),
+                                                 context=f"SASL {self.mechanism.name}")
+            self.session_lifetime_ms = body.get("session_lifetime_ms", 0) or 0
+            challenge = body.get("auth_bytes") or b""
+            if self.mechanism.complete:
+                return None
+            token = self.mechanism.evaluate_challenge(challenge)
+            if token is None:
+                if not self.mechanism.complete:
+                    raise AuthenticationError(
+                        f"SASL {self.mechanism.name}: the mechanism produced no token but is not complete")
+                return None
+            return ("SaslAuthenticate", {"auth_bytes": token})
+        raise ProtocolError(f"SASL authenticator got an unexpected {api_name} response")
+
+
+# --- the connection -------------------------------------------------------------
+
+class Connection:
+    """The state of one connection to one broker (see the module docstring).
+
+    Configuration mirrors the Java client: ``request_timeout_ms``
+    (request.timeout.ms), ``max_in_flight``
+    (max.in.flight.requests.per.connection), ``reconnect_backoff_ms`` /
+    ``reconnect_backoff_max_ms``, ``connections_max_idle_ms``,
+    ``connection_setup_timeout_ms`` (socket.connection.setup.timeout.ms: how
+    long CONNECTING may last), ``max_frame_size`` (largest response accepted).
+    ``rng`` feeds the backoff jitter.
+    """
+
+    def __init__(self, node_id, host=None, port=None, *, client_id="kproto",
+                 request_timeout_ms=30000, max_in_flight=5,
+                 reconnect_backoff_ms=50, reconnect_backoff_max_ms=1000,
+                 connections_max_idle_ms=540000, connection_setup_timeout_ms=10000,
+                 max_frame_size=DEFAULT_MAX_FRAME_SIZE, authenticator=None, rng=None,
+                 client_software_name="kproto", client_software_version=None,
+                 initial_correlation_id=0):
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.max_in_flight = max_in_flight
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.connection_setup_timeout_ms = connection_setup_timeout_ms
+        self.max_frame_size = max_frame_size
+        self.authenticator = authenticator
+        self.client_software_name = client_software_name
+        self._client_software_version = client_software_version
+        self.backoff = ReconnectBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms, rng)
+
+        self.state = ConnectionState.DISCONNECTED
+        self.versions = None             # VersionTable once the handshake is done
+        self.api_versions_response = None
+        self.last_error = None           # why the connection last closed
+        self.last_close_reason = None
+        self.last_throttle_time_ms = 0
+
+        # Reconnect bookkeeping (Java ClusterConnectionStates).
+        self.failed_attempts = 0
+        self.last_connect_attempt = None
+        self.reconnect_backoff_current_ms = 0
+        self.connect_started_at = None
+        self.last_activity = None
+
+        self._next_correlation_id = initial_correlation_id & 0x7FFFFFFF
+        self._seq = 0
+        self._reset_session()
+
+    # -- per-session state ------------------------------------------------------
+    def _reset_session(self):
+        self._decoder = FrameDecoder(self.max_frame_size)
+        self._out = collections.deque()      # unsent bytes-like chunks
+        self._out_offset = 0                 # bytes of _out[0] already written
+        self._out_pending = 0                # unsent byte count
+        self._stream_queued = 0              # total bytes ever queued this session
+        self._stream_sent = 0                # total bytes reported written
+        self._awaiting = collections.deque()  # requests expecting a response, FIFO
+        self._unwritten = collections.deque()  # requests not yet completely written
+        self._noresp_in_flight = 0           # expect_response=False requests not yet written
+        self._apiversions_attempts = 0
+
+    # -- properties ------------------------------------------------------------
+    @property
+    def in_flight_count(self):
+        """Requests sent and not completed (handshake ones included)."""
+        return len(self._awaiting) + self._noresp_in_flight
+
+    @property
+    def is_ready(self):
+        return self.state is ConnectionState.READY
+
+    @property
+    def is_connected(self):
+        """A socket should exist (CONNECTING through READY)."""
+        return self.state in (ConnectionState.CONNECTING, ConnectionState.HANDSHAKE,
+                              ConnectionState.AUTHENTICATING, ConnectionState.READY)
+
+    @property
+    def pending_output(self):
+        """Bytes queued but not yet reported written."""
+        return self._out_pending
+
+    def can_send(self):
+        """READY and below max_in_flight: ``send`` will accept a request."""
+        return self.state is ConnectionState.READY and self.in_flight_count < self.max_in_flight
+
+    # -- reconnect backoff --------------------------------------------------------
+    @property
+    def next_connect_time(self):
+        """Earliest time a new connection attempt is allowed (None: connected or closed for good)."""
+        if self.state is not ConnectionState.DISCONNECTED:
+            return None
+        if self.last_connect_attempt is None:
+            return 0
+        return self.last_connect_attempt + self.reconnect_backoff_current_ms
+
+    def can_connect(self, now):
+        """DISCONNECTED and the reconnect backoff since the last attempt has elapsed."""
+        t = self.next_connect_time
+        return t is not None and now >= t
+
+    def connection_delay(self, now):
+        """Milliseconds until ``can_connect`` (0 if now; None if not disconnected)."""
+        t = self.next_connect_time
+        if t is None:
+            return None
+        return max(0, t - now)
+
+    def start_connect(self, now):
+        """The driver starts opening the socket now: DISCONNECTED -> CONNECTING."""
+        if self.state is ConnectionState.CLOSED:
+            raise NotReadyError(f"connection to node {self.node_id} was closed for good")
+        if self.state is not ConnectionState.DISCONNECTED:
+            raise NotReadyError(f"start_connect on node {self.node_id} in state {self.state.name}")
+        self._reset_session()
+        # A new session negotiates again: the broker may have been upgraded or downgraded.
+        self.versions = None
+        self.api_versions_response = None
+        self.state = ConnectionState.CONNECTING
+        self.last_connect_attempt = now
+        self.connect_started_at = now
+        self.last_activity = now
+        self.last_error = None
+
+    def connection_made(self, now):
+        """The socket is connected (TLS done, if any): start the ApiVersions handshake."""
+        if self.state is ConnectionState.DISCONNECTED:
+            self.start_connect(now)
+        if self.state is not ConnectionState.CONNECTING:
+            raise NotReadyError(f"connection_made on node {self.node_id} in state {self.state.name}")
+        self.state = ConnectionState.HANDSHAKE
+        self.connect_started_at = None
+        self.last_activity = now
+        m = _messages()
+        self._send_api_versions(m.api("ApiVersions").max_version, now)
+        return []
+
+    def _send_api_versions(self, version, now):
+        self._apiversions_attempts += 1
+        body = {}
+        if version >= 3:
+            body = {"client_software_name": self.client_software_name,
+                    "client_software_version": self._client_software_version or client_software_version()}
+        self._enqueue("ApiVersions", body, now, version, True, None, None, internal=True)
+
+    # -- sending -----------------------------------------------------------------
+    def send(self, api, body, now, version=None, expect_response=True, timeout_ms=None, callback=None):
+        """Queue a request; return its :class:`InFlightRequest` handle.
+
+        ``api`` is a name ("Metadata") or an Api. ``version`` defaults to the
+        highest version both sides support (UnsupportedVersionError if none).
+        Raises NotReadyError unless ``can_send()``.
+        """
+        if self.state is not ConnectionState.READY:
+            raise NotReadyError(
+                f"node {self.node_id} is not ready (state {self.state.name}); wait for ConnectionReady")
+        if self.in_flight_count >= self.max_in_flight:
+            raise NotReadyError(
+                f"node {self.node_id} has {self.in_flight_count} requests in flight "
+                f"(max_in_flight={self.max_in_flight}); check can_send()")
+        return self._enqueue(api, body, now, version, expect_response, timeout_ms, callback)
+
+    def _enqueue(self, api, body, now, version, expect_response, timeout_ms, callback, internal=False):
+        m = _messages()
+        api_obj = m.api(api) if not hasattr(api, "key") else api
+        if version is None:
+            if self.versions is None:
+                version = api_obj.max_version
+            else:
+                version = self.versions.pick(api_obj)
+        else:
+            api_obj.check_version(version)
+            if self.versions is not None and not self.versions.supports(api_obj, version):
+                raise UnsupportedVersionError(
+                    f"node {self.node_id} does not support {api_obj.name} v{version} "
+                    f"(it supports {self.versions.broker_range(api_obj) or 'no version'})")
+        cid = self._next_correlation_id
+        data = m.encode_request(api_obj, version, cid, self.client_id, body)
+        self._next_correlation_id = (cid + 1) & 0x7FFFFFFF
+        req = InFlightRequest(api_obj, version, cid, body, self.node_id, expect_response,
+                              self.request_timeout_ms if timeout_ms is None else timeout_ms,
+                              now, callback, internal)
+        self._seq += 1
+        req._seq = self._seq
+        self._out.append(data)
+        self._out_pending += len(data)
+        self._stream_queued += len(data)
+        req._end = self._stream_queued
+        self._unwritten.append(req)
+        if expect_response:
+            self._awaiting.append(req)
+        else:
+            self._noresp_in_flight += 1
+        self.last_activity = now
+        return req
+
+    def data_to_send(self):
+        """The bytes not yet reported written (b"" if none); not consumed.
+
+        Several queued requests are joined once into one buffer; after a
+        partial write the unsent tail is returned as a memoryview (no copy).
+        """
+        if not self._out:
+            return b""
+        if len(self._out) > 1:
+            first = self._out[0]
+            if self._out_offset:
+                first = memoryview(first)[self._out_offset:]
+            joined = b"".join([first] + [self._out[i] for i in range(1, len(self._out))])
+            self._out.clear()
+            self._out.append(joined)
+            self._out_offset = 0
+            return joined
+        first = self._out[0]
+        if self._out_offset:
+            return memoryview(first)[self._out_offset:]
+        return first
+
+    def bytes_sent(self, n, now):
+        """The driver wrote ``n`` bytes of ``data_to_send()``; returns events
+        (requests without response complete once completely written)."""
+        if not self.is_connected:
+            return []    # the session closed after data_to_send(); nothing to account
+        if n < 0 or n > self._out_pending:
+            raise ValueError(f"bytes_sent({n}) but only {self._out_pending} bytes are pending")
+        if n == 0:
+            return []
+        self._out_pending -= n
+        self._stream_sent += n
+        while n:
+            chunk_left = len(self._out[0]) - self._out_offset
+            if n >= chunk_left:
+                n -= chunk_left
+                self._out.popleft()
+                self._out_offset = 0
+            else:
+                self._out_offset += n
+                n = 0
+        self.last_activity = now
+        events = []
+        done = []
+        while self._unwritten and self._unwritten[0]._end <= self._stream_sent:
+            self._mark_written(self._unwritten.popleft(), now, events, done)
+        self._run_callbacks(done)
+        return events
+
+    def _mark_written(self, req, now, events, done):
+        req.written = True
+        req.written_at = now
+        if not req.expect_response:
+            self._noresp_in_flight -= 1
+            self._complete(req, None, now, events, done)
+
+    # -- receiving -------------------------------------------------------------------
+    def receive_data(self, data, now):
+        """Feed bytes read from the socket; returns events.
+
+        Responses are matched in order to the oldest request awaiting one and
+        checked by correlation id. Bad framing, an unexpected correlation id
+        or an undecodable response closes the connection (ConnectionClosed
+        event) and fails everything in flight.
+        """
+        if self.state not in (ConnectionState.HANDSHAKE, ConnectionState.AUTHENTICATING,
+                              ConnectionState.READY):
+            return []
+        if not data:
+            return []
+        self.last_activity = now
+        events = []
+        done = []
+        try:
+            frames = self._decoder.feed(data)
+        except DecodeError as e:
+            self._fail_connection(f"bad framing from node {self.node_id}: {e}", e, now, events, done)
+            self._run_callbacks(done)
+            return events
+        for payload in frames:
+            if not self._handle_frame(payload, now, events, done):
+                break
+        self._run_callbacks(done)
+        return events
+
+    def _handle_frame(self, payload, now, events, done):
+        m = _messages()
+        try:
+            cid = m.peek_correlation_id(payload)
+        except DecodeError as e:
+            self._fail_connection(f"response from node {self.node_id} too short for a correlation id: {e}",
+                                  e, now, events, done)
+            return False
+        if not self._awaiting:
+            err = ProtocolError(f"node {self.node_id} sent a response with correlation id {cid} "
+                                f"but no request is awaiting one")
+            self._fail_connection(str(err), err, now, events, done)
+            return False
+        req = self._awaiting[0]
+        if cid != req.correlation_id:
+            err = ProtocolError(
+                f"correlation id mismatch on node {self.node_id}: expected {req.correlation_id} "
+                f"(response to {req.api.name} v{req.version}) but the response carries {cid}")
+            self._fail_connection(str(err), err, now, events, done, culprit=req)
+            return False
+        try:
+            _, body = self._decode(req, payload)
+        except DecodeError as e:
+            err = DecodeError(f"cannot decode the {req.api.name} v{req.version} response "
+                              f"(correlation id {cid}) from node {self.node_id}: {e}")
+            err.__cause__ = e
+            self._fail_connection(str(err), err, now, events, done, culprit=req)
+            return False
+        self._awaiting.popleft()
+        # A response proves every earlier request was written, even if the
+        # driver has not reported it yet.
+        while self._unwritten and self._unwritten[0]._seq <= req._seq:
+            self._mark_written(self._unwritten.popleft(), now, events, done)
+        if isinstance(body, dict) and "throttle_time_ms" in body:
+            self.last_throttle_time_ms = body["throttle_time_ms"]
+        if req.internal:
+            return self._handle_internal(req, body, now, events, done)
+        self._complete(req, body, now, events, done)
+        return True
+
+    def _decode(self, req, payload):
+        # (messages.decode_response also reads the v0 answer a broker gives to
+        # an ApiVersions version it does not support.)
+        return _messages().decode_response(req.api, req.version, payload)
+
+    # -- handshake & authentication ---------------------------------------------------
+    def _handle_internal(self, req, body, now, events, done):
+        req.done = True
+        req.result = body
+        req.completed_at = now
+        try:
+            if req.api.name == "ApiVersions":
+                self._on_api_versions(req, body, now, events)
+            else:
+                self._auth_step(self.authenticator.on_response(self, req.api.name, body), now, events)
+        except KafkaError as e:
+            self._fail_connection(f"handshake with node {self.node_id} failed: {e}", e, now, events, done)
+            return False
+        return self.state is not ConnectionState.DISCONNECTED
+
+    def _on_api_versions(self, req, body, now, events):
+        code = body.get("error_code", 0)
+        if code == UNSUPPORTED_VERSION:
+            fallback = _versions().apiversions_fallback_version(body)
+            if fallback is None or fallback >= req.version or self._apiversions_attempts >= 3:
+                raise UnsupportedVersionError(
+                    f"node {self.node_id} rejected ApiVersions v{req.version} and offers no usable "
+                    f"lower version")
+            self._send_api_versions(fallback, now)
+            return
+        if code:
+            raise error_codes.error_for_code(code, context=f"ApiVersions v{req.version}")
+        self.versions = _versions().negotiate(body.get("api_keys") or [])
+        self.api_versions_response = body
+        if self.authenticator is not None:
+            self.state = ConnectionState.AUTHENTICATING
+            self._auth_step(self.authenticator.start(self), now, events)
+        else:
+            self._become_ready(now, events)
+
+    def _auth_step(self, next_request, now, events):
+        if next_request is None:
+            self._become_ready(now, events)
+            return
+        api_name, body = next_request[0], next_request[1]
+        version = next_request[2] if len(next_request) > 2 else None
+        self._enqueue(api_name, body, now, version, True, None, None, internal=True)
+
+    def _become_ready(self, now, events):
+        self.state = ConnectionState.READY
+        self.failed_attempts = 0
+        self.reconnect_backoff_current_ms = 0
+        events.append(ConnectionReady(self.node_id, self.versions))
+
+    # -- completion helpers ----------------------------------------------------------
+    def _complete(self, req, body, now, events, done):
+        req.done = True
+        req.result = body
+        req.completed_at = now
+        if not req.internal:
+            events.append(RequestCompleted(req, body))
+            done.append(req)
+
+    def _fail(self, req, error, now, events, done):
+        if req.done:
+            return
+        req.done = True
+        req.error = error
+        req.completed_at = now
+        if not req.internal:
+            events.append(RequestFailed(req, error))
+            done.append(req)
+
+    @staticmethod
+    def _run_callbacks(done):
+        """Run user callbacks after all state changes; the first exception a
+        callback raises is re-raised once all of them ran."""
+        first = None
+        for req in done:
+            if req.callback is not None:
+                try:
+                    req.callback(req)
+                except Exception as e:  # noqa: BLE001 - re-raised below
+                    if first is None:
+                        first = e
+        if first is not None:
+            raise first
+
+    # -- closing ---------------------------------------------------------------------
+    def _fail_connection(self, reason, error, now, events, done, culprit=None, permanent=False):
+        """Close the session: fail every in-flight request, clear buffers, start backoff."""
+        if self.state in (ConnectionState.DISCONNECTED, ConnectionState.CLOSED):
+            if permanent:
+                self.state = ConnectionState.CLOSED
+            return
+        where = f"node {self.node_id}" + (f" ({self.host}:{self.port})" if self.host is not None else "")
+        pending = []
+        seen = set()
+        for req in list(self._awaiting) + list(self._unwritten):
+            if id(req) not in seen:
+                seen.add(id(req))
+                pending.append(req)
+        pending.sort(key=lambda r: r._seq)
+        for req in pending:
+            if req is culprit and error is not None:
+                self._fail(req, error, now, events, done)
+            elif isinstance(error, RequestTimedOutError):
+                self._fail(req, RequestTimedOutError(str(error)), now, events, done)
+            else:
+                exc = ConnectionClosedError(f"connection to {where} closed: {reason}")
+                exc.__cause__ = error if isinstance(error, BaseException) else None
+                self._fail(req, exc, now, events, done)
+        self._reset_session()
+        self.state = ConnectionState.CLOSED if permanent else ConnectionState.DISCONNECTED
+        self.connect_started_at = None
+        self.last_error = error
+        self.last_close_reason = reason
+        # Java ClusterConnectionStates.disconnected(): backoff from the failure count.
+        self.last_connect_attempt = now
+        self.reconnect_backoff_current_ms = self.backoff.backoff(self.failed_attempts)
+        self.failed_attempts += 1
+        events.append(ConnectionClosed(self.node_id, reason, error))
+
+    def connection_lost(self, now, exc=None):
+        """The driver saw the socket fail or close (or the connect fail)."""
+        events, done = [], []
+        reason = f"connection lost: {exc}" if exc is not None else "connection lost"
+        if self.state is ConnectionState.CONNECTING:
+            reason = f"connect failed: {exc}" if exc is not None else "connect failed"
+        self._fail_connection(reason, exc, now, events, done)
+        self._run_callbacks(done)
+        return events
+
+    def close(self, reason="closed by client", now=None, permanent=False):
+        """Close on our side (idle, shutdown, ...): fails everything in flight.
+        With ``permanent`` the connection goes to CLOSED and never reconnects.
+        ``now`` (default: the last activity time) starts the reconnect backoff."""
+        events, done = [], []
+        if now is None:
+            now = self.last_activity if self.last_activity is not None else 0
+        if self.state in (ConnectionState.DISCONNECTED, ConnectionState.CLOSED):
+            if permanent:
+                self.state = ConnectionState.CLOSED
+            return events
+        self._fail_connection(reason, None, now, events, done, permanent=permanent)
+        self._run_callbacks(done)
+        return events
+
+    # -- time ------------------------------------------------------------------------
+    def check_timeouts(self, now):
+        """Close the connection if a request or the connection setup timed out."""
+        events, done = [], []
+        if self.state is ConnectionState.CONNECTING and self.connect_started_at is not None:
+            if now - self.connect_started_at >= self.connection_setup_timeout_ms:
+                err = ConnectionClosedError(
+                    f"connection setup to node {self.node_id} timed out after "
+                    f"{self.connection_setup_timeout_ms} ms")
+                self._fail_connection(str(err), err, now, events, done)
+            return events
+        expired = self._oldest_expired(now)
+        if expired is not None:
+            err = RequestTimedOutError(
+                f"{expired.api.name} v{expired.version} (correlation id {expired.correlation_id}) "
+                f"to node {self.node_id} got no response within {expired.timeout_ms} ms; "
+                f"closing the connection and failing all {self.in_flight_count} in-flight requests")
+            self._fail_connection(str(err), err, now, events, done)
+        self._run_callbacks(done)
+        return events
+
+    def _oldest_expired(self, now):
+        worst = None
+        for q in (self._awaiting, self._unwritten):
+            for req in q:
+                if now >= req.deadline and (worst is None or req.deadline < worst.deadline):
+                    worst = req
+        return worst
+
+    def next_deadline(self, now=None):
+        """The earliest time ``check_timeouts`` has something to do, or None."""
+        if self.state is ConnectionState.CONNECTING and self.connect_started_at is not None:
+            return self.connect_started_at + self.connection_setup_timeout_ms
+        best = None
+        for q in (self._awaiting, self._unwritten):
+            for req in q:
+                if best is None or req.deadline < best:
+                    best = req.deadline
+        return best
+
+    def is_idle(self, now):
+        """READY, nothing in flight or queued, and no activity for connections_max_idle_ms."""
+        return (self.state is ConnectionState.READY and self.in_flight_count == 0
+                and self._out_pending == 0 and self.last_activity is not None
+                and now - self.last_activity >= self.connections_max_idle_ms)
+
+    @property
+    def idle_deadline(self):
+        """When the connection becomes idle if nothing happens (None if not applicable)."""
+        if self.state is not ConnectionState.READY or self.last_activity is None:
+            return None
+        return self.last_activity + self.connections_max_idle_ms
+
+    def __repr__(self):
+        return (f"<Connection node={self.node_id} {self.host}:{self.port} {self.state.name} "
+                f"in_flight={self.in_flight_count}>")

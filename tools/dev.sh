@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One entry point for the two set-up commands of the README:
+#   bash tools/dev.sh demo   install what the demo needs, then run it (starts its own broker)
+#   bash tools/dev.sh test   install what the tests need, then run the whole suite
+# Everything is installed into .venv/ beside this checkout, so a fresh machine
+# with Python 3.9+ and gcc needs nothing else. Extra arguments go to the command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${KIO_VENV:-.venv}
+
+ensure_debian_packages() {
+    # Debian packages the project needs at run time (none are needed by pip).
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+ensure_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PYTHON" -m venv "$VENV"
+    fi
+    "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel Cython
+}
+
+install_project() {
+    # Editable install: compiles kproto's Cython modules in place.
+    "$VENV/bin/python" -m pip install -q -e ".[$1]"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+    demo)
+        ensure_venv
+        install_project "broker,compression"
+        exec "$VENV/bin/python" -m kio demo "$@"
+        ;;
+    test)
+        ensure_venv
+        install_project "test"
+        # pytest exits 5 when it collects no test: that fails this command too.
+        exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+    *)
+        echo "usage: bash tools/dev.sh demo|test [args...]" >&2
+        exit 2
+        ;;
+esac
