@@ -12,9 +12,10 @@ Every read checks the remaining length first and raises
 from the wire are checked against the bytes actually remaining before anything
 is allocated, so a hostile length cannot make us allocate gigabytes.
 """
+from kproto._buffer cimport grow_buffer
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_AsUTF8String
 from libc.string cimport memcpy
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -60,20 +61,7 @@ cdef class Writer:
         return self.pos
 
     cdef int reserve(self, Py_ssize_t n) except -1:
-        cdef Py_ssize_t need = self.pos + n
-        cdef Py_ssize_t newcap
-        cdef unsigned char* nb
-        if need <= self.cap:
-            return 0
-        newcap = self.cap * 2
-        while newcap < need:
-            newcap *= 2
-        nb = <unsigned char*>PyMem_Realloc(self.buf, newcap)
-        if nb == NULL:
-            raise MemoryError()
-        self.buf = nb
-        self.cap = newcap
-        return 0
+        return grow_buffer(&self.buf, &self.cap, self.pos + n)
 
     cdef int put_raw(self, const unsigned char* p, Py_ssize_t n) except -1:
         self.reserve(n)

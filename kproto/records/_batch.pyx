@@ -22,6 +22,7 @@ Every length and count read from the wire is checked against the bytes that
 remain before it is used, so hostile input raises DecodeError (CorruptRecordError
 for CRC failures) and never makes us over-read or over-allocate.
 """
+from kproto._buffer cimport grow_buffer
 from cpython.bytes cimport (
     PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact,
 )
@@ -33,7 +34,7 @@ from cpython.buffer cimport (
 )
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromLongLong
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
@@ -351,20 +352,7 @@ cdef class BatchBuilder:
             self.buf = NULL
 
     cdef int _reserve(self, Py_ssize_t n) except -1:
-        cdef Py_ssize_t need = self.pos + n
-        cdef Py_ssize_t newcap
-        cdef unsigned char* nb
-        if need <= self.cap:
-            return 0
-        newcap = self.cap * 2
-        while newcap < need:
-            newcap *= 2
-        nb = <unsigned char*>PyMem_Realloc(self.buf, newcap)
-        if nb == NULL:
-            raise MemoryError()
-        self.buf = nb
-        self.cap = newcap
-        return 0
+        return grow_buffer(&self.buf, &self.cap, self.pos + n)
 
     cdef Py_ssize_t _append(self, int64_t ts, object key, object value,
                             object headers) except -1:
