@@ -77,7 +77,7 @@ import enum
 import random
 from typing import Any, NamedTuple, Optional
 
-from kproto import error_codes
+from kproto import error_codes, messages, versions
 from kproto.errors import (
     AuthenticationError,
     ConnectionClosedError,
@@ -99,29 +99,10 @@ __all__ = [
 UNSUPPORTED_VERSION = 35
 
 
-def _messages():
-    # Imported lazily so this module (and its docs) load even while the codec
-    # module is being built; every real use goes through here.
-    from kproto import messages
-    return messages
-
-
-def _versions():
-    from kproto import versions
-    return versions
-
-
 def client_software_version():
     """The version sent as client_software_version in ApiVersions v3+."""
     import kproto
-    v = getattr(kproto, "__version__", None)
-    if v:
-        return str(v)
-    try:
-        from importlib.metadata import version
-        return version("kproto-kio")
-    except Exception:
-        return "0.0.0"
+    return kproto.__version__
 
 
 class ConnectionState(enum.Enum):
@@ -479,7 +460,7 @@ class Connection:
         self.state = ConnectionState.HANDSHAKE
         self.connect_started_at = None
         self.last_activity = now
-        m = _messages()
+        m = messages
         self._send_api_versions(m.api("ApiVersions").max_version, now)
         return []
 
@@ -509,7 +490,7 @@ class Connection:
         return self._enqueue(api, body, now, version, expect_response, timeout_ms, callback)
 
     def _enqueue(self, api, body, now, version, expect_response, timeout_ms, callback, internal=False):
-        m = _messages()
+        m = messages
         api_obj = m.api(api) if not hasattr(api, "key") else api
         if version is None:
             if self.versions is None:
@@ -629,7 +610,7 @@ class Connection:
         return events
 
     def _handle_frame(self, payload, now, events, done):
-        m = _messages()
+        m = messages
         try:
             cid = m.peek_correlation_id(payload)
         except DecodeError as e:
@@ -671,7 +652,7 @@ class Connection:
     def _decode(self, req, payload):
         # (messages.decode_response also reads the v0 answer a broker gives to
         # an ApiVersions version it does not support.)
-        return _messages().decode_response(req.api, req.version, payload)
+        return messages.decode_response(req.api, req.version, payload)
 
     # -- handshake & authentication ---------------------------------------------------
     def _handle_internal(self, req, body, now, events, done):
@@ -691,7 +672,7 @@ class Connection:
     def _on_api_versions(self, req, body, now, events):
         code = body.get("error_code", 0)
         if code == UNSUPPORTED_VERSION:
-            fallback = _versions().apiversions_fallback_version(body)
+            fallback = versions.apiversions_fallback_version(body)
             if fallback is None or fallback >= req.version or self._apiversions_attempts >= 3:
                 raise UnsupportedVersionError(
                     f"node {self.node_id} rejected ApiVersions v{req.version} and offers no usable "
@@ -700,7 +681,7 @@ class Connection:
             return
         if code:
             raise error_codes.error_for_code(code, context=f"ApiVersions v{req.version}")
-        self.versions = _versions().negotiate(body.get("api_keys") or [])
+        self.versions = versions.negotiate(body.get("api_keys") or [])
         self.api_versions_response = body
         if self.authenticator is not None:
             self.state = ConnectionState.AUTHENTICATING
