@@ -16,8 +16,12 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _cmd_broker(args) -> int:
+    import signal
+
     from kio.broker import LocalBroker
 
+    # SIGTERM must run the finally below, or the broker process outlives us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_INTERRUPTED))
     broker = LocalBroker(host=args.host, port=args.port).start()
     print(f"broker ready on {broker.bootstrap_servers} (memory storage; Ctrl-C stops it)",
           flush=True)
