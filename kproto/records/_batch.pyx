@@ -868,9 +868,14 @@ cdef class Record:
     cdef readonly object key
     cdef readonly object value
     cdef object _headers           # None until asked for when the record has none
+    # Where the record came from; set by the consumer's fetcher (records(topic, partition)).
+    cdef readonly object topic
+    cdef readonly int32_t partition
 
     def __init__(self, int64_t offset, int64_t timestamp, int timestamp_type,
-                 key, value, headers=None):
+                 key, value, headers=None, topic=None, int32_t partition=-1):
+        self.topic = topic
+        self.partition = partition
         self.offset = offset
         self.timestamp = timestamp
         self.timestamp_type = timestamp_type
@@ -1118,11 +1123,18 @@ cdef class RecordBatch:
                               f"{self.record_count} records")
         return 0
 
-    def records(self):
+    def records(self, topic=None, int32_t partition=-1, int64_t min_offset=-1):
         """Iterate the records lazily (one Record object at a time).
 
-        Compressed batches are decompressed here, once per call."""
-        return _RecordIter(self)
+        ``topic``/``partition`` are stamped on every Record; records below
+        ``min_offset`` (a fetch may return a batch that starts before the
+        position) are skipped without creating objects. Compressed batches
+        are decompressed here, once per call."""
+        cdef _RecordIter it = _RecordIter(self)
+        it.topic = topic
+        it.partition = partition
+        it.min_offset = min_offset
+        return it
 
     def __iter__(self):
         return self.records()
@@ -1217,8 +1229,14 @@ cdef class _RecordIter:
     cdef Py_ssize_t rlen
     cdef Py_ssize_t pos
     cdef int32_t index
+    cdef object topic
+    cdef int32_t partition
+    cdef int64_t min_offset
 
     def __cinit__(self, RecordBatch batch):
+        self.topic = None
+        self.partition = -1
+        self.min_offset = -1
         self.batch = batch
         self.owner = batch._region(&self.rp, &self.rlen)
         self.pos = 0
@@ -1231,16 +1249,25 @@ cdef class _RecordIter:
         cdef RecordBatch b = self.batch
         cdef _Rec r
         cdef Record rec
+        cdef int64_t offset
         cdef const unsigned char* d = self.rp
-        if self.index >= b.record_count:
-            if self.index == b.record_count:
-                self.index += 1
-                self.owner = None          # done: let a decompressed buffer go
-                b._check_end(self.pos, self.rlen)
-            raise StopIteration
-        _parse_record(d, self.pos, self.rlen, &r)
+        while True:
+            if self.index >= b.record_count:
+                if self.index == b.record_count:
+                    self.index += 1
+                    self.owner = None          # done: let a decompressed buffer go
+                    b._check_end(self.pos, self.rlen)
+                raise StopIteration
+            _parse_record(d, self.pos, self.rlen, &r)
+            offset = <int64_t>(<uint64_t>b.base_offset + <uint64_t><int64_t>r.offset_delta)
+            if offset >= self.min_offset:
+                break
+            self.pos = r.end
+            self.index += 1
         rec = Record.__new__(Record)
-        rec.offset = <int64_t>(<uint64_t>b.base_offset + <uint64_t><int64_t>r.offset_delta)
+        rec.topic = self.topic
+        rec.partition = self.partition
+        rec.offset = offset
         rec.timestamp = b._ts(r.ts_delta)
         rec.timestamp_type = 1 if b.attributes & ATTR_TIMESTAMP_TYPE else 0
         rec.key = _bytes_or_none(d, r.key_pos, r.key_len)

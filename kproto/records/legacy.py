@@ -234,8 +234,17 @@ class LegacyBatch:
                               _as_bytes(m.value), []))
         return out
 
-    def records(self):
-        return iter(self._load())
+    def records(self, topic=None, partition=-1, min_offset=-1):
+        """Same contract as RecordBatch.records (legacy sets are small and rare:
+        no fast path needed)."""
+        for r in self._load():
+            if r.offset < min_offset:
+                continue
+            if topic is None:
+                yield r
+            else:
+                yield Record(r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
+                             r.headers, topic, partition)
 
     def __iter__(self):
         return self.records()

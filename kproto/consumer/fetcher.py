@@ -1,0 +1,435 @@
+"""The consumer's fetcher as a sans-IO state machine (Java's ``Fetcher`` +
+``FetchCollector`` + ``OffsetFetcher`` without the network).
+
+It decides *what* to fetch and turns responses into records:
+
+* ``fetch_requests(...)`` builds at most one Fetch request per leader node
+  (like Java: a node with a fetch in flight gets no second one), for the
+  assigned, unpaused partitions that have a position and no buffered data -
+  so the next fetch is already in flight while the application processes the
+  records of the previous one;
+* ``on_fetch_response`` / ``on_fetch_failure`` digest the answer: records are
+  buffered per partition (parsed lazily, CRC-checked), errors are handled as
+  the Java client does (leadership errors ask for a metadata refresh,
+  OFFSET_OUT_OF_RANGE resets the position by auto.offset.reset or raises,
+  authorization and corruption errors surface to the application);
+* ``drain(max_records)`` hands out up to max.poll.records records and moves
+  positions; ``drain_columns`` is the bulk path (lists per partition);
+* ``reset_requests`` / ``on_list_offsets_response`` resolve pending offset
+  resets (earliest/latest) with ListOffsets.
+
+``read_committed`` filtering follows the protocol: transactional batches of
+producers listed in the response's aborted transactions are dropped from
+the first offset of the aborted transaction until that producer's ABORT
+marker; control batches never reach the application.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Callable, Dict, List, NamedTuple, Optional
+
+from kproto import error_codes
+from kproto.cluster import TopicPartition
+from kproto.consumer.positions import (
+    EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
+)
+from kproto.errors import ConfigError, DecodeError, KafkaError
+from kproto.records import CONTROL_ABORT, read_batches
+
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
+
+# Partition errors after which the leader we fetched from is no longer right:
+# refresh metadata and fetch again (Java: Fetcher.handleFetchResponse).
+_REFRESH_METADATA = {
+    "NOT_LEADER_OR_FOLLOWER", "REPLICA_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR",
+    "FENCED_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PARTITION",
+    "UNKNOWN_TOPIC_ID", "INCONSISTENT_TOPIC_ID", "UNKNOWN_LEADER_EPOCH",
+}
+
+
+class RecordTooLargeForFetchError(KafkaError):
+    """A batch at the position is larger than max.partition.fetch.bytes
+    allows and the broker returned only part of it."""
+
+
+class FetchRequest(NamedTuple):
+    node: int
+    version: int
+    body: dict
+    offsets: Dict[TopicPartition, int]       # the fetch offset of every partition in it
+    topic_names: Dict[object, str]           # topic id -> name, for v13+ responses
+
+
+class ListOffsetsRequest(NamedTuple):
+    node: int
+    body: dict
+    strategies: Dict[TopicPartition, str]
+
+
+class _Buffered:
+    """The records of one partition from one fetch response, not yet drained."""
+    __slots__ = ("tp", "batches", "aborted", "aborted_pids", "record_iter", "current", "next_batch")
+
+    def __init__(self, tp, batches, aborted):
+        self.tp = tp
+        self.batches = batches
+        self.next_batch = 0
+        self.record_iter = None
+        self.current = None                  # the batch record_iter reads
+        # read_committed: (first_offset, producer_id) sorted by offset
+        self.aborted = sorted((a["first_offset"], a["producer_id"]) for a in aborted) if aborted else []
+        self.aborted_pids = set()
+
+
+class Fetcher:
+    def __init__(self, positions: Positions, *, fetch_min_bytes=1, fetch_max_wait_ms=500,
+                 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576,
+                 isolation_level="read_uncommitted", check_crcs=True, max_poll_records=500,
+                 client_rack=""):
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError(f"isolation.level must be read_uncommitted or read_committed, "
+                              f"not {isolation_level!r}")
+        if max_poll_records < 1:
+            raise ConfigError(f"max.poll.records must be at least 1, not {max_poll_records}")
+        self.positions = positions
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.isolation = ISOLATION_LEVELS[isolation_level]
+        self.check_crcs = check_crcs
+        self.max_poll_records = max_poll_records
+        self.client_rack = client_rack
+        self._in_flight_nodes: set = set()
+        self._buffered: "collections.deque[_Buffered]" = collections.deque()
+        self._errors: List[Exception] = []       # raised to the application on the next drain
+        self.metadata_refresh_needed = False
+        self._resets_in_flight: set = set()
+
+    # -- building fetches ------------------------------------------------------
+    def _buffered_partitions(self):
+        return {b.tp for b in self._buffered}
+
+    def fetch_requests(self, leader_of: Callable[[TopicPartition], Optional[int]],
+                       version_of: Callable[[int], Optional[int]],
+                       topic_id_of: Callable[[str], object] = lambda topic: None) -> List[FetchRequest]:
+        """Fetch requests to send now: one per leader without a fetch in flight.
+
+        ``leader_of(tp)`` is the leader's node id or None when unknown;
+        ``version_of(node)`` the negotiated Fetch version for that node (None
+        while not connected: that node is skipped for now);
+        ``topic_id_of(topic)`` the topic id, needed from Fetch v13 on.
+        """
+        buffered = self._buffered_partitions()
+        by_node: Dict[int, List[TopicPartition]] = {}
+        for tp in self.positions.fetchable():
+            if tp in buffered:
+                continue
+            leader = leader_of(tp)
+            if leader is None or leader < 0:
+                self.metadata_refresh_needed = True
+                continue
+            if leader in self._in_flight_nodes:
+                continue
+            by_node.setdefault(leader, []).append(tp)
+        requests = []
+        for node, tps in by_node.items():
+            version = version_of(node)
+            if version is None:
+                continue
+            req = self._build(node, version, tps, topic_id_of)
+            if req is not None:
+                self._in_flight_nodes.add(node)
+                requests.append(req)
+        return requests
+
+    def _build(self, node, version, tps, topic_id_of) -> Optional[FetchRequest]:
+        topics: Dict[str, list] = {}
+        offsets, names = {}, {}
+        for tp in tps:
+            st = self.positions.state(tp)
+            offsets[tp] = st.position
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": st.leader_epoch,
+                "fetch_offset": st.position, "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": self.max_partition_fetch_bytes})
+        topic_entries = []
+        for topic, parts in topics.items():
+            if version >= 13:
+                topic_id = topic_id_of(topic)
+                if topic_id is None:
+                    # v13+ fetches by id only; without one we need fresh metadata.
+                    self.metadata_refresh_needed = True
+                    for p in parts:
+                        offsets.pop(TopicPartition(topic, p["partition"]), None)
+                    continue
+                names[topic_id] = topic
+                topic_entries.append({"topic_id": topic_id, "partitions": parts})
+            else:
+                topic_entries.append({"topic": topic, "partitions": parts})
+        if not topic_entries:
+            return None
+        body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms,
+                "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
+                "isolation_level": self.isolation, "session_id": 0, "session_epoch": -1,
+                "topics": topic_entries, "forgotten_topics_data": [], "rack_id": self.client_rack}
+        return FetchRequest(node, version, body, offsets, names)
+
+    # -- handling fetch responses ---------------------------------------------
+    def on_fetch_failure(self, request: FetchRequest, error: Exception) -> None:
+        """The request failed (connection lost, timeout): fetch again later."""
+        self._in_flight_nodes.discard(request.node)
+        self.metadata_refresh_needed = True
+
+    def on_fetch_response(self, request: FetchRequest, body: dict) -> None:
+        self._in_flight_nodes.discard(request.node)
+        top = body.get("error_code", 0)
+        if top:
+            # Session errors cannot happen without fetch sessions (session_id 0);
+            # anything else at the top level fails every partition in the request.
+            self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
+            return
+        for t in body["responses"]:
+            topic = t["topic"] if request.version < 13 else request.topic_names.get(t["topic_id"])
+            if topic is None:
+                continue
+            for p in t["partitions"]:
+                self._on_partition(request, TopicPartition(topic, p["partition_index"]), p)
+
+    def _on_partition(self, request, tp, p):
+        fetch_offset = request.offsets.get(tp)
+        if fetch_offset is None or not self.positions.is_assigned(tp):
+            return                                   # not asked for, or revoked meanwhile
+        st = self.positions.state(tp)
+        if st.position != fetch_offset:
+            return                                   # a seek happened meanwhile: stale data
+        code = p["error_code"]
+        if code == 0:
+            st.high_watermark = p["high_watermark"]
+            if p.get("last_stable_offset", -1) >= 0:
+                st.last_stable_offset = p["last_stable_offset"]
+            if p.get("log_start_offset", -1) >= 0:
+                st.log_start_offset = p["log_start_offset"]
+            records = p["records"]
+            if records is None or len(records) == 0:
+                return
+            try:
+                batches = read_batches(records, check_crc=self.check_crcs)
+            except DecodeError as exc:
+                self._errors.append(exc)
+                return
+            if not batches:
+                # Only part of one batch came back: it is bigger than the fetch
+                # size allows (brokers since KIP-74 send at least one whole batch,
+                # so this means a very old broker or a tiny setting).
+                self._errors.append(RecordTooLargeForFetchError(
+                    f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
+                    f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
+                    f"({len(records)} bytes returned); raise it to consume this partition"))
+                return
+            aborted = p.get("aborted_transactions") if self.isolation == READ_COMMITTED else None
+            self._buffered.append(_Buffered(tp, batches, aborted))
+            return
+        err = error_codes.error_for_code(code, None, context=f"fetch {tp.topic}-{tp.partition}")
+        if err.name in _REFRESH_METADATA:
+            self.metadata_refresh_needed = True
+        elif err.name == "OFFSET_OUT_OF_RANGE":
+            if self.positions.auto_offset_reset == "none":
+                self._errors.append(OffsetOutOfRangeError(
+                    f"offset {fetch_offset} is out of range for {tp.topic}-{tp.partition} "
+                    f"and auto.offset.reset is 'none'"))
+            else:
+                self.positions.request_reset(tp)
+        else:
+            self._errors.append(err)
+
+    # -- handing out records -----------------------------------------------------
+    def has_buffered(self) -> bool:
+        return bool(self._buffered)
+
+    def _raise_pending_error(self):
+        if self._errors:
+            raise self._errors.pop(0)
+
+    def drain(self, max_records: Optional[int] = None) -> list:
+        """Up to max_records (default max.poll.records) records, advancing positions.
+
+        A pending error (authorization, corruption, out of range with 'none')
+        is raised here, once, before any further records are handed out."""
+        self._raise_pending_error()
+        limit = max_records or self.max_poll_records
+        out: list = []
+        while self._buffered and len(out) < limit:
+            buf = self._buffered[0]
+            if not self.positions.is_assigned(buf.tp):
+                self._buffered.popleft()
+                continue
+            self._drain_one(buf, out, limit)
+            if buf.record_iter is None and buf.next_batch >= len(buf.batches):
+                self._buffered.popleft()
+        return out
+
+    def _drain_one(self, buf: _Buffered, out: list, limit: int) -> None:
+        st = self.positions.state(buf.tp)
+        topic, partition = buf.tp
+        while len(out) < limit:
+            if buf.record_iter is None:
+                batch = self._next_visible_batch(buf, st)
+                if batch is None:
+                    return
+                buf.current = batch
+                buf.record_iter = batch.records(topic, partition, st.position)
+            for rec in buf.record_iter:
+                out.append(rec)
+                st.position = rec.offset + 1
+                if len(out) >= limit:
+                    return
+            # A whole batch consumed: continue after it, even when compaction
+            # removed its last records.
+            st.position = max(st.position, buf.current.next_offset)
+            buf.record_iter = None
+
+    def _next_visible_batch(self, buf: _Buffered, st):
+        """The next batch whose records the application may see; moves the
+        position past control batches and aborted transactional batches."""
+        while buf.next_batch < len(buf.batches):
+            batch = buf.batches[buf.next_batch]
+            buf.next_batch += 1
+            if batch.next_offset <= st.position:
+                continue                       # entirely before the position
+            if self.isolation == READ_COMMITTED and buf.aborted:
+                # Producers whose aborted transaction started at or before this batch.
+                while buf.aborted and buf.aborted[0][0] <= batch.last_offset:
+                    buf.aborted_pids.add(buf.aborted.pop(0)[1])
+            if batch.is_control:
+                if batch.control_type == CONTROL_ABORT:
+                    buf.aborted_pids.discard(batch.producer_id)
+                st.position = batch.next_offset
+                continue
+            if (self.isolation == READ_COMMITTED and batch.is_transactional
+                    and batch.producer_id in buf.aborted_pids):
+                st.position = batch.next_offset
+                continue
+            return batch
+        return None
+
+    def drain_columns(self, max_records: Optional[int] = None) -> Dict[TopicPartition, tuple]:
+        """The bulk path: {tp: (offsets, timestamps, keys, values)} lists,
+        no Record objects (headers are not returned here)."""
+        self._raise_pending_error()
+        limit = max_records or self.max_poll_records
+        out: Dict[TopicPartition, tuple] = {}
+        count = 0
+        while self._buffered and count < limit:
+            buf = self._buffered[0]
+            if not self.positions.is_assigned(buf.tp):
+                self._buffered.popleft()
+                continue
+            if buf.record_iter is not None:
+                # drain() stopped inside a batch: finish that batch record by record.
+                cols = out.setdefault(buf.tp, ([], [], [], []))
+                for rec in buf.record_iter:
+                    cols[0].append(rec.offset)
+                    cols[1].append(rec.timestamp)
+                    cols[2].append(rec.key)
+                    cols[3].append(rec.value)
+                    self.positions.state(buf.tp).position = rec.offset + 1
+                    count += 1
+                    if count >= limit:
+                        break
+                else:
+                    st = self.positions.state(buf.tp)
+                    st.position = max(st.position, buf.current.next_offset)
+                    buf.record_iter = None
+                continue
+            st = self.positions.state(buf.tp)
+            batch = self._next_visible_batch(buf, st)
+            if batch is None:
+                self._buffered.popleft()
+                continue
+            offs, tss, keys, vals = batch.columns()
+            start = 0
+            while start < len(offs) and offs[start] < st.position:
+                start += 1
+            take = min(len(offs) - start, limit - count)
+            if take < len(offs) - start:
+                # the batch does not fit: take what fits, re-read the rest per record
+                buf.next_batch -= 1
+                end = start + take
+            else:
+                end = len(offs)
+            cols = out.setdefault(buf.tp, ([], [], [], []))
+            if start == 0 and end == len(offs):
+                cols[0].extend(offs); cols[1].extend(tss); cols[2].extend(keys); cols[3].extend(vals)
+            else:
+                cols[0].extend(offs[start:end]); cols[1].extend(tss[start:end])
+                cols[2].extend(keys[start:end]); cols[3].extend(vals[start:end])
+            count += end - start
+            if end == len(offs):
+                st.position = max(st.position, batch.next_offset)
+            elif end > start:
+                st.position = offs[end - 1] + 1
+            if buf.next_batch >= len(buf.batches) and buf.record_iter is None:
+                self._buffered.popleft()
+        return out
+
+    # -- offset resets (ListOffsets) ----------------------------------------------
+    def reset_requests(self, leader_of, version_of) -> List[ListOffsetsRequest]:
+        """ListOffsets requests for partitions waiting for an offset reset."""
+        by_node: Dict[int, Dict[TopicPartition, str]] = {}
+        for tp, strategy in self.positions.awaiting_reset():
+            if tp in self._resets_in_flight:
+                continue
+            leader = leader_of(tp)
+            if leader is None or leader < 0:
+                self.metadata_refresh_needed = True
+                continue
+            if version_of(leader) is None:
+                continue
+            by_node.setdefault(leader, {})[tp] = strategy
+        out = []
+        for node, strategies in by_node.items():
+            topics: Dict[str, list] = {}
+            for tp, strategy in strategies.items():
+                ts = LIST_OFFSETS_EARLIEST if strategy == EARLIEST else LIST_OFFSETS_LATEST
+                topics.setdefault(tp.topic, []).append({
+                    "partition_index": tp.partition, "current_leader_epoch": -1,
+                    "timestamp": ts, "max_num_offsets": 1})
+                self._resets_in_flight.add(tp)
+            body = {"replica_id": -1, "isolation_level": self.isolation, "timeout_ms": 30000,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+            out.append(ListOffsetsRequest(node, body, strategies))
+        return out
+
+    def on_list_offsets_failure(self, request: ListOffsetsRequest, error: Exception) -> None:
+        self._resets_in_flight.difference_update(request.strategies)
+        self.metadata_refresh_needed = True
+
+    def on_list_offsets_response(self, request: ListOffsetsRequest, body: dict) -> None:
+        self._resets_in_flight.difference_update(request.strategies)
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                tp = TopicPartition(t["name"], p["partition_index"])
+                strategy = request.strategies.get(tp)
+                if strategy is None or not self.positions.is_assigned(tp):
+                    continue
+                st = self.positions.state(tp)
+                if st.reset_to != strategy:
+                    continue                     # a seek or another reset happened meanwhile
+                if p["error_code"]:
+                    err = error_codes.error_for_code(p["error_code"], None,
+                                                     context=f"list offsets {tp.topic}-{tp.partition}")
+                    if err.retriable:
+                        self.metadata_refresh_needed = True
+                    else:
+                        self._errors.append(err)
+                    continue
+                # v0 answered with a list of offsets; v1+ with one offset.
+                offset = p.get("offset", -1)
+                if offset is None or offset < 0:
+                    olds = p.get("old_style_offsets") or []
+                    offset = olds[0] if olds else -1
+                if offset >= 0:
+                    st.position, st.reset_to = offset, None
+                    st.leader_epoch = p.get("leader_epoch", -1)

@@ -1,0 +1,135 @@
+"""Per-partition consumer state: position, pause, pending offset reset, lag.
+
+Java's ``SubscriptionState`` restricted to what the fetcher needs: which
+partitions are assigned, the offset to fetch next (the *position*), whether a
+partition is paused or waiting for an offset reset (auto.offset.reset or an
+explicit seek_to_beginning/seek_to_end), and the last high watermark and log
+start offset the broker reported. Group membership decides *what* is
+assigned; this module only keeps the state of what is.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, Optional
+
+from kproto.cluster import TopicPartition
+from kproto.errors import ConfigError, KafkaError
+
+EARLIEST = "earliest"
+LATEST = "latest"
+NONE = "none"
+RESET_STRATEGIES = (EARLIEST, LATEST, NONE)
+
+# ListOffsets timestamps with a special meaning.
+LIST_OFFSETS_EARLIEST = -2
+LIST_OFFSETS_LATEST = -1
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """A partition has no position and auto.offset.reset is 'none'."""
+
+
+class OffsetOutOfRangeError(KafkaError):
+    """The position is outside the log and auto.offset.reset is 'none'."""
+
+
+class PartitionState:
+    __slots__ = ("position", "leader_epoch", "paused", "reset_to", "high_watermark",
+                 "last_stable_offset", "log_start_offset", "preferred_read_replica")
+
+    def __init__(self):
+        self.position: Optional[int] = None
+        self.leader_epoch: int = -1
+        self.paused = False
+        self.reset_to: Optional[str] = None      # EARLIEST/LATEST while a reset is pending
+        self.high_watermark: Optional[int] = None
+        self.last_stable_offset: Optional[int] = None
+        self.log_start_offset: Optional[int] = None
+        self.preferred_read_replica: Optional[int] = None
+
+
+class Positions:
+    """The assigned partitions and where each one is read from next."""
+
+    def __init__(self, auto_offset_reset: str = LATEST):
+        if auto_offset_reset not in RESET_STRATEGIES:
+            raise ConfigError(f"auto.offset.reset must be one of {', '.join(RESET_STRATEGIES)}, "
+                              f"not {auto_offset_reset!r}")
+        self.auto_offset_reset = auto_offset_reset
+        self._parts: Dict[TopicPartition, PartitionState] = {}
+
+    # -- assignment ------------------------------------------------------------
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment; kept partitions keep their state."""
+        wanted = {TopicPartition(*tp) for tp in partitions}
+        self._parts = {tp: self._parts.get(tp) or PartitionState() for tp in wanted}
+
+    def add(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._parts.setdefault(TopicPartition(*tp), PartitionState())
+
+    def remove(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._parts.pop(TopicPartition(*tp), None)
+
+    def assigned(self):
+        return list(self._parts)
+
+    def is_assigned(self, tp) -> bool:
+        return tp in self._parts
+
+    def state(self, tp) -> PartitionState:
+        try:
+            return self._parts[tp]
+        except KeyError:
+            raise KafkaError(f"partition {tp.topic}-{tp.partition} is not assigned to this consumer") from None
+
+    # -- positions -------------------------------------------------------------
+    def seek(self, tp, offset: int, leader_epoch: int = -1) -> None:
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, not {offset}")
+        st = self.state(tp)
+        st.position, st.leader_epoch, st.reset_to = offset, leader_epoch, None
+
+    def position(self, tp) -> Optional[int]:
+        return self.state(tp).position
+
+    def request_reset(self, tp, strategy: Optional[str] = None) -> None:
+        """Ask for the position to be reset (ListOffsets) to `strategy`
+        (default: auto.offset.reset). With 'none' this raises instead."""
+        strategy = strategy or self.auto_offset_reset
+        st = self.state(tp)
+        if strategy == NONE:
+            raise NoOffsetForPartitionError(
+                f"no valid offset for {tp.topic}-{tp.partition} and auto.offset.reset is 'none'")
+        st.reset_to, st.position = strategy, None
+
+    def needs_position(self):
+        """Partitions with neither a position nor a pending reset (the
+        caller fetches committed offsets for them, or resets them)."""
+        return [tp for tp, st in self._parts.items() if st.position is None and st.reset_to is None]
+
+    def awaiting_reset(self):
+        return [(tp, st.reset_to) for tp, st in self._parts.items() if st.reset_to is not None]
+
+    def pause(self, partitions) -> None:
+        for tp in partitions:
+            self.state(tp).paused = True
+
+    def resume(self, partitions) -> None:
+        for tp in partitions:
+            self.state(tp).paused = False
+
+    def paused(self):
+        return [tp for tp, st in self._parts.items() if st.paused]
+
+    def fetchable(self):
+        """Assigned, not paused, with a known position."""
+        return [tp for tp, st in self._parts.items()
+                if not st.paused and st.position is not None and st.reset_to is None]
+
+    def lag(self, tp) -> Optional[int]:
+        """Records between the position and the high watermark (None until known)."""
+        st = self.state(tp)
+        if st.position is None or st.high_watermark is None:
+            return None
+        return max(0, st.high_watermark - st.position)

@@ -1,0 +1,321 @@
+"""The fetcher state machine with scripted Fetch/ListOffsets responses (no network)."""
+import uuid
+
+import pytest
+
+from kproto.cluster import TopicPartition
+from kproto.consumer.fetcher import Fetcher, RecordTooLargeForFetchError
+from kproto.consumer.positions import NoOffsetForPartitionError, OffsetOutOfRangeError, Positions
+from kproto.error_codes import TopicAuthorizationFailedError
+from kproto.errors import ConfigError, CorruptRecordError
+from kproto.records import BatchBuilder, build_control_batch
+
+TP0, TP1, TP2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
+LEADERS = {TP0: 1, TP1: 2, TP2: 1}
+TOPIC_IDS = {"t": uuid.UUID(int=1), "u": uuid.UUID(int=2)}
+
+
+def batch(base_offset, n, *, pid=-1, transactional=False, prefix=b"v"):
+    b = BatchBuilder("none", 1 << 20, base_offset=base_offset, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                     base_sequence=0 if pid >= 0 else -1, is_transactional=transactional)
+    for i in range(n):
+        b.append(1000 + base_offset + i, b"k%d" % (base_offset + i), prefix + b"%d" % (base_offset + i))
+    return b.build()
+
+
+def control(offset, pid, commit):
+    return build_control_batch(commit, pid, 0, 0, 5000, base_offset=offset)
+
+
+def make(auto_offset_reset="earliest", **kw):
+    pos = Positions(auto_offset_reset)
+    return pos, Fetcher(pos, **kw)
+
+
+def requests(f, version=12, leaders=LEADERS):
+    return f.fetch_requests(leaders.get, lambda node: version, TOPIC_IDS.get)
+
+
+def response(req, parts, version=12):
+    """parts: {tp: dict(records=..., error_code=..., high_watermark=..., aborted=...)}"""
+    by_topic = {}
+    for tp, p in parts.items():
+        by_topic.setdefault(tp.topic, []).append({
+            "partition_index": tp.partition, "error_code": p.get("error_code", 0),
+            "high_watermark": p.get("high_watermark", 100), "last_stable_offset": p.get("lso", -1),
+            "log_start_offset": 0, "aborted_transactions": p.get("aborted"),
+            "preferred_read_replica": -1, "records": p.get("records")})
+    topics = []
+    for topic, ps in by_topic.items():
+        key = {"topic": topic} if version < 13 else {"topic_id": TOPIC_IDS[topic]}
+        topics.append({**key, "partitions": ps})
+    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="isolation.level"):
+        Fetcher(Positions(), isolation_level="committed")
+    with pytest.raises(ConfigError, match="auto.offset.reset"):
+        Positions("earliest-ish")
+    with pytest.raises(ConfigError, match="max.poll.records"):
+        Fetcher(Positions(), max_poll_records=0)
+
+
+def test_one_request_per_leader_and_none_while_in_flight():
+    pos, f = make()
+    pos.assign([TP0, TP1, TP2])
+    for tp in (TP0, TP1, TP2):
+        pos.seek(tp, 5)
+    reqs = requests(f)
+    assert sorted(r.node for r in reqs) == [1, 2]
+    node1 = [r for r in reqs if r.node == 1][0]
+    assert node1.offsets == {TP0: 5, TP2: 5}
+    parts = {(t["topic"], p["partition"]): p["fetch_offset"]
+             for t in node1.body["topics"] for p in t["partitions"]}
+    assert parts == {("t", 0): 5, ("u", 0): 5}
+    assert requests(f) == []                       # both nodes have a fetch in flight
+    f.on_fetch_failure(node1, ConnectionError("cut"))
+    assert [r.node for r in requests(f)] == [1]    # node 1 may fetch again
+    assert f.metadata_refresh_needed
+
+
+def test_skips_paused_unpositioned_and_unknown_leaders():
+    pos, f = make()
+    pos.assign([TP0, TP1, TP2])
+    pos.seek(TP0, 0)
+    pos.seek(TP1, 0)
+    pos.pause([TP1])
+    (req,) = f.fetch_requests({TP0: 1}.get, lambda n: 12)
+    assert list(req.offsets) == [TP0]              # TP1 paused, TP2 has no position
+    pos.seek(TP2, 0)
+    pos.resume([TP1])
+    f2 = Fetcher(pos)
+    reqs = f2.fetch_requests({TP0: 1}.get, lambda n: 12)
+    assert f2.metadata_refresh_needed              # TP1 and TP2 have no known leader
+    assert [list(r.offsets) for r in reqs] == [[TP0]]
+
+
+def test_v13_uses_topic_ids_and_needs_them():
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 3)
+    (req,) = requests(f, version=13)
+    assert req.body["topics"][0]["topic_id"] == TOPIC_IDS["t"]
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(3, 2)}}, version=13))
+    assert [r.offset for r in f.drain()] == [3, 4]
+    pos2, f2 = make()
+    pos2.assign([TP0])
+    pos2.seek(TP0, 0)
+    assert f2.fetch_requests(LEADERS.get, lambda n: 13, lambda t: None) == []
+    assert f2.metadata_refresh_needed
+
+
+def test_drain_respects_max_records_and_moves_positions():
+    pos, f = make(max_poll_records=4)
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 3) + batch(3, 3), "high_watermark": 6}}))
+    assert requests(f) == []                       # data buffered for TP0: no new fetch for it
+    first = f.drain()
+    assert [r.offset for r in first] == [0, 1, 2, 3]
+    assert (first[0].topic, first[0].partition, first[0].key, first[0].value) == ("t", 0, b"k0", b"v0")
+    assert pos.position(TP0) == 4
+    assert [r.offset for r in f.drain()] == [4, 5]
+    assert pos.position(TP0) == 6 and pos.lag(TP0) == 0
+    (req2,) = requests(f)
+    assert req2.offsets == {TP0: 6}
+
+
+def test_records_before_the_position_are_skipped():
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 7)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(5, 5)}}))
+    assert [r.offset for r in f.drain()] == [7, 8, 9]
+
+
+@pytest.mark.parametrize("seek_to", [0, 50])
+def test_stale_response_after_seek_is_dropped(seek_to):
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 10)
+    (req,) = requests(f)
+    pos.seek(TP0, seek_to)                  # backwards or forwards while the fetch is in flight
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(10, 3)}}))
+    assert f.drain() == []
+    assert pos.position(TP0) == seek_to
+    assert requests(f)[0].offsets == {TP0: seek_to}
+
+
+def test_revoked_partition_data_is_dropped():
+    pos, f = make()
+    pos.assign([TP0, TP2])
+    pos.seek(TP0, 0)
+    pos.seek(TP2, 0)
+    (req,) = [r for r in requests(f) if r.node == 1]
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 2)},
+                                            TP2: {"records": batch(0, 2)}}))
+    pos.remove([TP0])
+    assert {(r.topic, r.partition) for r in f.drain()} == {("u", 0)}
+
+
+def test_offset_out_of_range_resets_with_list_offsets():
+    pos, f = make("latest")
+    pos.assign([TP0])
+    pos.seek(TP0, 999)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"error_code": 1}}))
+    assert pos.position(TP0) is None
+    assert requests(f) == []                       # no position while the reset is pending
+    (lo,) = f.reset_requests(LEADERS.get, lambda n: 7)
+    assert lo.node == 1
+    assert lo.body["topics"][0]["partitions"][0]["timestamp"] == -1     # latest
+    assert f.reset_requests(LEADERS.get, lambda n: 7) == []            # one in flight
+    f.on_list_offsets_response(lo, {"topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "error_code": 0, "timestamp": -1, "offset": 42, "leader_epoch": 3}]}]})
+    assert pos.position(TP0) == 42
+    assert requests(f)[0].offsets == {TP0: 42}
+
+
+def test_offset_out_of_range_with_none_raises_on_drain():
+    pos, f = make("none")
+    pos.assign([TP0])
+    pos.seek(TP0, 10)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"error_code": 1}}))
+    with pytest.raises(OffsetOutOfRangeError, match="t-0"):
+        f.drain()
+    with pytest.raises(NoOffsetForPartitionError):
+        pos.request_reset(TP0)
+
+
+def test_seek_to_beginning_uses_earliest():
+    pos, f = make("latest")
+    pos.assign([TP0])
+    pos.request_reset(TP0, "earliest")
+    (lo,) = f.reset_requests(LEADERS.get, lambda n: 1)
+    assert lo.body["topics"][0]["partitions"][0]["timestamp"] == -2
+    f.on_list_offsets_response(lo, {"topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "error_code": 0, "offset": 0}]}]})
+    assert pos.position(TP0) == 0
+
+
+def test_leadership_errors_ask_for_metadata():
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"error_code": 6}}))   # NOT_LEADER_OR_FOLLOWER
+    assert f.metadata_refresh_needed
+    assert f.drain() == []
+    assert requests(f)[0].offsets == {TP0: 0}
+
+
+def test_authorization_error_surfaces():
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"error_code": 29}}))
+    with pytest.raises(TopicAuthorizationFailedError):
+        f.drain()
+
+
+def test_corrupt_batch_is_an_error_not_data():
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    raw = bytearray(batch(0, 3))
+    raw[-1] ^= 0xFF
+    f.on_fetch_response(req, response(req, {TP0: {"records": bytes(raw)}}))
+    with pytest.raises(CorruptRecordError):
+        f.drain()
+
+
+def test_partial_batch_only_means_record_too_large():
+    pos, f = make(max_partition_fetch_bytes=64)
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 10)[:64]}}))
+    with pytest.raises(RecordTooLargeForFetchError, match="max.partition.fetch.bytes=64"):
+        f.drain()
+
+
+def _txn_log():
+    """pid 7 commits offsets 0-2, pid 8 aborts 3-4, pid 7 commits 6-7 after pid 8's
+    abort marker at 5, then pid 8 aborts again at 9 (marker 10)."""
+    return (batch(0, 3, pid=7, transactional=True, prefix=b"c")
+            + batch(3, 2, pid=8, transactional=True, prefix=b"a")
+            + control(5, 8, commit=False)
+            + batch(6, 2, pid=7, transactional=True, prefix=b"c")
+            + control(8, 7, commit=True)
+            + batch(9, 1, pid=8, transactional=True, prefix=b"a")
+            + control(10, 8, commit=False)
+            + batch(11, 1, prefix=b"n"))
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+def test_read_committed_skips_aborted_and_control(columnar):
+    pos, f = make(isolation_level="read_committed")
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    assert req.body["isolation_level"] == 1
+    aborted = [{"producer_id": 8, "first_offset": 3}, {"producer_id": 8, "first_offset": 9}]
+    f.on_fetch_response(req, response(req, {TP0: {"records": _txn_log(), "aborted": aborted}}))
+    if columnar:
+        values = f.drain_columns()[TP0][3]
+    else:
+        values = [r.value for r in f.drain()]
+    assert values == [b"c0", b"c1", b"c2", b"c6", b"c7", b"n11"]
+    assert pos.position(TP0) == 12
+
+
+def test_read_uncommitted_sees_aborted_data_but_never_control():
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": _txn_log()}}))
+    assert [r.offset for r in f.drain(100)] == [0, 1, 2, 3, 4, 6, 7, 9, 11]
+
+
+def test_drain_columns_matches_drain_with_limits():
+    def run(columnar, limit):
+        pos, f = make(max_poll_records=limit)
+        pos.assign([TP0, TP2])
+        pos.seek(TP0, 2)
+        pos.seek(TP2, 0)
+        (req,) = [r for r in requests(f) if r.node == 1]
+        f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 7) + batch(7, 5)},
+                                                TP2: {"records": batch(0, 4)}}))
+        got = []
+        for _ in range(20):
+            if columnar:
+                for tp, (offs, _ts, keys, vals) in f.drain_columns().items():
+                    got += [(tp, o, k, v) for o, k, v in zip(offs, keys, vals)]
+            else:
+                got += [((r.topic, r.partition), r.offset, r.key, r.value) for r in f.drain()]
+        return got, pos.position(TP0), pos.position(TP2)
+    for limit in (1, 3, 5, 100):
+        assert run(True, limit) == run(False, limit)
+        assert len(run(True, limit)[0]) == 10 + 4
+
+
+def test_mixing_drain_and_drain_columns_loses_nothing():
+    pos, f = make(max_poll_records=3)
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 5) + batch(5, 5)}}))
+    offsets = [r.offset for r in f.drain()]             # stops inside the first batch
+    for _ in range(5):
+        cols = f.drain_columns()
+        if TP0 in cols:
+            offsets += cols[TP0][0]
+    assert offsets == list(range(10))
+    assert pos.position(TP0) == 10
