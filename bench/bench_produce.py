@@ -1,0 +1,191 @@
+"""Produce throughput: kio vs confluent-kafka, aiokafka and kafka-python.
+
+N records of 100 bytes to one partition with acks=1, on a local Tansu broker
+started by the bench (kio.broker.LocalBroker). Each client gets its own
+topic and runs in this process, one after the other. Reported per client:
+records/s (wall time from the first send to the last acknowledgement) and
+client CPU microseconds per record from resource.getrusage(RUSAGE_SELF)
+deltas (user+system). RUSAGE_SELF covers every thread of this process, so for
+confluent-kafka it includes librdkafka's C threads, and for kio its network
+thread; the broker runs in another process and is not counted.
+
+    python bench/bench_produce.py --records 1000000
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kio.blocking import BlockingClient  # noqa: E402
+from kio.broker import LocalBroker  # noqa: E402
+
+VALUE = b"x" * 100
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def create_topic(bootstrap):
+    name = "bench-" + uuid.uuid4().hex[:8]
+    with BlockingClient(bootstrap) as c:
+        c.request("CreateTopics", {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
+                                               "assignments": [], "configs": []}], "timeout_ms": 10000})
+    return name
+
+
+def measure(fn, n):
+    c0, t0 = cpu(), time.perf_counter()
+    fn()
+    t1, c1 = time.perf_counter(), cpu()
+    return n / (t1 - t0), (c1 - c0) / n * 1e6, t1 - t0
+
+
+def bench_kio_send(bootstrap, topic, n):
+    from kio import Producer
+    p = Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=262144,
+                 buffer_memory=128 * 1024 * 1024)
+    p.partitions_for(topic)
+
+    def run():
+        send = p.send
+        for _ in range(n):
+            send(topic, VALUE, partition=0)
+        assert p.flush() == 0
+    r = measure(run, n)
+    assert p.metrics()["records_sent"] == n, p.metrics()
+    p.close()
+    return r
+
+
+def bench_kio_send_many(bootstrap, topic, n):
+    from kio import Producer
+    p = Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=262144,
+                 buffer_memory=128 * 1024 * 1024)
+    p.partitions_for(topic)
+    values = [VALUE] * n
+
+    def run():
+        fut = p.send_many(topic, values, partition=0)
+        assert fut.result().count == n
+    r = measure(run, n)
+    p.close()
+    return r
+
+
+def bench_confluent(bootstrap, topic, n):
+    import confluent_kafka as ck
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                     "batch.size": 262144, "queue.buffering.max.messages": 2000000,
+                     "queue.buffering.max.kbytes": 1048576, "enable.idempotence": False})
+    p.list_topics(topic, timeout=10)
+    delivered = [0]
+
+    def cb(err, msg):
+        if err is None:
+            delivered[0] += 1
+
+    def run():
+        produce = p.produce
+        for _ in range(n):
+            while True:
+                try:
+                    produce(topic, VALUE, partition=0, on_delivery=cb)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        p.flush(60)
+    r = measure(run, n)
+    assert delivered[0] == n, delivered
+    return r
+
+
+def bench_aiokafka(bootstrap, topic, n):
+    from aiokafka import AIOKafkaProducer
+
+    async def main():
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, max_batch_size=262144,
+                             enable_idempotence=False)
+        await p.start()
+        await p.partitions_for(topic)
+
+        async def run():
+            futs = []
+            send = p.send
+            for _ in range(n):
+                futs.append(await send(topic, VALUE, partition=0))
+            await asyncio.gather(*futs)
+        c0, t0 = cpu(), time.perf_counter()
+        await run()
+        t1, c1 = time.perf_counter(), cpu()
+        await p.stop()
+        return n / (t1 - t0), (c1 - c0) / n * 1e6, t1 - t0
+    return asyncio.run(main())
+
+
+def bench_kafka_python(bootstrap, topic, n):
+    from kafka import KafkaProducer
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=262144,
+                      )
+    p.partitions_for(topic)
+
+    def run():
+        send = p.send
+        for _ in range(n):
+            send(topic, VALUE, partition=0)
+        p.flush()
+    r = measure(run, n)
+    p.close()
+    return r
+
+
+CLIENTS = [
+    ("kio send()", bench_kio_send),
+    ("kio send_many()", bench_kio_send_many),
+    ("confluent-kafka produce()", bench_confluent),
+    ("aiokafka send()", bench_aiokafka),
+    ("kafka-python send()", bench_kafka_python),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--only", action="append", help="run only clients whose name contains this")
+    args = ap.parse_args()
+    n = args.records
+    results = []
+    with LocalBroker() as broker:
+        bs = broker.bootstrap_servers
+        for name, fn in CLIENTS:
+            if args.only and not any(o in name for o in args.only):
+                continue
+            topic = create_topic(bs)
+            try:
+                rate, us, secs = fn(bs, topic, n)
+            except Exception as e:  # noqa: BLE001 - report and continue with the others
+                print(f"{name}: failed: {e!r}", file=sys.stderr)
+                continue
+            results.append((name, rate, us, secs))
+            print(f"{name:28s} {rate:12,.0f} rec/s {us:8.2f} CPU us/rec ({secs:.2f} s)", flush=True)
+    if not results:
+        return
+    base = next((r for r in results if r[0].startswith("confluent")), results[0])
+    print()
+    print(f"{n:,} records x {len(VALUE)} B, one partition, acks=1, linger.ms=5; Python {sys.version.split()[0]}")
+    print(f"{'client':28s} {'records/s':>12s} {'CPU us/rec':>11s} {'rate vs ' + base[0].split()[0]:>20s} "
+          f"{'CPU vs ' + base[0].split()[0]:>20s}")
+    for name, rate, us, secs in results:
+        print(f"{name:28s} {rate:12,.0f} {us:11.2f} {rate / base[1]:19.2f}x {us / base[2]:19.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,642 @@
+"""The threading producer: :class:`Producer`, a thin driver around ProducerCore.
+
+One background thread, named ``kio-producer-network-thread | <client_id>``,
+owns every socket (``selectors``) and runs the core's loop; ``send`` only
+serializes, appends under a lock and - when a batch became sendable - wakes
+that thread through a socketpair. No network I/O ever happens on the caller's
+thread.
+
+Threading contract:
+
+* ``send``/``send_many``/``flush``/``metrics`` are thread-safe.
+* ``send`` blocks the caller (up to ``max.block.ms``) only while the topic's
+  metadata is unknown or ``buffer.memory`` is full; then it raises
+  :class:`KafkaTimeoutError`.
+* Futures are :class:`concurrent.futures.Future` objects (``result``,
+  ``add_done_callback``, ``concurrent.futures.wait`` all work).
+* ``on_delivery(err, metadata)`` callbacks and future done-callbacks run on the
+  network thread: keep them short, do not block in them. An exception raised
+  by a callback is logged and does not hurt the producer.
+* ``flush`` makes everything queued sendable now and waits for every record to
+  be acknowledged or failed; ``close`` flushes (up to ``timeout``), then fails
+  whatever is left with :class:`ProducerClosedError` - no record is dropped
+  without its future/callback hearing about it.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import logging
+import selectors
+import socket
+import threading
+import time
+from typing import Optional
+
+from kproto.client import Close, Connect
+from kproto.errors import KafkaError
+from kproto.producer.inorder import InOrderAcks
+from kproto.producer.core import (
+    BufferExhausted, MetadataPending, ProducerClosedError, ProducerCore, RecordMetadata,
+    complete_results,
+)
+
+__all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "BulkResult", "InOrderAcker"]
+
+log = logging.getLogger("kio.producer")
+
+
+class KafkaTimeoutError(KafkaError, TimeoutError):
+    """max.block.ms ran out waiting for metadata or buffer space."""
+
+
+def _now_ms():
+    return time.monotonic() * 1000.0
+
+
+_RUNNING, _FINISHED = concurrent.futures._base.RUNNING, concurrent.futures._base.FINISHED
+
+
+class DeliveryFuture(concurrent.futures.Future):
+    """The future of one record; resolved on the network thread.
+
+    A real :class:`concurrent.futures.Future` (``wait``/``as_completed`` work)
+    whose Condition is created only when somebody waits or adds a callback:
+    most records are never waited on one by one, and a Condition per record
+    would cost more than appending the record. Cannot be cancelled (a record
+    handed to the producer is on its way, as in Java)."""
+
+    # Class-level defaults: a record's future sets only what differs (speed).
+    _state = _RUNNING
+    _offset = None                        # set on success; RecordMetadata is built lazily
+    _exception = None
+    on_delivery = None
+    topic = partition = timestamp = None
+
+    def __init__(self, on_delivery=None):
+        # No super().__init__(): see _condition.
+        self._waiters = []
+        self._done_callbacks = []
+        if on_delivery is not None:
+            self.on_delivery = on_delivery
+
+    @property
+    def _condition(self):
+        c = self.__dict__.get("_cond")
+        if c is None:
+            c = self.__dict__.setdefault("_cond", threading.Condition())
+        return c
+
+    def cancel(self):
+        return False
+
+    # Future reads self._result; building RecordMetadata only when somebody
+    # asks saves the network thread an object per record.
+    @property
+    def _result(self):
+        off = self._offset
+        if off is None:
+            return None
+        return RecordMetadata(self.topic, self.partition, off, self.timestamp)
+
+    @_result.setter
+    def _result(self, value):   # only Future.set_result would call this
+        raise AttributeError("a DeliveryFuture is resolved by the producer only")
+
+    # called by kproto.producer.complete_results
+    def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
+        if error is None:
+            self.partition = partition
+            if log_append_time is not None and log_append_time >= 0:
+                self.timestamp = log_append_time
+            self._offset = base_offset + delta if base_offset >= 0 else -1
+        else:
+            self._exception = error
+        # State first, then look for waiters: a waiter creates the Condition
+        # before checking the state, so one of the two always sees the other.
+        self._state = _FINISHED
+        cond = self.__dict__.get("_cond")
+        if cond is not None:
+            with cond:
+                for w in self._waiters:
+                    if error is None:
+                        w.add_result(self)
+                    else:
+                        w.add_exception(self)
+                cond.notify_all()
+            self._invoke_callbacks()
+        if self.on_delivery is not None:
+            try:
+                self.on_delivery(error, self._result)
+            except Exception:  # noqa: BLE001 - a user callback must not kill the network thread
+                log.exception("on_delivery callback %r raised", self.on_delivery)
+
+
+class BulkResult(tuple):
+    """Result of send_many: (topic, count, ranges) with ranges as
+    (partition, first_offset, count) tuples."""
+    __slots__ = ()
+    topic = property(lambda s: s[0])
+    count = property(lambda s: s[1])
+    ranges = property(lambda s: s[2])
+
+
+class BulkFuture(concurrent.futures.Future):
+    """The future of one send_many call: resolves when every record is
+    resolved; raises the first error if any record failed."""
+
+    def __init__(self, total, topic, on_delivery=None):
+        super().__init__()
+        self.total, self.topic, self.on_delivery = total, topic, on_delivery
+        self.delivered = self.failed = 0
+        self.first_error = None
+        self.ranges = []
+        self.partition = self.timestamp = None
+        if total == 0:
+            self.set_result(BulkResult((topic, 0, [])))
+
+    def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
+        if error is None:
+            self.delivered += count
+            self.ranges.append((partition, base_offset + delta if base_offset >= 0 else -1, count))
+        else:
+            self.failed += count
+            self.first_error = self.first_error or error
+        if self.delivered + self.failed >= self.total and not self.done():
+            if self.first_error is not None:
+                self.set_exception(self.first_error)
+            else:
+                self.set_result(BulkResult((self.topic, self.delivered, sorted(self.ranges))))
+            if self.on_delivery is not None:
+                try:
+                    self.on_delivery(self.first_error, self.result() if self.first_error is None else None)
+                except Exception:  # noqa: BLE001
+                    log.exception("on_delivery callback %r raised", self.on_delivery)
+
+
+class Producer:
+    """``Producer(bootstrap_servers=..., linger_ms=5, acks="all")`` or
+    ``Producer({"bootstrap.servers": ...})``; see the module docstring."""
+
+    def __init__(self, config: Optional[dict] = None, **kwargs):
+        self._core = ProducerCore(config, **kwargs)
+        cfg = self._core.config
+        self.config = cfg
+        self._max_block_ms = cfg.max_block_ms
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)   # metadata, memory, completions
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._wake_pending = False
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._socks: dict = {}           # node -> socket
+        self._connecting: set = set()
+        self._interest: dict = {}        # node -> registered event mask
+        self._closing = False
+        self._closed = False
+        self._fatal: Optional[BaseException] = None
+        self._metadata_version = -1
+        self._txn_waiting = 0
+        self._plain = cfg.key_serializer is None and cfg.value_serializer is None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"kio-producer-network-thread | {cfg.client_id}")
+        self._thread.start()
+
+    # -- user API ---------------------------------------------------------------------------
+    def send(self, topic, value=None, key=None, partition=None, headers=None, timestamp_ms=None,
+             on_delivery=None):
+        """Queue one record; returns a Future resolving to RecordMetadata."""
+        core = self._core
+        if self._plain and type(value) is bytes and (key is None or type(key) is bytes):
+            key_b, value_b = key, value                             # nothing to serialize
+        else:
+            key_b, value_b = core.serialize(topic, key, value)      # outside the lock
+        fut = DeliveryFuture(on_delivery)
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        with self._lock:
+            self._check_usable()
+            deadline = None
+            while True:
+                try:
+                    core.send(topic, value_b, key_b, partition, headers, ts, now=_now_ms(), handle=fut,
+                              serialized=True)
+                    break
+                except (MetadataPending, BufferExhausted) as e:
+                    deadline = self._block(e, topic, deadline)
+            # Wake the network thread only when it has something new to do
+            # (a batch opened or filled up); appends to an open batch need nothing.
+            acc = core.accumulator
+            wake = acc.wakeup
+            acc.wakeup = False
+        if wake:
+            self._wake()
+        return fut
+
+    def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None,
+                  on_delivery=None):
+        """Queue many records in one call (sequences of bytes/str/None, or
+        Arrow arrays). Returns one Future resolving to a BulkResult
+        (topic, count, ranges) or raising the first delivery error."""
+        core = self._core
+        values, keys = core.serialize_columns(topic, values, keys)     # outside the lock
+        fut = BulkFuture(len(values), topic, on_delivery)
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        start, deadline = 0, None
+        while start < len(values):
+            with self._lock:
+                self._check_usable()
+                try:
+                    _, n = core.send_many(topic, values, keys, partition, headers, ts, now=_now_ms(),
+                                          handle=fut, start=start)
+                    start += n
+                    if start < len(values):
+                        raise BufferExhausted("buffer.memory is full")
+                except (MetadataPending, BufferExhausted) as e:
+                    if isinstance(e, BufferExhausted):
+                        self._wake_locked()
+                    deadline = self._block(e, topic, deadline)
+            self._wake()
+        return fut
+
+    def flush(self, timeout: Optional[float] = None) -> int:
+        """Send everything now and wait until every record is acknowledged or
+        failed; returns how many are still pending (0 unless timeout ran out)."""
+        self._not_on_network_thread("flush")
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._core.begin_flush()
+            try:
+                self._wake_locked()
+                while self._core.pending and self._thread.is_alive():
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._changed.wait(left if left is not None else 1.0)
+                return self._pending_records()
+            finally:
+                self._core.end_flush()
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Flush (up to ``timeout`` seconds), fail what is left with
+        ProducerClosedError, close connections and stop the network thread."""
+        if self._closed:
+            return
+        self._not_on_network_thread("close")
+        remaining = self.flush(timeout)
+        with self._lock:
+            self._closing = True
+            if remaining:
+                self._core.abort_pending(ProducerClosedError(
+                    f"the producer was closed (timeout={timeout}s) before these records were delivered"))
+            self._wake_locked()
+        self._thread.join()
+        self._closed = True
+
+    def metrics(self) -> dict:
+        with self._lock:
+            return self._core.metrics()
+
+    def partitions_for(self, topic, timeout: Optional[float] = None) -> int:
+        """Partition count of ``topic`` (waits for metadata up to max.block.ms)."""
+        with self._lock:
+            deadline = None
+            while True:
+                n = self._core.partitions_for(topic, _now_ms())
+                if n is not None:
+                    return n
+                deadline = self._block(MetadataPending(topic), topic, deadline)
+
+    # -- transactions (transactional_id set) -----------------------------------------------
+    def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Find the coordinator and get a producer id (fencing older
+        producers with the same transactional id). Blocks up to ``timeout``
+        seconds (default max.block.ms)."""
+        self._txn_call(lambda: self._core.init_transactions(), timeout)
+
+    def begin_transaction(self) -> None:
+        with self._lock:
+            self._core.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_id: str,
+                                    timeout: Optional[float] = None) -> None:
+        """Commit consumer offsets ({(topic, partition): next offset}) as part
+        of the transaction."""
+        self._txn_call(lambda: self._core.send_offsets_to_transaction(offsets, group_id), timeout)
+
+    def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Send every record of the transaction, wait for them, then commit.
+        Raises if a record failed (then call abort_transaction)."""
+        self._txn_call(lambda: self._core.commit_transaction(), timeout)
+
+    def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort: unsent records fail with TransactionAbortedError, the
+        coordinator writes abort markers."""
+        self._txn_call(lambda: self._core.abort_transaction(), timeout)
+
+    def _txn_call(self, start, timeout):
+        self._not_on_network_thread("a transaction call")
+        limit = self._max_block_ms / 1000.0 if timeout is None else timeout
+        end = time.monotonic() + limit
+        with self._lock:
+            self._check_usable()
+            res = start()
+            self._txn_waiting += 1
+            try:
+                self._wake_locked()
+                while not res.done:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        raise KafkaTimeoutError(f"{res.name} did not complete within {limit:.3f} s")
+                    self._changed.wait(min(left, 0.5))
+                    if self._fatal is not None:
+                        self._check_usable()
+            finally:
+                self._txn_waiting -= 1
+        if res.error is not None:
+            raise res.error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if not self._closed and self._thread.is_alive():
+                self._closing = True
+                self._wake()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- helpers for callers (lock held) ----------------------------------------------------------
+    def _check_usable(self):
+        if self._closing or self._closed:
+            raise ProducerClosedError("the producer is closed; it takes no more records")
+        if self._fatal is not None:
+            raise ProducerClosedError(f"the producer's network thread failed: {self._fatal!r}") \
+                from self._fatal
+
+    def _not_on_network_thread(self, what):
+        if threading.current_thread() is self._thread:
+            raise KafkaError(f"{what} from a delivery callback would deadlock: callbacks run on "
+                             f"the producer's network thread")
+
+    def _pending_records(self):
+        return sum(b.record_count for b in self._core.accumulator.incomplete)
+
+    def _block(self, exc, topic, deadline):
+        """Wait (lock held) for the network thread to change something; raise
+        KafkaTimeoutError after max.block.ms."""
+        now = time.monotonic()
+        if threading.current_thread() is self._thread:
+            # Waiting here would stop the very thread that makes progress.
+            raise KafkaTimeoutError(f"send() from a delivery callback cannot wait for "
+                                    f"{'metadata' if isinstance(exc, MetadataPending) else 'buffer memory'}")
+        if deadline is None:
+            deadline = now + self._max_block_ms / 1000.0
+        if now >= deadline:
+            if isinstance(exc, MetadataPending):
+                err = self._core.metadata_error(topic)
+                raise KafkaTimeoutError(
+                    f"topic {topic!r} not present in metadata after {self._max_block_ms} ms"
+                    + (f" (last error: {err})" if err is not None else "")) from None
+            raise KafkaTimeoutError(
+                f"failed to allocate memory within the configured max blocking time "
+                f"{self._max_block_ms} ms (buffer.memory={self.config.buffer_memory})") from None
+        self._wake_locked()
+        self._changed.wait(min(deadline - now, 0.5))
+        self._check_usable()
+        return deadline
+
+    def _wake_locked(self):
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self._wake_w.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass
+
+    def _wake(self):
+        # Unlocked read of the flag: at worst one extra byte on the socketpair.
+        if not self._wake_pending:
+            self._wake_locked()
+
+    # -- the network thread -----------------------------------------------------------------------
+    def _run(self):
+        core = self._core
+        try:
+            while True:
+                with self._lock:
+                    now = _now_ms()
+                    self._apply(core.poll(now), now)
+                    self._write_all(now)
+                    results = core.events()
+                    version = core.cluster.version
+                    if results or version != self._metadata_version or self._txn_waiting:
+                        self._metadata_version = version
+                        self._changed.notify_all()
+                    done = self._closing and not core.pending
+                    deadline = core.next_deadline(now)
+                    self._update_interest()
+                complete_results(results)       # user callbacks: outside the lock
+                if done:
+                    break
+                timeout = 0.2 if deadline is None else max(0.0, min(0.2, (deadline - _now_ms()) / 1000.0))
+                events = self._sel.select(timeout)
+                with self._lock:
+                    now = _now_ms()
+                    for key, mask in events:
+                        if key.data is None:
+                            self._drain_wakeups()
+                        else:
+                            self._io(key.data, key.fileobj, mask, now)
+        except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the callers
+            log.exception("the producer network thread failed")
+            with self._lock:
+                self._fatal = e
+                try:
+                    core.abort_pending(ProducerClosedError(f"the producer network thread failed: {e!r}"))
+                except Exception:  # noqa: BLE001
+                    log.exception("failing pending records")
+                results = core.events()
+                self._changed.notify_all()
+            complete_results(results)
+        finally:
+            with self._lock:
+                try:
+                    core.close(_now_ms())
+                    results = core.events()
+                except Exception:  # noqa: BLE001
+                    results = []
+                for node in list(self._socks):
+                    self._close_socket(node)
+                self._changed.notify_all()
+            complete_results(results)
+            self._sel.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _drain_wakeups(self):
+        self._wake_pending = False
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _apply(self, actions, now):
+        for a in actions:
+            if isinstance(a, Connect):
+                self._open(a, now)
+            elif isinstance(a, Close):
+                self._close_socket(a.node)
+
+    def _open(self, a, now):
+        self._close_socket(a.node)
+        try:
+            infos = socket.getaddrinfo(a.host, a.port, type=socket.SOCK_STREAM)
+            family, stype, proto, _, addr = infos[0]
+            sock = socket.socket(family, stype, proto)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            rc = sock.connect_ex(addr)
+        except OSError as e:
+            self._core.disconnected(a.node, now, e)
+            return
+        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+            sock.close()
+            self._core.disconnected(a.node, now, OSError(rc, f"connect to {a.host}:{a.port}: "
+                                                            f"{errno.errorcode.get(rc, rc)}"))
+            return
+        self._socks[a.node] = sock
+        self._connecting.add(a.node)
+        self._sel.register(sock, selectors.EVENT_WRITE, a.node)
+        self._interest[a.node] = selectors.EVENT_WRITE
+
+    def _close_socket(self, node):
+        sock = self._socks.pop(node, None)
+        self._connecting.discard(node)
+        self._interest.pop(node, None)
+        if sock is not None:
+            try:
+                self._sel.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
+
+    def _lost(self, node, now, exc):
+        self._close_socket(node)
+        self._core.disconnected(node, now, exc)
+
+    def _io(self, node, sock, mask, now):
+        if self._socks.get(node) is not sock:
+            return
+        if node in self._connecting:
+            if not mask & selectors.EVENT_WRITE:
+                return
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            self._connecting.discard(node)
+            if err:
+                self._lost(node, now, OSError(err, f"connect failed: {errno.errorcode.get(err, err)}"))
+                return
+            self._core.connected(node, now)
+            self._write(node, sock, now)
+            return
+        if mask & selectors.EVENT_READ:
+            try:
+                data = sock.recv(1 << 18)
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except OSError as e:
+                self._lost(node, now, e)
+                return
+            if data == b"":
+                self._lost(node, now, None)
+                return
+            if data:
+                self._core.received(node, data, now)
+        if mask & selectors.EVENT_WRITE and self._socks.get(node) is sock:
+            self._write(node, sock, now)
+
+    def _write(self, node, sock, now):
+        data = self._core.output(node)
+        if not data:
+            return
+        try:
+            n = sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(node, now, e)
+            return
+        if n:
+            self._core.sent(node, n, now)
+
+    def _write_all(self, now):
+        for node in self._core.nodes_with_output():
+            sock = self._socks.get(node)
+            if sock is not None and node not in self._connecting:
+                self._write(node, sock, now)
+
+    def _update_interest(self):
+        pending = set(self._core.nodes_with_output())
+        for node, sock in self._socks.items():
+            want = selectors.EVENT_WRITE if node in self._connecting else (
+                selectors.EVENT_READ | (selectors.EVENT_WRITE if node in pending else 0))
+            if self._interest.get(node) != want:
+                self._sel.modify(sock, want, node)
+                self._interest[node] = want
+
+
+class InOrderAcker:
+    """Thread-safe in-order acknowledgement for a Producer (see
+    :mod:`kproto.producer.inorder`): ``send`` takes a slot (blocking while
+    ``capacity`` records are outstanding), and ``on_release(token, error)`` is
+    called for each record strictly in the order ``send`` was called, however
+    the deliveries complete. ``on_release`` runs on the producer's network
+    thread (or the sending thread for a send that failed at once)::
+
+        acker = InOrderAcker(producer, on_release=lambda pos, err: source.ack(pos))
+        acker.send("topic", value, token=binlog_position)
+    """
+
+    def __init__(self, producer: "Producer", on_release, capacity: int = 10000):
+        self.producer = producer
+        self.on_release = on_release
+        self._acks = InOrderAcks(capacity)
+        self._cond = threading.Condition()
+
+    def send(self, topic, value=None, token=None, timeout: Optional[float] = None, **kwargs):
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                seq = self._acks.acquire(token)
+                if seq is not None:
+                    break
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise KafkaTimeoutError(f"{self._acks.capacity} records are still unacknowledged")
+                self._cond.wait(left)
+        try:
+            return self.producer.send(topic, value, on_delivery=lambda err, md: self._done(seq, err),
+                                      **kwargs)
+        except BaseException as e:
+            self._done(seq, e)
+            raise
+
+    def _done(self, seq, err):
+        with self._cond:
+            released = self._acks.complete(seq, err)
+            self._cond.notify_all()
+        for _, token, error in released:
+            try:
+                self.on_release(token, error)
+            except Exception:  # noqa: BLE001
+                log.exception("in-order release callback %r raised", self.on_release)
+
+    @property
+    def acked_position(self) -> int:
+        return self._acks.acked_position

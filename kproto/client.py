@@ -1,0 +1,244 @@
+"""The network client: one :class:`~kproto.connection.Connection` per node, sans-IO.
+
+Java's ``NetworkClient`` + ``DefaultMetadataUpdater`` without the Selector.
+It decides which connections should exist (``ready`` starts one, with the
+connection's own reconnect backoff), keeps metadata fresh through
+:class:`~kproto.cluster.ClusterMetadata`, and routes responses to per-request
+callbacks. Producer, consumer and admin cores all sit on top of it.
+
+Driver contract (the driver owns sockets; node ids are ints, bootstrap
+servers have negative ids)::
+
+    for action in client.poll(now):      # Connect(node, host, port) | Close(node)
+        ...                              # open / close that node's socket
+    for node in client.nodes_with_output():
+        data = client.output(node)       # bytes-like, not consumed
+        n = sock.send(data); client.sent(node, n, now)
+    client.connected(node, now)          # socket connected
+    client.received(node, data, now)     # bytes read
+    client.disconnected(node, now, exc)  # socket failed / EOF / connect failed
+    client.next_deadline(now)            # call poll again at the latest then
+
+Every input returns nothing; effects come out of the next ``poll``
+(callbacks of requests run inside the input call that completed them).
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable, NamedTuple, Optional
+
+from kproto.cluster import ClusterMetadata
+from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState
+
+__all__ = ["NetworkClient", "Connect", "Close"]
+
+
+class Connect(NamedTuple):
+    node: int
+    host: str
+    port: int
+
+
+class Close(NamedTuple):
+    node: int
+    reason: str
+
+
+class NetworkClient:
+    def __init__(self, cluster: ClusterMetadata, *, client_id="kio", request_timeout_ms=30000,
+                 max_in_flight=5, reconnect_backoff_ms=50, reconnect_backoff_max_ms=1000,
+                 connections_max_idle_ms=540000, connection_setup_timeout_ms=10000, rng=None,
+                 on_metadata: Optional[Callable] = None):
+        self.cluster = cluster
+        self.client_id = client_id
+        self.conn_config = dict(client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                max_in_flight=max_in_flight, reconnect_backoff_ms=reconnect_backoff_ms,
+                                reconnect_backoff_max_ms=reconnect_backoff_max_ms,
+                                connections_max_idle_ms=connections_max_idle_ms,
+                                connection_setup_timeout_ms=connection_setup_timeout_ms,
+                                rng=rng or random.Random())
+        self.request_timeout_ms = request_timeout_ms
+        self.connections: dict[int, Connection] = {}
+        self._actions: list = []
+        self._metadata_in_flight = None
+        self.on_metadata = on_metadata        # called after every metadata update
+        self.on_ready = None                  # called (node) when a connection becomes READY
+        self.closing = False
+
+    # -- connections ------------------------------------------------------------------
+    def _conn(self, node) -> Optional[Connection]:
+        c = self.connections.get(node)
+        if c is None:
+            addr = self.cluster.node_address(node)
+            if addr is None:
+                return None
+            c = self.connections[node] = Connection(node, addr[0], addr[1], **self.conn_config)
+        return c
+
+    def is_ready(self, node) -> bool:
+        c = self.connections.get(node)
+        return c is not None and c.can_send()
+
+    def ready(self, node, now) -> bool:
+        """True if a request can go to ``node`` now; otherwise start connecting
+        when the reconnect backoff allows (Java ``NetworkClient.ready``)."""
+        if self.closing:
+            return False
+        c = self._conn(node)
+        if c is None:
+            return False
+        if c.can_send():
+            return True
+        if c.can_connect(now):
+            c.start_connect(now)
+            self._actions.append(Connect(node, c.host, c.port))
+        return False
+
+    def connection_delay(self, node, now) -> float:
+        """ms until ``node`` may be used or connected (0 if now; request timeout if busy)."""
+        c = self.connections.get(node)
+        if c is None:
+            return 0
+        d = c.connection_delay(now)
+        if d is not None:
+            return d
+        return 0 if c.can_send() else self.request_timeout_ms
+
+    def is_connecting(self, node) -> bool:
+        c = self.connections.get(node)
+        return c is not None and c.is_connected and not c.is_ready
+
+    def in_flight(self, node=None) -> int:
+        if node is not None:
+            c = self.connections.get(node)
+            return c.in_flight_count if c is not None else 0
+        return sum(c.in_flight_count for c in self.connections.values())
+
+    def least_loaded_node(self, now, candidates=None) -> Optional[int]:
+        """The ready node with the fewest requests in flight; else a node we
+        could connect to (Java ``leastLoadedNode``)."""
+        if candidates is None:
+            candidates = self.cluster.candidate_nodes()
+        best, best_load, connectable = None, None, None
+        for node in candidates:
+            c = self.connections.get(node)
+            if c is not None and c.can_send():
+                load = c.in_flight_count
+                if best is None or load < best_load:
+                    best, best_load = node, load
+            elif connectable is None and (c is None or c.can_connect(now) or c.is_connected):
+                connectable = node
+        return best if best is not None else connectable
+
+    # -- requests ----------------------------------------------------------------------
+    def send(self, node, api, body, now, *, expect_response=True, callback=None, version=None,
+             timeout_ms=None):
+        """Queue a request on a ready node; ``callback(request)`` runs when it
+        completes or fails (``request.result`` / ``request.error``)."""
+        c = self.connections[node]
+        return c.send(api, body, now, version=version, expect_response=expect_response,
+                      timeout_ms=timeout_ms, callback=callback)
+
+    def api_version(self, node, api) -> Optional[int]:
+        c = self.connections.get(node)
+        if c is None or c.versions is None:
+            return None
+        return c.versions.get(api)
+
+    # -- metadata ------------------------------------------------------------------------
+    def _maybe_update_metadata(self, now):
+        if self._metadata_in_flight is not None or self.closing:
+            return
+        if self.cluster.time_to_next_update(now) > 0:
+            return
+        node = self.least_loaded_node(now)
+        if node is None:
+            return
+        if not self.ready(node, now):
+            return
+        body = self.cluster.request_body(now)
+        self._metadata_in_flight = self.send(node, "Metadata", body, now,
+                                             callback=lambda req: self._on_metadata(req))
+
+    def _on_metadata(self, req):
+        self._metadata_in_flight = None
+        now = req.completed_at
+        if req.error is not None:
+            self.cluster.failed_update(now)
+            return
+        self.cluster.update(req.result, now)
+        if self.on_metadata is not None:
+            self.on_metadata(now)
+
+    # -- driver inputs ----------------------------------------------------------------------
+    def connected(self, node, now):
+        c = self.connections.get(node)
+        if c is not None and c.state is ConnectionState.CONNECTING:
+            self._handle(c.connection_made(now))
+
+    def received(self, node, data, now):
+        c = self.connections.get(node)
+        if c is not None:
+            self._handle(c.receive_data(data, now))
+
+    def disconnected(self, node, now, exc=None):
+        c = self.connections.get(node)
+        if c is not None and c.is_connected:
+            if c.state is ConnectionState.CONNECTING and node < 0:
+                self.cluster.failed_update(now)     # rotate to the next bootstrap server
+            self._handle(c.connection_lost(now, exc), from_driver=True)
+
+    def nodes_with_output(self):
+        return [n for n, c in self.connections.items() if c.pending_output]
+
+    def output(self, node):
+        c = self.connections.get(node)
+        return c.data_to_send() if c is not None else b""
+
+    def sent(self, node, n, now):
+        c = self.connections.get(node)
+        if c is not None:
+            self._handle(c.bytes_sent(n, now))
+
+    def _handle(self, events, from_driver=False):
+        for ev in events:
+            if isinstance(ev, ConnectionClosed):
+                if ev.node_id == getattr(self._metadata_in_flight, "node_id", None):
+                    self._metadata_in_flight = None
+                self.cluster.request_update()
+                if not from_driver:
+                    self._actions.append(Close(ev.node_id, ev.reason))
+            elif isinstance(ev, ConnectionReady) and self.on_ready is not None:
+                self.on_ready(ev.node_id)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def poll(self, now) -> list:
+        """Timeouts, idle connections, metadata refresh; returns driver actions."""
+        for node, c in list(self.connections.items()):
+            if c.is_connected:
+                self._handle(c.check_timeouts(now))
+                if c.is_idle(now):
+                    self._handle(c.close("idle", now))
+        self._maybe_update_metadata(now)
+        actions, self._actions = self._actions, []
+        return actions
+
+    def next_deadline(self, now) -> Optional[float]:
+        best = None
+        for c in self.connections.values():
+            for d in (c.next_deadline(now), c.idle_deadline):
+                if d is not None and (best is None or d < best):
+                    best = d
+        if self._metadata_in_flight is None and (self.cluster.need_update or self.cluster.topics):
+            d = now + self.cluster.time_to_next_update(now)
+            if best is None or d < best:
+                best = d
+        return best
+
+    def close(self, now):
+        """Close every connection (fails what is in flight); returns Close actions."""
+        self.closing = True
+        for node, c in self.connections.items():
+            self._handle(c.close("client closed", now, permanent=True))
+        actions, self._actions = self._actions, []
+        return actions

@@ -1,0 +1,221 @@
+"""The metadata cache: brokers, topics of interest, partitions and their leaders.
+
+Java's ``Metadata``/``Cluster`` without I/O. The cache knows *when* it needs a
+refresh - an explicit request (unknown topic, unknown leader,
+NOT_LEADER_OR_FOLLOWER), or ``metadata.max.age.ms`` since the last one - and
+applies ``retry.backoff.ms`` between attempts so a broken cluster is not
+hammered. The network client (:mod:`kproto.client`) sends the Metadata
+request; this module only builds its body and digests the answer.
+
+Before the first answer the only known nodes are the bootstrap servers, with
+negative ids (-1, -2, ...), tried in rotation: a failed attempt moves to the
+next one.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from kproto import error_codes
+
+__all__ = ["ClusterMetadata", "TopicPartition"]
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class ClusterMetadata:
+    def __init__(self, bootstrap: list, *, metadata_max_age_ms=300000, retry_backoff_ms=100,
+                 retry_backoff_max_ms=1000, allow_auto_topic_creation=True, metadata_max_idle_ms=None):
+        if not bootstrap:
+            raise ValueError("at least one bootstrap server is needed")
+        self.bootstrap = {-(i + 1): (h, p) for i, (h, p) in enumerate(bootstrap)}
+        self._bootstrap_next = 0
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.brokers: dict[int, tuple] = {}
+        self.extra_nodes: dict[int, tuple] = {}
+        self.topics: set[str] = set()                       # topics of interest
+        self.metadata_max_idle_ms = metadata_max_idle_ms
+        self.last_used: dict[str, float] = {}               # topic -> last time it had data
+        self.partitions: dict[str, dict[int, int]] = {}     # topic -> {partition: leader (-1 unknown)}
+        self.topic_errors: dict[str, Exception] = {}        # last error per topic
+        self.cluster_id = None
+        self.controller_id = None
+        self.version = 0                                    # bumped on every update
+        self.last_refresh_ms: Optional[float] = None
+        self.last_attempt_ms: Optional[float] = None
+        self._failed_attempts = 0
+        self.need_update = True
+        self._urgent = False
+        self._by_node: Optional[dict] = None
+
+    # -- interest --------------------------------------------------------------
+    def add_topic(self, topic: str, now=None) -> bool:
+        """Track ``topic``; returns True (and asks for a refresh) if it was new."""
+        if now is not None:
+            self.last_used[topic] = now
+        if topic in self.topics:
+            return False
+        self.topics.add(topic)
+        self.need_update = True
+        # A new topic should not wait out the refresh backoff (Java
+        # requestUpdateForNewTopics).
+        self._urgent = True
+        return True
+
+    def request_update(self):
+        self.need_update = True
+
+    # -- when to refresh ----------------------------------------------------------
+    def _backoff(self):
+        if self._failed_attempts == 0:
+            return self.retry_backoff_ms
+        return min(self.retry_backoff_max_ms, self.retry_backoff_ms * 2 ** (self._failed_attempts - 1))
+
+    def time_to_next_update(self, now) -> float:
+        """0 when a Metadata request should go out now, else ms to wait
+        (Java: max(time to expiry, time the refresh backoff allows))."""
+        if self.need_update or self.last_refresh_ms is None:
+            due = now
+        else:
+            due = self.last_refresh_ms + self.metadata_max_age_ms
+        if self.last_attempt_ms is not None and not self._urgent:
+            due = max(due, self.last_attempt_ms + self._backoff())
+        return max(0, due - now)
+
+    def request_body(self, now) -> dict:
+        """The Metadata request for the topics of interest (an empty list
+        would mean "all topics" in v0 only, so we never send None here)."""
+        self.last_attempt_ms = now
+        self._urgent = False
+        self._expire_idle_topics(now)
+        return {"topics": [{"name": t} for t in sorted(self.topics)],
+                "allow_auto_topic_creation": self.allow_auto_topic_creation}
+
+    def touch(self, topic, now):
+        """The topic is still in use (metadata.max.idle.ms)."""
+        self.last_used[topic] = now
+
+    def _expire_idle_topics(self, now):
+        """Java producer: topics without records for metadata.max.idle.ms are
+        dropped from the metadata requests (and the cache)."""
+        if self.metadata_max_idle_ms is None:
+            return
+        for t in [t for t in self.topics
+                  if now - self.last_used.get(t, now) >= self.metadata_max_idle_ms]:
+            self.topics.discard(t)
+            self.last_used.pop(t, None)
+            self.partitions.pop(t, None)
+            self.topic_errors.pop(t, None)
+            self._by_node = None
+
+    def failed_update(self, now):
+        """The Metadata request failed (no answer): back off, rotate bootstrap."""
+        self._failed_attempts += 1
+        self.last_attempt_ms = now
+        self._bootstrap_next += 1
+
+    # -- nodes ---------------------------------------------------------------------
+    def node_address(self, node_id) -> Optional[tuple]:
+        return self.brokers.get(node_id) or self.extra_nodes.get(node_id) or self.bootstrap.get(node_id)
+
+    def add_node(self, node_id, host, port):
+        """A node learnt outside Metadata (a coordinator from FindCoordinator)."""
+        self.extra_nodes[node_id] = (host, port)
+
+    def bootstrap_node(self) -> int:
+        ids = sorted(self.bootstrap, reverse=True)      # -1, -2, ...
+        return ids[self._bootstrap_next % len(ids)]
+
+    def candidate_nodes(self) -> list:
+        """Nodes to ask for metadata: known brokers, else the bootstrap servers
+        starting with the current rotation point."""
+        if self.brokers:
+            return list(self.brokers)
+        ids = sorted(self.bootstrap, reverse=True)
+        k = self._bootstrap_next % len(ids)
+        return ids[k:] + ids[:k]
+
+    # -- answers ---------------------------------------------------------------------
+    def update(self, body: dict, now) -> None:
+        """Digest a Metadata response body."""
+        brokers = {b["node_id"]: (b["host"], b["port"]) for b in body.get("brokers") or []}
+        if brokers:
+            self.brokers = brokers
+        self.cluster_id = body.get("cluster_id")
+        self.controller_id = body.get("controller_id")
+        retry_soon = False
+        for t in body.get("topics") or []:
+            name = t["name"]
+            code = t.get("error_code", 0)
+            if code:
+                err = error_codes.error_for_code(code, context=f"metadata for topic {name!r}")
+                self.topic_errors[name] = err
+                # UNKNOWN_TOPIC_OR_PARTITION / LEADER_NOT_AVAILABLE while a topic is
+                # being created: keep asking (with backoff) while someone waits.
+                retry_soon = retry_soon or err.retriable
+                if not err.retriable or code == 3:
+                    self.partitions.pop(name, None)
+                continue
+            self.topic_errors.pop(name, None)
+            parts = {}
+            for p in t.get("partitions") or []:
+                leader = p["leader_id"]
+                if p.get("error_code", 0) and leader < 0:
+                    retry_soon = True
+                if leader not in self.brokers:
+                    leader = -1
+                parts[p["partition_index"]] = leader
+            if any(v < 0 for v in parts.values()):
+                retry_soon = True
+            self.partitions[name] = parts
+        self._by_node = None
+        self.version += 1
+        self.last_refresh_ms = now
+        self.last_attempt_ms = now
+        if retry_soon:
+            # Partial answer: ask again after the backoff, not at once.
+            self._failed_attempts = max(1, self._failed_attempts + 1)
+            self.need_update = True
+        else:
+            self._failed_attempts = 0
+            self.need_update = False
+
+    # -- queries ---------------------------------------------------------------------
+    def partition_count(self, topic) -> Optional[int]:
+        parts = self.partitions.get(topic)
+        return len(parts) if parts else None
+
+    def leader(self, topic, partition) -> Optional[int]:
+        parts = self.partitions.get(topic)
+        if not parts:
+            return None
+        leader = parts.get(partition, -1)
+        return leader if leader >= 0 else None
+
+    def available_partitions(self, topic) -> list:
+        parts = self.partitions.get(topic) or {}
+        return [p for p, l in parts.items() if l >= 0]
+
+    def partitions_by_node(self) -> dict:
+        """{node: [(topic, partition), ...]} for partitions with a known leader."""
+        if self._by_node is None:
+            by = {}
+            for topic, parts in self.partitions.items():
+                for p, leader in sorted(parts.items()):
+                    if leader >= 0:
+                        by.setdefault(leader, []).append(TopicPartition(topic, p))
+            self._by_node = by
+        return self._by_node
+
+    def mark_leader_unknown(self, topic, partition):
+        """A produce error said the leader moved: forget it until the refresh."""
+        parts = self.partitions.get(topic)
+        if parts is not None and partition in parts:
+            parts[partition] = -1
+            self._by_node = None
+        self.need_update = True

@@ -1,0 +1,241 @@
+"""A small configuration framework shared by the producer, consumer and admin.
+
+Why: every Kafka client takes the same kind of settings - Kafka's dotted names
+(``linger.ms``), typed values, defaults, validity checks - and users deserve the
+same clear errors everywhere: an unknown key names the closest known one
+("did you mean 'linger.ms'?"), a bad value names the key, the value and what
+was expected. Like Java's ``ConfigDef``, a :class:`ConfigDef` is a table of
+:class:`Setting` definitions; ``parse`` turns user input into a
+:class:`Config` (an attribute-style view with snake_case names) and remembers
+which keys the user set explicitly, which checks of conflicting settings need
+(e.g. idempotence vs acks).
+
+Names may be given with dots or underscores (``linger.ms`` == ``linger_ms``);
+both spellings of the same key in one input is an error.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, Iterable, Optional
+
+from kproto.errors import ConfigError
+
+__all__ = ["Setting", "ConfigDef", "Config", "normalize_name", "ConfigError",
+           "in_range", "one_of", "BOOL", "INT", "FLOAT", "STR", "LIST", "ANY"]
+
+
+def normalize_name(name: str) -> str:
+    """The canonical (dotted, lower-case) form of a setting name."""
+    if not isinstance(name, str):
+        raise ConfigError(f"configuration keys must be strings, not {type(name).__name__} ({name!r})")
+    return name.strip().lower().replace("_", ".").replace("-", ".")
+
+
+def attr_name(name: str) -> str:
+    return name.replace(".", "_")
+
+
+# --- value types: each converts user input or raises ValueError/TypeError ------
+
+def _to_bool(v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ValueError("expected true or false")
+
+
+def _to_int(v):
+    if isinstance(v, bool):
+        raise ValueError("expected an integer, not a bool")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        return int(v.strip())
+    raise ValueError("expected an integer")
+
+
+def _to_float(v):
+    if isinstance(v, bool):
+        raise ValueError("expected a number, not a bool")
+    return float(v)
+
+
+def _to_str(v):
+    if isinstance(v, str):
+        return v
+    raise ValueError("expected a string")
+
+
+def _to_list(v):
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    raise ValueError("expected a comma-separated string or a list")
+
+
+BOOL, INT, FLOAT, STR, LIST = "bool", "int", "float", "str", "list"
+ANY = "any"
+_CONVERTERS = {BOOL: _to_bool, INT: _to_int, FLOAT: _to_float, STR: _to_str, LIST: _to_list,
+               ANY: lambda v: v}
+
+
+# --- validators: callables (value) -> None, raising ValueError with a reason ----
+
+def in_range(lo=None, hi=None):
+    def check(v):
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            lo_s = "-inf" if lo is None else lo
+            hi_s = "+inf" if hi is None else hi
+            raise ValueError(f"must be in [{lo_s}, {hi_s}]")
+    check.__doc__ = f"in [{lo}, {hi}]"
+    return check
+
+
+def one_of(*choices):
+    def check(v):
+        if v not in choices:
+            raise ValueError("must be one of " + ", ".join(repr(c) for c in choices))
+    return check
+
+
+class Setting:
+    """One definition: name (dotted), type, default, validator, doc.
+
+    ``convert`` (optional) replaces the type's converter (e.g. acks "all" -> -1);
+    ``nullable`` allows None."""
+
+    __slots__ = ("name", "type", "default", "validator", "doc", "convert", "nullable")
+
+    def __init__(self, name, type=ANY, default=None, validator=None, doc="", convert=None,
+                 nullable=False):
+        self.name = normalize_name(name)
+        self.type = type
+        self.default = default
+        self.validator = validator
+        self.doc = doc
+        self.convert = convert
+        self.nullable = nullable or default is None
+
+    def parse(self, value):
+        if value is None:
+            if self.nullable:
+                return None
+            raise ConfigError(f"{self.name} must not be None ({self.doc or self.type})")
+        try:
+            v = (self.convert or _CONVERTERS[self.type])(value)
+            if self.validator is not None:
+                self.validator(v)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"invalid value {value!r} for {self.name}: {e}"
+                              + (f" ({self.doc})" if self.doc else "")) from None
+        return v
+
+
+class Config:
+    """Parsed settings: ``cfg.linger_ms``, ``cfg["linger.ms"]``; ``cfg.explicit``
+    is the set of dotted names the user gave."""
+
+    def __init__(self, values: dict, explicit: set, definition: "ConfigDef"):
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "explicit", frozenset(explicit))
+        object.__setattr__(self, "definition", definition)
+
+    def __getattr__(self, attr):
+        try:
+            return self._values[attr.replace("_", ".")]
+        except KeyError:
+            raise AttributeError(attr) from None
+
+    def __setattr__(self, key, value):
+        raise AttributeError("Config is read-only; build a new one with ConfigDef.parse")
+
+    def __getitem__(self, name):
+        return self._values[normalize_name(name)]
+
+    def is_set(self, name):
+        return normalize_name(name) in self.explicit
+
+    def as_dict(self):
+        return dict(self._values)
+
+    def __repr__(self):
+        return "Config(%s)" % ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items()))
+
+
+class ConfigDef:
+    """A table of settings plus checks across settings.
+
+    ``checks`` are callables ``(values: dict, explicit: set) -> None`` that may
+    adjust ``values`` in place (derived defaults) or raise ConfigError;
+    ``ignored`` names are accepted and dropped (e.g. Java-only settings)."""
+
+    def __init__(self, settings: Iterable[Setting], checks: Iterable[Callable] = (),
+                 ignored: Iterable[str] = ()):
+        self.settings = {s.name: s for s in settings}
+        self.checks = list(checks)
+        self.ignored = {normalize_name(n) for n in ignored}
+
+    def extend(self, settings=(), checks=()) -> "ConfigDef":
+        """A new definition with more settings/checks (consumer = common + its own)."""
+        d = ConfigDef(list(self.settings.values()) + list(settings), self.checks + list(checks),
+                      self.ignored)
+        return d
+
+    def suggest(self, name: str) -> Optional[str]:
+        close = difflib.get_close_matches(name, list(self.settings), n=1, cutoff=0.75)
+        return close[0] if close else None
+
+    def parse(self, conf: Optional[dict] = None, **kwargs) -> Config:
+        raw: dict[str, Any] = {}
+        given: dict[str, str] = {}
+        for source in (conf or {}), kwargs:
+            for key, value in source.items():
+                name = normalize_name(key)
+                if name in self.ignored:
+                    continue
+                if name not in self.settings:
+                    hint = self.suggest(name)
+                    raise ConfigError(f"unknown configuration key {key!r}"
+                                      + (f"; did you mean {hint!r}?" if hint else ""))
+                if name in given:
+                    raise ConfigError(f"{key!r} and {given[name]!r} name the same setting {name!r}; "
+                                      f"give it once")
+                given[name] = key
+                raw[name] = value
+        values = {}
+        for name, s in self.settings.items():
+            values[name] = s.parse(raw[name]) if name in raw else s.default
+        explicit = set(raw)
+        for check in self.checks:
+            check(values, explicit)
+        return Config(values, explicit, self)
+
+    def doc(self) -> str:
+        """A plain-text table of the settings (for --help style output)."""
+        return "\n".join(f"{s.name} ({s.type}, default {s.default!r}): {s.doc}"
+                         for s in sorted(self.settings.values(), key=lambda s: s.name))
+
+
+#: Settings every client (producer, consumer, admin) shares.
+COMMON = [
+    Setting("bootstrap.servers", LIST, None, doc="host:port list of brokers to bootstrap from"),
+    Setting("client.id", STR, "kio", doc="sent in every request header"),
+    Setting("request.timeout.ms", INT, 30000, in_range(1), "how long one request may wait for its response"),
+    Setting("retry.backoff.ms", INT, 100, in_range(0), "initial backoff before retrying a failed request"),
+    Setting("retry.backoff.max.ms", INT, 1000, in_range(0), "maximum retry backoff (exponential growth)"),
+    Setting("reconnect.backoff.ms", INT, 50, in_range(0), "initial backoff before reconnecting"),
+    Setting("reconnect.backoff.max.ms", INT, 1000, in_range(0), "maximum reconnect backoff"),
+    Setting("metadata.max.age.ms", INT, 300000, in_range(0), "refresh metadata at least this often"),
+    Setting("connections.max.idle.ms", INT, 540000, in_range(-1), "close idle connections after this"),
+    Setting("socket.connection.setup.timeout.ms", INT, 10000, in_range(1), "how long a connect may take"),
+    Setting("security.protocol", STR, "PLAINTEXT", one_of("PLAINTEXT"), "only PLAINTEXT for now"),
+]
+
+
+def require_bootstrap(values, explicit):
+    if not values.get("bootstrap.servers"):
+        raise ConfigError("bootstrap.servers is required (e.g. '127.0.0.1:9092')")

@@ -1,0 +1,333 @@
+"""The record accumulator: per-partition queues of open batches.
+
+Java's ``RecordAccumulator`` without locks or blocking. ``append`` adds a
+record to the last batch of its partition or opens a new one; a new batch
+reserves ``batch.size`` bytes (or the record's size if larger) of
+``buffer.memory``, and when that budget is spent ``append`` raises
+:class:`BufferExhausted` - the core never waits: the driver does, up to
+``max.block.ms``, and memory comes back when batches complete (``release``).
+
+``ready`` tells which leaders have sendable data and when to look again;
+``drain`` takes batches for those leaders up to ``max.request.size`` per
+request. Delivery bookkeeping (retries, sequences, expiry) lives on
+:class:`ProducerBatch`; policy lives in the sender.
+"""
+from __future__ import annotations
+
+import collections
+from kproto.errors import KafkaError
+from kproto.records import BatchBuilder, estimate_size_in_bytes
+
+__all__ = ["ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError"]
+
+
+class BufferExhausted(KafkaError):
+    """No room in buffer.memory for a new batch right now (the driver waits)."""
+
+    retriable = True
+
+
+class RecordTooLargeError(KafkaError, ValueError):
+    """A record larger than max.request.size or buffer.memory."""
+
+
+class ProducerBatch:
+    """One batch of one partition and the deliveries waiting on it.
+
+    ``parts`` lists ``(handle, offset_delta, count)``: who to tell, and which
+    records of the batch are theirs (count > 1 for a bulk send)."""
+
+    __slots__ = ("topic", "partition", "builder", "parts", "created_ms", "deadline_ms", "attempts",
+                 "retry_after_ms", "reserved", "full", "base_sequence", "producer_id", "epoch",
+                 "done", "in_flight", "drained_ms")
+
+    def __init__(self, topic, partition, builder, now, deadline_ms, reserved):
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+        self.parts = []
+        self.created_ms = now
+        self.deadline_ms = deadline_ms
+        self.attempts = 0
+        self.retry_after_ms = 0
+        self.reserved = reserved
+        self.full = False
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.epoch = -1
+        self.done = False
+        self.in_flight = False
+        self.drained_ms = None
+
+    @property
+    def tp(self):
+        return (self.topic, self.partition)
+
+    @property
+    def record_count(self):
+        return self.builder.record_count
+
+    @property
+    def has_sequence(self):
+        return self.base_sequence >= 0
+
+    def __repr__(self):
+        return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
+                f"seq={self.base_sequence} attempts={self.attempts}>")
+
+
+class RecordAccumulator:
+    def __init__(self, *, batch_size=16384, linger_ms=5, buffer_memory=32 * 1024 * 1024,
+                 compression=0, delivery_timeout_ms=120000, max_request_size=1048576,
+                 compression_level=None):
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.compression = compression
+        self.compression_level = compression_level
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.max_request_size = max_request_size
+        self.queues: dict[tuple, collections.deque] = {}
+        self.used_memory = 0
+        self.flushing = 0          # >0 while a flush/close wants everything sent now
+        self.waiting_for_memory = False
+        self._drain_index: dict[int, int] = {}
+        self._ratio: dict[str, float] = {}     # per-topic compression ratio estimate
+        self.incomplete = set()                 # every batch not yet completed
+        # Set when a batch was opened or filled: the sender has something new
+        # (a new linger deadline or a full batch); drivers wake their network
+        # loop and clear it (Java: RecordAppendResult.batchIsFull/newBatchCreated).
+        self.wakeup = False
+
+    # -- appending ----------------------------------------------------------------------
+    def check_record_size(self, key_len, value_len, headers):
+        size = estimate_size_in_bytes(key_len, value_len, headers)
+        if size > self.max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {size} bytes when serialized, larger than max.request.size "
+                f"({self.max_request_size})")
+        if size > self.buffer_memory:
+            raise RecordTooLargeError(
+                f"the record is {size} bytes when serialized, larger than buffer.memory "
+                f"({self.buffer_memory})")
+        return size
+
+    def _new_batch(self, topic, partition, need, now):
+        reserve = max(self.batch_size, need)
+        if self.used_memory + reserve > self.buffer_memory:
+            self.waiting_for_memory = True
+            raise BufferExhausted(
+                f"buffer.memory ({self.buffer_memory} bytes) is exhausted: {self.used_memory} bytes "
+                f"are held by batches waiting to be sent")
+        builder = BatchBuilder(self.compression, self.batch_size,
+                               compression_level=self.compression_level)
+        ratio = self._ratio.get(topic)
+        if ratio is not None and ratio < 1.0:
+            builder.set_compression_ratio_estimate(min(1.0, ratio * 1.05))
+        self.used_memory += reserve
+        self.waiting_for_memory = False
+        batch = ProducerBatch(topic, partition, builder, now, now + self.delivery_timeout_ms, reserve)
+        self.incomplete.add(batch)
+        return batch
+
+    def _tail(self, tp):
+        dq = self.queues.get(tp)
+        if dq is None:
+            dq = self.queues[tp] = collections.deque()
+            return dq, None
+        # Drained, retried and split batches are marked full: only a batch that
+        # is still open for appends is not.
+        if dq and not dq[-1].full:
+            return dq, dq[-1]
+        return dq, None
+
+    def append(self, topic, partition, ts, key, value, headers, handle, now, size_hint=0):
+        """Append one record; returns the batch (its ``parts`` get the handle).
+        Raises BufferExhausted when a new batch is needed and memory is spent."""
+        dq = self.queues.get((topic, partition))
+        if dq:
+            batch = dq[-1]
+            if not batch.full:
+                builder = batch.builder
+                n = builder.record_count
+                if builder.append(ts, key, value, headers):
+                    batch.parts.append((handle, n, 1))
+                    return batch
+                batch.full = True
+        elif dq is None:
+            dq = self.queues[(topic, partition)] = collections.deque()
+        self.wakeup = True
+        batch = self._new_batch(topic, partition, size_hint, now)
+        if not batch.builder.append(ts, key, value, headers):    # first record always fits
+            raise AssertionError("an empty batch refused a record")
+        batch.parts.append((handle, 0, 1))
+        dq.append(batch)
+        return batch
+
+    def append_many(self, topic, partition, ts, keys, values, headers, handle, now, start=0):
+        """Append ``values[start:]`` (and keys/headers) to as many batches as it
+        takes; returns how many were appended before memory ran out (the
+        driver waits and calls again from there)."""
+        tp = (topic, partition)
+        dq, batch = self._tail(tp)
+        total = len(values)
+        i = start
+        while i < total:
+            if batch is None:
+                try:
+                    batch = self._new_batch(topic, partition, 0, now)
+                except BufferExhausted:
+                    break
+                dq.append(batch)
+                self.wakeup = True
+            first = batch.builder.record_count
+            n = batch.builder.append_many(ts, keys, values, headers, i)
+            if n:
+                batch.parts.append((handle, first, n))
+                i += n
+            if i < total:
+                if n == 0 and batch.builder.record_count == 0:
+                    raise AssertionError("an empty batch refused a record")
+                batch.full = True
+                batch = None
+        return i - start
+
+    # -- readiness ------------------------------------------------------------------------
+    def ready(self, cluster, now, muted=()):
+        """(ready_nodes, next_check_ms_from_now, topics_with_unknown_leader)."""
+        nodes = set()
+        unknown = set()
+        next_delay = None
+        exhausted = self.waiting_for_memory
+        for tp, dq in self.queues.items():
+            if not dq:
+                continue
+            leader = cluster.leader(tp[0], tp[1])
+            if leader is None:
+                unknown.add(tp[0])
+                continue
+            if leader in nodes or tp in muted:
+                continue
+            batch = dq[0]
+            if batch.in_flight:
+                continue
+            backing_off = batch.attempts > 0 and now < batch.retry_after_ms
+            if backing_off:
+                wait = batch.retry_after_ms - now
+            else:
+                wait = batch.created_ms + self.linger_ms - now
+            full = len(dq) > 1 or batch.full
+            sendable = full or wait <= 0 or exhausted or self.flushing > 0
+            if sendable and not backing_off:
+                nodes.add(leader)
+            else:
+                wait = max(wait, 0)
+                if next_delay is None or wait < next_delay:
+                    next_delay = wait
+        return nodes, next_delay, unknown
+
+    def drain(self, cluster, nodes, now, can_drain=None):
+        """{node: [batches]} with at most ``max_request_size`` bytes per node.
+        ``can_drain(batch)`` (idempotence gating) may veto a partition's head."""
+        out = {}
+        by_node = cluster.partitions_by_node()
+        for node in nodes:
+            tps = by_node.get(node) or []
+            if not tps:
+                continue
+            size = 0
+            batches = []
+            start = self._drain_index.get(node, 0) % len(tps)
+            for k in range(len(tps)):
+                tp = tps[(start + k) % len(tps)]
+                dq = self.queues.get(tp)
+                if not dq:
+                    continue
+                batch = dq[0]
+                if batch.in_flight or (batch.attempts > 0 and now < batch.retry_after_ms):
+                    continue
+                if can_drain is not None and not can_drain(batch):
+                    continue
+                est = batch.builder.size_in_bytes()
+                if batches and size + est > self.max_request_size:
+                    self._drain_index[node] = (start + k) % len(tps)
+                    break
+                dq.popleft()
+                batch.full = True
+                batch.drained_ms = now
+                size += est
+                batches.append(batch)
+            else:
+                self._drain_index[node] = start + 1
+            if batches:
+                out[node] = batches
+        return out
+
+    # -- after sending ------------------------------------------------------------------------
+    def reenqueue(self, batch, now, backoff_ms):
+        """Put a failed batch back at the head of its queue (in sequence order,
+        so an idempotent partition resends in the order it first sent)."""
+        batch.attempts += 1
+        batch.full = True
+        batch.retry_after_ms = now + backoff_ms
+        batch.in_flight = False
+        dq = self.queues.setdefault(batch.tp, collections.deque())
+        if batch.has_sequence:
+            i = 0
+            while i < len(dq) and dq[i].has_sequence and dq[i].base_sequence < batch.base_sequence:
+                i += 1
+            dq.insert(i, batch)
+        else:
+            dq.appendleft(batch)
+
+    def record_compression(self, batch):
+        if self.compression:
+            r = batch.builder.compression_ratio
+            old = self._ratio.get(batch.topic, 1.0)
+            self._ratio[batch.topic] = r if r < old else (old * 0.9 + r * 0.1)
+
+    def release(self, batch):
+        """The batch is complete: give its memory back."""
+        if batch in self.incomplete:
+            self.incomplete.discard(batch)
+            self.used_memory -= batch.reserved
+
+    def remove_queued(self, batch):
+        dq = self.queues.get(batch.tp)
+        if dq is not None:
+            try:
+                dq.remove(batch)
+            except ValueError:
+                pass
+
+    def expired(self, now):
+        """Queued (not in flight) batches past their delivery deadline, removed."""
+        out = []
+        for dq in self.queues.values():
+            while dq and dq[0].deadline_ms <= now and not dq[0].in_flight:
+                out.append(dq.popleft())
+            if len(dq) > 1 and dq[0].attempts > 0:
+                # a retried batch in front may hide older ones behind it
+                for b in [b for b in dq if b.deadline_ms <= now and not b.in_flight]:
+                    dq.remove(b)
+                    out.append(b)
+        return out
+
+    def next_expiry(self):
+        best = None
+        for dq in self.queues.values():
+            if dq and (best is None or dq[0].deadline_ms < best):
+                best = dq[0].deadline_ms
+        return best
+
+    @property
+    def has_undrained(self):
+        return any(self.queues.values())
+
+    @property
+    def has_incomplete(self):
+        return bool(self.incomplete)
+
+    def queued_batches(self):
+        for dq in self.queues.values():
+            yield from dq

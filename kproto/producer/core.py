@@ -1,0 +1,529 @@
+"""``ProducerCore``: the whole Kafka producer as a sans-IO state machine.
+
+It glues the pieces together - config, metadata (:mod:`kproto.cluster`),
+connections (:mod:`kproto.client`), partitioner, accumulator, sender,
+idempotence - behind one object a driver can run::
+
+    core = ProducerCore({"bootstrap.servers": "h:9092", "linger.ms": 5})
+    n = core.partitions_for("t", now)        # None: metadata not known yet (keep polling)
+    h = core.send("t", b"v", key=b"k", now=now)   # raises MetadataPending / BufferExhausted
+    for action in core.poll(now):            # Connect(node, host, port) | Close(node, reason)
+        ...
+    # bytes: core.nodes_with_output(), core.output(node), core.sent(node, n, now)
+    core.connected(node, now); core.received(node, data, now); core.disconnected(node, now, exc)
+    core.next_deadline(now)                  # absolute ms, or None
+    for result in core.events(): ...         # BatchResult per completed batch
+
+The core never blocks and never reads the clock: ``send`` raises
+:class:`MetadataPending` or :class:`BufferExhausted` and the driver decides
+how long to wait (``max.block.ms``). ``now`` is any millisecond clock; record
+timestamps default to ``now`` too, so drivers pass wall-clock time for
+``timestamp_ms`` (or use a wall clock for ``now``).
+"""
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+from kproto.client import NetworkClient
+from kproto.cluster import ClusterMetadata
+from kproto.errors import KafkaError
+from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
+from kproto.producer.config import parse_producer_config
+from kproto.producer.idempotence import IdempotenceManager
+from kproto.producer.partitioner import InvalidPartitionError, StickyPartitioner, murmur2_partition
+from kproto.producer.sender import BatchResult, DeliveryTimeoutError, Sender
+from kproto.producer.transactions import (
+    TransactionAbortedError, TransactionManager, TransactionStateError, TxnResult,
+)
+
+__all__ = ["ProducerCore", "DeliveryHandle", "BulkDelivery", "RecordMetadata", "MetadataPending",
+           "BufferExhausted", "RecordTooLargeError", "SerializationError", "InvalidPartitionError",
+           "BatchResult", "DeliveryTimeoutError", "ProducerClosedError", "complete_results",
+           "TxnResult", "TransactionStateError", "TransactionAbortedError"]
+
+
+class MetadataPending(KafkaError):
+    """The topic's partitions are not known yet (the driver waits and polls)."""
+
+    retriable = True
+
+
+class SerializationError(KafkaError, TypeError):
+    """A key or value could not be turned into bytes."""
+
+
+class ProducerClosedError(KafkaError):
+    """The producer is closed (or closing) and takes no more records."""
+
+
+class RecordMetadata(tuple):
+    """(topic, partition, offset, timestamp) of an acknowledged record; offset
+    is -1 when unknown (acks=0, or a duplicate the broker did not re-report)."""
+    __slots__ = ()
+
+    def __new__(cls, topic, partition, offset, timestamp):
+        return tuple.__new__(cls, (topic, partition, offset, timestamp))
+
+    topic = property(lambda self: self[0])
+    partition = property(lambda self: self[1])
+    offset = property(lambda self: self[2])
+    timestamp = property(lambda self: self[3])
+
+    def __repr__(self):
+        return (f"RecordMetadata(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "
+                f"timestamp={self[3]})")
+
+
+class DeliveryHandle:
+    """The outcome of one ``send``: ``done``, ``error``, ``metadata``.
+    Drivers subclass it (futures) and override ``_resolved``."""
+    __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback")
+
+    def __init__(self, callback=None):
+        self.callback = callback
+        self.done = False
+        self.error = None
+        self.offset = -1
+
+    def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
+        self.partition = partition
+        if error is None:
+            self.offset = base_offset + delta if base_offset >= 0 else -1
+            if log_append_time is not None and log_append_time >= 0:
+                self.timestamp = log_append_time
+        self.error = error
+        self.done = True
+        self._resolved()
+
+    def _resolved(self):
+        pass
+
+    @property
+    def metadata(self):
+        if not self.done or self.error is not None:
+            return None
+        return RecordMetadata(self.topic, self.partition, self.offset, self.timestamp)
+
+
+class BulkDelivery(DeliveryHandle):
+    """The outcome of one ``send_many``: done when every record is resolved.
+    ``delivered``/``failed`` count records, ``error`` is the first error,
+    ``ranges`` lists (partition, first_offset, count) of what was written."""
+    __slots__ = ("total", "delivered", "failed", "ranges")
+
+    def __init__(self, total, callback=None):
+        super().__init__(callback)
+        self.total = total
+        self.delivered = 0
+        self.failed = 0
+        self.ranges = []
+        self.partition = None
+        self.timestamp = None
+
+    def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
+        if error is None:
+            self.delivered += count
+            self.ranges.append((partition, base_offset + delta if base_offset >= 0 else -1, count))
+        else:
+            self.failed += count
+            if self.error is None:
+                self.error = error
+        if self.delivered + self.failed >= self.total and not self.done:
+            self.done = True
+            self._resolved()
+
+
+def complete_results(results):
+    """Resolve every handle of these BatchResults (drivers call this outside
+    their lock; a handle's ``_resolved`` may run user code)."""
+    for r in results:
+        topic, partition, base, lat, err = r.topic, r.partition, r.base_offset, r.log_append_time, r.error
+        for handle, delta, count in r.parts:
+            handle._complete(topic, partition, base, delta, count, lat, err)
+
+
+def _to_bytes(value, serializer, what, topic):
+    # None is never serialized: a null value is a tombstone, a null key "no key".
+    if serializer is not None and value is not None:
+        try:
+            out = serializer(value)
+        except Exception as e:
+            raise SerializationError(f"{what} serializer {_name(serializer)} failed on a value of type "
+                                     f"{type(value).__name__} for topic {topic!r}: {e}") from e
+        if out is None or type(out) is bytes:
+            return out
+        if isinstance(out, (bytearray, memoryview)):
+            return bytes(out)
+        raise SerializationError(f"{what} serializer {_name(serializer)} returned "
+                                 f"{type(out).__name__}, not bytes or None")
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise SerializationError(
+        f"cannot send a {what} of type {type(value).__name__} to topic {topic!r}: without a "
+        f"{what}_serializer only bytes, str and None are accepted; configure {what}.serializer "
+        f"(a callable returning bytes)")
+
+
+def _name(f):
+    return getattr(f, "__qualname__", None) or repr(f)
+
+
+class ProducerCore:
+    def __init__(self, config=None, *, rng=None, **kwargs):
+        from kproto.config import Config
+        cfg = config if isinstance(config, Config) else parse_producer_config(config, **kwargs)
+        self.config = cfg
+        self.rng = rng or random.Random()
+        self.cluster = ClusterMetadata(
+            [_host_port(s) for s in cfg.bootstrap_servers],
+            metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            allow_auto_topic_creation=cfg.allow_auto_create_topics,
+            metadata_max_idle_ms=cfg.metadata_max_idle_ms)
+        self.client = NetworkClient(
+            self.cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
+            max_in_flight=cfg.max_in_flight_requests_per_connection,
+            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=self.rng)
+        self.accumulator = RecordAccumulator(
+            batch_size=cfg.batch_size, linger_ms=cfg.linger_ms, buffer_memory=cfg.buffer_memory,
+            compression=cfg.compression_type, delivery_timeout_ms=cfg.delivery_timeout_ms,
+            max_request_size=cfg.max_request_size, compression_level=cfg.compression_level)
+        self.idempotence = None
+        if cfg.enable_idempotence:
+            self.idempotence = IdempotenceManager(cfg.transactional_id, cfg.transaction_timeout_ms)
+        self.partitioner = StickyPartitioner(self.rng)
+        self.user_partitioner = cfg.partitioner if callable(cfg.partitioner) else None
+        self.key_serializer = cfg.key_serializer
+        self.value_serializer = cfg.value_serializer
+        self._metrics = {"records_sent": 0, "records_failed": 0, "batches_sent": 0,
+                         "requests": 0, "responses": 0, "retries": 0, "splits": 0,
+                         "request_latency_ms_total": 0.0, "errors": {}}
+        self.sender = Sender(cfg, self.client, self.cluster, self.accumulator, self.idempotence,
+                             self.partitioner, self._metrics, self.rng)
+        self.transactions = None
+        if cfg.transactional_id is not None:
+            self.transactions = TransactionManager(cfg.transactional_id, self.idempotence,
+                                                   cfg.transaction_timeout_ms, cfg.retry_backoff_ms)
+            self.sender.txn = self.transactions
+        self._txn_flush = None
+        self.closed = False
+        self._queued = 0
+        # Records smaller than this need no exact size check (fast path of send).
+        self._small_record = min(cfg.max_request_size, cfg.buffer_memory) - 1024
+
+    # -- metadata ---------------------------------------------------------------------
+    def partitions_for(self, topic, now=None) -> Optional[int]:
+        """Partition count of ``topic``, or None while unknown (a refresh is requested)."""
+        n = self.cluster.partition_count(topic)
+        if n is None:
+            self.cluster.add_topic(topic, now)
+            self.cluster.request_update()
+        return n
+
+    def metadata_error(self, topic):
+        """The last error the broker gave for this topic's metadata (or None)."""
+        return self.cluster.topic_errors.get(topic)
+
+    # -- appending --------------------------------------------------------------------
+    def serialize(self, topic, key, value):
+        """(key_bytes, value_bytes); pure, safe to call outside the driver's lock."""
+        return (_to_bytes(key, self.key_serializer, "key", topic),
+                _to_bytes(value, self.value_serializer, "value", topic))
+
+    def serialize_columns(self, topic, values, keys=None):
+        """(values, keys) as lists of bytes/None, through the configured
+        serializers (pure, safe outside the driver's lock)."""
+        values = _pylist(values)
+        keys = None if keys is None else _pylist(keys)
+        if self.value_serializer is not None:
+            values = [_to_bytes(v, self.value_serializer, "value", topic) for v in values]
+        if keys is not None and self.key_serializer is not None:
+            keys = [_to_bytes(k, self.key_serializer, "key", topic) for k in keys]
+        return values, keys
+
+    def _partition(self, topic, key, partition, n):
+        if partition is not None:
+            if type(partition) is not int or not 0 <= partition < n:
+                raise InvalidPartitionError(
+                    f"partition {partition!r} of topic {topic!r} is not in the range [0, {n - 1}] "
+                    f"(the topic has {n} partitions)")
+            return partition
+        if self.user_partitioner is not None:
+            p = self.user_partitioner(key, n, self.cluster.available_partitions(topic))
+            if type(p) is not int or not 0 <= p < n:
+                raise InvalidPartitionError(
+                    f"the partitioner {_name(self.user_partitioner)} returned {p!r} for topic "
+                    f"{topic!r}, not in [0, {n - 1}]")
+            return p
+        if key is not None:
+            return murmur2_partition(key, n)
+        return self.partitioner.partition(topic, None, n, self.cluster.available_partitions(topic))
+
+    def _check_open(self):
+        if self.closed:
+            raise ProducerClosedError("the producer is closed; it takes no more records")
+        if self.sender.fatal_error is not None:
+            raise self.sender.fatal_error
+
+    def send(self, topic, value, key=None, partition=None, headers=None, timestamp_ms=None, *,
+             now, handle=None, serialized=False):
+        """Append one record; returns its DeliveryHandle (``handle`` if given).
+
+        Raises MetadataPending (partitions unknown), BufferExhausted (no room:
+        retry later), RecordTooLargeError, InvalidPartitionError, SerializationError."""
+        if self.closed or self.sender.fatal_error is not None:
+            self._check_open()
+        if not serialized:
+            key, value = self.serialize(topic, key, value)
+        parts = self.cluster.partitions.get(topic)      # fast path of partitions_for()
+        if not parts:
+            if self.partitions_for(topic, now) is None:
+                raise MetadataPending(f"partitions of topic {topic!r} are not known yet")
+            parts = self.cluster.partitions[topic]
+        n = len(parts)
+        if partition is None or self.user_partitioner is not None or type(partition) is not int \
+                or not 0 <= partition < n:
+            partition = self._partition(topic, key, partition, n)
+        if headers is not None:
+            headers = _headers(headers)
+        klen = 0 if key is None else len(key)
+        vlen = 0 if value is None else len(value)
+        if headers is None and klen + vlen < self._small_record:
+            size = klen + vlen + 64          # cannot exceed any limit: skip the exact estimate
+        else:
+            size = self.accumulator.check_record_size(klen, vlen, headers)
+        if handle is None:
+            handle = DeliveryHandle()
+        ts = int(now if timestamp_ms is None else timestamp_ms)
+        if self.transactions is not None:
+            self.transactions.maybe_add_partition((topic, partition))
+        handle.topic = topic
+        handle.partition = partition
+        handle.timestamp = ts
+        self.accumulator.append(topic, partition, ts, key, value, headers, handle, now, size)
+        self._queued += 1
+        return handle
+
+    def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None, *,
+                  now, handle=None, start=0):
+        """Append ``values[start:]`` (bytes/str/None sequences, or Arrow arrays)
+        in one call; returns (handle, appended). ``appended`` < remaining means
+        buffer.memory ran out: call again with ``start`` advanced (and the same
+        handle) once memory is back. Keys/values must be bytes, str or None:
+        pass them through :meth:`serialize_columns` first when serializers are
+        configured. ``headers``: None or one header list per record."""
+        self._check_open()
+        values = _column(values, "values")
+        keys = None if keys is None else _column(keys, "keys")
+        if headers is not None:
+            headers = [None if h is None else _headers(h) for h in headers]
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        n = self.partitions_for(topic, now)
+        if n is None:
+            raise MetadataPending(f"partitions of topic {topic!r} are not known yet")
+        if handle is None:
+            handle = BulkDelivery(len(values))
+            handle.topic = topic
+        ts = int(now if timestamp_ms is None else timestamp_ms)
+        acc = self.accumulator
+        if self.transactions is not None and keys is not None and partition is None:
+            raise ValueError("keyed send_many inside a transaction is not supported; give a partition")
+        if keys is None or partition is not None:
+            p = self._partition(topic, None, partition, n)
+            if self.transactions is not None:
+                self.transactions.maybe_add_partition((topic, p))
+            handle.partition = p
+            done = acc.append_many(topic, p, ts, keys, values, headers, handle, now, start)
+        else:
+            # Keyed: group record indexes by partition; append each group.
+            # Progress is all-or-nothing per call here (the simple, safe choice).
+            groups: dict = {}
+            for i in range(start, len(values)):
+                k = keys[i]
+                p = self._partition(topic, k, None, n)
+                groups.setdefault(p, []).append(i)
+            need = sum(len(g) for g in groups.values())
+            done = 0
+            for p, idx in groups.items():
+                hs = None if headers is None else [headers[i] for i in idx]
+                got = acc.append_many(topic, p, ts, [keys[i] for i in idx], [values[i] for i in idx],
+                                      hs, handle, now, 0)
+                done += got
+                if got < len(idx):
+                    # Out of memory half way: the rest of this group and the other
+                    # groups fail now rather than reorder on a later call.
+                    missing = need - done
+                    handle._complete(topic, p, -1, 0, missing, -1, BufferExhausted(
+                        "buffer.memory ran out during a keyed send_many"))
+                    return handle, len(values) - start
+        self._queued += done
+        return handle, done
+
+    # -- transactions (transactional.id set) ------------------------------------------------
+    def _txn(self):
+        if self.transactions is None:
+            raise TransactionStateError("transactions need transactional.id in the configuration")
+        return self.transactions
+
+    def init_transactions(self) -> TxnResult:
+        return self._txn().init_transactions()
+
+    def begin_transaction(self):
+        self._txn().begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_id: str) -> TxnResult:
+        """``offsets``: {(topic, partition): offset of the next record to consume}."""
+        return self._txn().send_offsets_to_transaction(offsets, group_id)
+
+    def commit_transaction(self) -> TxnResult:
+        """Sends everything of the transaction now; EndTxn once all is acknowledged."""
+        res = self._txn().commit_transaction()
+        self.begin_flush()
+        self._txn_flush = res
+        return res
+
+    def abort_transaction(self) -> TxnResult:
+        """Unsent records of the transaction fail with TransactionAbortedError."""
+        return self._txn().abort_transaction()
+
+    # -- flushing / closing ---------------------------------------------------------------
+    def begin_flush(self):
+        self.accumulator.flushing += 1
+
+    def end_flush(self):
+        self.accumulator.flushing = max(0, self.accumulator.flushing - 1)
+
+    @property
+    def pending(self) -> bool:
+        """Records not yet resolved (queued or in flight)."""
+        return self.accumulator.has_incomplete
+
+    @property
+    def buffer_available(self) -> int:
+        return self.accumulator.buffer_memory - self.accumulator.used_memory
+
+    def abort_pending(self, error=None, now=None):
+        """Fail every unresolved record (close with a timeout that ran out)."""
+        err = error or ProducerClosedError("the producer was closed before these records were delivered")
+        self.sender.abort_incomplete(err)
+
+    def close(self, now):
+        """No more sends; closes every connection. Returns Close actions.
+        Call ``abort_pending`` first for records that must not be waited for."""
+        self.closed = True
+        self.abort_pending(ProducerClosedError("the producer was closed before these records were delivered"))
+        return self.client.close(now)
+
+    # -- the driver interface ------------------------------------------------------------------
+    def poll(self, now) -> list:
+        if self._txn_flush is not None and self._txn_flush.done:
+            self._txn_flush = None
+            self.end_flush()
+        actions = self.client.poll(now)
+        if not self.client.closing:
+            self._sender_next = self.sender.run_once(now)
+            actions.extend(self.client.poll(now))
+        return actions
+
+    def next_deadline(self, now) -> Optional[float]:
+        best = getattr(self, "_sender_next", None)
+        d = self.client.next_deadline(now)
+        if d is not None and (best is None or d < best):
+            best = d
+        return best
+
+    def connected(self, node, now):
+        self.client.connected(node, now)
+
+    def received(self, node, data, now):
+        self.client.received(node, data, now)
+
+    def disconnected(self, node, now, exc=None):
+        self.client.disconnected(node, now, exc)
+
+    def nodes_with_output(self):
+        return self.client.nodes_with_output()
+
+    def output(self, node):
+        return self.client.output(node)
+
+    def sent(self, node, n, now):
+        self.client.sent(node, n, now)
+
+    def events(self) -> list:
+        """Completed batches since the last call (BatchResult); resolve their
+        handles with :func:`complete_results`."""
+        out, self.sender.results = self.sender.results, []
+        return out
+
+    def metrics(self) -> dict:
+        m = dict(self._metrics)
+        m["records_queued"] = self._queued
+        m["errors"] = dict(m["errors"])
+        m["request_latency_ms_avg"] = (m["request_latency_ms_total"] / m["responses"]) if m["responses"] else 0.0
+        m["buffer_used_bytes"] = self.accumulator.used_memory
+        m["batches_incomplete"] = len(self.accumulator.incomplete)
+        m["in_flight_batches"] = len(self.sender.in_flight)
+        if self.idempotence is not None:
+            m["producer_id"] = self.idempotence.producer_id
+            m["producer_epoch"] = self.idempotence.epoch
+            m["epoch_bumps"] = self.idempotence.epoch_bumps
+        return m
+
+
+def _pylist(seq):
+    return seq.to_pylist() if hasattr(seq, "to_pylist") else seq
+
+
+def _headers(headers):
+    """[(str, bytes|str|None), ...] (or a dict) -> what the batch builder takes."""
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    out = []
+    for h in headers:
+        try:
+            k, v = h
+        except (TypeError, ValueError):
+            raise SerializationError(f"a header must be a (str key, bytes value) pair, not {h!r}") from None
+        if not isinstance(k, str):
+            raise SerializationError(f"a header key must be str, not {type(k).__name__}")
+        if isinstance(v, str):
+            v = v.encode("utf-8")
+        elif v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
+            raise SerializationError(f"header {k!r}: the value must be bytes, str or None, "
+                                     f"not {type(v).__name__}")
+        out.append((k, v))
+    return out
+
+
+def _column(seq, what):
+    """A list of bytes/None from a sequence or an Arrow array."""
+    if hasattr(seq, "to_pylist"):
+        seq = seq.to_pylist()
+    for v in seq:
+        if type(v) is not bytes and v is not None:
+            return [v.encode("utf-8") if isinstance(v, str) else _bytes_or_fail(v, what) for v in seq]
+    return seq
+
+
+def _bytes_or_fail(v, what):
+    if v is None or isinstance(v, (bytes, bytearray, memoryview)):
+        return v
+    raise SerializationError(f"send_many {what} must be bytes, str or None, not {type(v).__name__}")
+
+
+def _host_port(s):
+    host, sep, port = str(s).strip().rpartition(":")
+    if not sep or not port.isdigit():
+        from kproto.errors import ConfigError
+        raise ConfigError(f"bootstrap server {s!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)

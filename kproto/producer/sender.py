@@ -1,0 +1,334 @@
+"""The sender: turns ready batches into Produce requests and handles the answers.
+
+Java's ``Sender.runOnce`` + ``handleProduceResponse``/``completeBatch``,
+sans-IO. One ``run_once(now)`` does: producer-id bookkeeping (idempotence),
+``ready`` -> connect/skip nodes that are not ready -> ``drain`` (sequences
+assigned here) -> expire batches past ``delivery.timeout.ms`` -> one Produce
+request per node. Responses complete batches, or put them back for a retry
+after ``retry.backoff.ms * 2**attempts`` (+-20% jitter, capped at
+``retry.backoff.max.ms``) while ``retries`` and the delivery deadline allow.
+
+Error policy as in Java: leadership errors (``invalid_metadata``) refresh
+metadata and retry; MESSAGE_TOO_LARGE splits a multi-record batch and
+retries the halves; DUPLICATE_SEQUENCE_NUMBER is success; other retriable
+errors retry; everything else fails the batch at once.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from kproto import error_codes
+from kproto.connection import ReconnectBackoff
+from kproto.errors import KafkaError
+from kproto.records import BatchBuilder, read_batches
+
+__all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
+
+NONE = 0
+MESSAGE_TOO_LARGE = 10
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+UNKNOWN_PRODUCER_ID = 59
+
+
+class DeliveryTimeoutError(KafkaError):
+    """A record was not acknowledged within delivery.timeout.ms."""
+
+
+class BatchResult(NamedTuple):
+    """Event: a batch is complete. ``parts`` as in ProducerBatch."""
+    topic: str
+    partition: int
+    base_offset: int
+    log_append_time: int
+    error: Optional[BaseException]
+    parts: list
+
+
+class Sender:
+    def __init__(self, cfg, client, cluster, accumulator, idempotence, partitioner, metrics, rng):
+        self.cfg = cfg
+        self.acks = cfg.acks
+        self.client = client
+        self.cluster = cluster
+        self.acc = accumulator
+        self.idem = idempotence
+        self.partitioner = partitioner
+        self.metrics = metrics
+        self.results: list = []                 # BatchResult events not yet collected
+        self.in_flight: dict = {}               # id(batch) -> batch, sent and unanswered
+        self.retry_backoff = ReconnectBackoff(cfg.retry_backoff_ms, max(cfg.retry_backoff_max_ms,
+                                                                        cfg.retry_backoff_ms), rng=rng)
+        self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
+        self._muted: set = set()
+        self._init_in_flight = False
+        self.fatal_error: Optional[BaseException] = None
+        self.txn = None                          # TransactionManager, set by the core
+
+    # -- the loop -----------------------------------------------------------------------
+    def run_once(self, now) -> Optional[float]:
+        """Do everything due now; returns the next time something is due (or None)."""
+        next_at = None
+        txn = self.txn
+        if txn is not None:
+            if txn.aborting:
+                self._abort_undrained()
+            next_at = txn.poll(self.client, self.cluster, now, len(self.acc.incomplete))
+            if txn.state.name == "FATAL_ERROR" and self.fatal_error is None:
+                self.fatal_error = txn.error
+                self._fail_all(txn.error)
+        elif self.idem is not None and not self._maybe_init_producer_id(now):
+            # No producer id yet: nothing may be drained, but deadlines still run.
+            self._expire(now)
+            return self._next_expiry()
+        nodes, delay, unknown = self.acc.ready(self.cluster, now, self._muted)
+        if unknown:
+            self.cluster.request_update()
+        if delay is not None and (next_at is None or now + delay < next_at):
+            next_at = now + delay
+        ready_nodes = []
+        for node in nodes:
+            if self.client.ready(node, now):
+                ready_nodes.append(node)
+        can_drain = self.idem.can_drain if self.idem is not None else None
+        if txn is not None:
+            can_drain = lambda b: txn.can_drain(b) and self.idem.can_drain(b)  # noqa: E731
+        drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else {}
+        self._expire(now)
+        for node, batches in drained.items():
+            self._send_produce(node, batches, now)
+        exp = self._next_expiry()
+        if exp is not None and (next_at is None or exp < next_at):
+            next_at = exp
+        return next_at
+
+    def _next_expiry(self):
+        best = self.acc.next_expiry()
+        for b in self.in_flight.values():
+            if best is None or b.deadline_ms < best:
+                best = b.deadline_ms
+        return best
+
+    # -- producer id ---------------------------------------------------------------------
+    def _maybe_init_producer_id(self, now) -> bool:
+        idem = self.idem
+        if idem.ready:
+            return True
+        if idem.fatal_error is not None or self._init_in_flight:
+            return False
+        if not idem.needs_init_request(len(self.in_flight)):
+            return False
+        node = self.client.least_loaded_node(now)
+        if node is None or not self.client.ready(node, now):
+            return False
+        version = self.client.api_version(node, "InitProducerId")
+        if version is None:
+            self.fatal_error = idem.fatal_error = KafkaError(
+                f"broker {node} does not support InitProducerId: idempotence is not possible; "
+                f"set enable.idempotence=false")
+            self._fail_all(self.fatal_error)
+            return False
+        body = idem.init_request_body(version)
+        self._init_in_flight = True
+        self.client.send(node, "InitProducerId", body, now, callback=self._on_init)
+        return False
+
+    def _on_init(self, req):
+        self._init_in_flight = False
+        err = self.idem.on_init_response(req.result, req.error, list(self.acc.queued_batches()))
+        if err is not None:
+            self.fatal_error = err
+            self._fail_all(err)
+
+    # -- sending -------------------------------------------------------------------------
+    def _send_produce(self, node, batches, now):
+        topics: dict = {}
+        by_tp = {}
+        for b in batches:
+            if self.idem is not None:
+                self.idem.assign(b)
+            topics.setdefault(b.topic, []).append({"index": b.partition, "records": b.builder.build()})
+            self.acc.record_compression(b)
+            by_tp[(b.topic, b.partition)] = b
+            b.in_flight = True
+            self.in_flight[id(b)] = b
+            if self.guarantee_order:
+                self._muted.add(b.tp)
+            if b.attempts == 0:
+                self.cluster.touch(b.topic, now)
+                n = self.cluster.partition_count(b.topic)
+                if n:
+                    self.partitioner.on_new_batch(b.topic, n, b.partition,
+                                                  self.cluster.available_partitions(b.topic))
+        body = {"transactional_id": self.idem.transactional_id if self.idem is not None else None,
+                "acks": self.acks, "timeout_ms": self.cfg.request_timeout_ms,
+                "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+        m = self.metrics
+        m["requests"] += 1
+        m["batches_sent"] += len(batches)
+        self.client.send(node, "Produce", body, now, expect_response=self.acks != 0,
+                         callback=lambda req: self._on_produce(req, by_tp))
+
+    def _on_produce(self, req, by_tp):
+        now = req.completed_at
+        self.metrics["request_latency_ms_total"] += now - req.sent_at
+        self.metrics["responses"] += 1
+        if req.error is not None:
+            # Disconnect/timeout: every batch gets the same (retriable) error.
+            self.cluster.request_update()
+            for b in by_tp.values():
+                self._complete(b, req.error, -1, -1, now)
+            return
+        if req.result is None:           # acks=0: done once written
+            for b in by_tp.values():
+                self._complete(b, None, -1, -1, now)
+            return
+        seen = set()
+        for t in req.result.get("responses") or []:
+            for p in t.get("partition_responses") or []:
+                b = by_tp.get((t["name"], p["index"]))
+                if b is None:
+                    continue
+                seen.add(id(b))
+                code = p.get("error_code", 0)
+                err = None
+                if code not in (NONE, DUPLICATE_SEQUENCE_NUMBER):
+                    err = error_codes.error_for_code(
+                        code, p.get("error_message"),
+                        context=f"producing to {b.topic}-{b.partition}")
+                self._complete(b, err, p.get("base_offset", -1), p.get("log_append_time_ms", -1), now)
+        for b in by_tp.values():
+            if id(b) not in seen:
+                self._complete(b, KafkaError(f"the Produce response has no result for "
+                                             f"{b.topic}-{b.partition}"), -1, -1, now)
+
+    # -- completing -----------------------------------------------------------------------
+    def _complete(self, b, err, base_offset, log_append_time, now):
+        self.in_flight.pop(id(b), None)
+        b.in_flight = False
+        self._muted.discard(b.tp)
+        if b.done:                       # expired while in flight; the answer is too late
+            return
+        idem = self.idem
+        if err is None:
+            if idem is not None:
+                idem.on_success(b)
+            self._finish(b, None, base_offset, log_append_time)
+            return
+        code = getattr(err, "code", None)
+        if code == MESSAGE_TOO_LARGE and b.record_count > 1:
+            self._split(b, now)
+            return
+        retriable = err.retriable
+        if idem is not None and b.has_sequence:
+            if code == OUT_OF_ORDER_SEQUENCE_NUMBER:
+                # Only the batch right after the last acknowledged one is really
+                # out of order; the others follow an earlier failed batch.
+                retriable = not idem.is_next_expected(b)
+                if not retriable:
+                    idem.on_failure(b)
+                    self._finish(b, err, -1, -1)
+                    return
+            elif code == UNKNOWN_PRODUCER_ID:
+                idem.request_epoch_bump()
+                retriable = True
+        if getattr(err, "invalid_metadata", False):
+            self.cluster.mark_leader_unknown(b.topic, b.partition)
+        if retriable and b.attempts < self.cfg.retries and now < b.deadline_ms and self.fatal_error is None:
+            self.metrics["retries"] += 1
+            self.acc.reenqueue(b, now, self.retry_backoff.backoff(b.attempts))
+            return
+        if idem is not None:
+            idem.on_failure(b)
+        self._finish(b, err, -1, -1)
+
+    def _finish(self, b, err, base_offset, log_append_time):
+        b.done = True
+        self.acc.release(b)
+        m = self.metrics
+        if err is None:
+            m["records_sent"] += b.record_count
+        else:
+            m["records_failed"] += b.record_count
+            m["errors"][type(err).__name__] = m["errors"].get(type(err).__name__, 0) + 1
+            if self.txn is not None:
+                self.txn.on_batch_failed(err)
+        self.results.append(BatchResult(b.topic, b.partition, base_offset, log_append_time, err, b.parts))
+
+    def _split(self, b, now):
+        """MESSAGE_TOO_LARGE: re-batch the records into halves (at most
+        batch.size each) and queue them in place of the original."""
+        self.metrics["splits"] += 1
+        records = [r for rb in read_batches(b.builder.build()) for r in rb.records()]
+        target = max(1, min(self.acc.batch_size, b.builder.size_in_bytes() // 2))
+        new, starts = [], []
+        cur = None
+        for i, r in enumerate(records):
+            if cur is None or not cur.builder.append(r.timestamp, r.key, r.value, r.headers):
+                builder = BatchBuilder(self.acc.compression, target,
+                                       compression_level=self.acc.compression_level)
+                builder.append(r.timestamp, r.key, r.value, r.headers)
+                cur = type(b)(b.topic, b.partition, builder, b.created_ms, b.deadline_ms, 0)
+                new.append(cur)
+                starts.append(i)
+        # Map every delivery part of the old batch onto the new batches.
+        starts.append(len(records))
+        for handle, delta, count in b.parts:
+            lo, hi = delta, delta + count
+            for k, nb in enumerate(new):
+                s, e = starts[k], starts[k + 1]
+                a, z = max(lo, s), min(hi, e)
+                if a < z:
+                    nb.parts.append((handle, a - s, z - a))
+        # Memory: the original reservation is handed over to the first piece.
+        self.acc.incomplete.discard(b)
+        for nb in new:
+            nb.attempts = b.attempts
+            nb.full = True
+            nb.retry_after_ms = now
+            self.acc.incomplete.add(nb)
+        new[0].reserved = b.reserved
+        dq = self.acc.queues[b.tp]
+        for nb in reversed(new):
+            dq.appendleft(nb)
+        if self.idem is not None and b.has_sequence:
+            self.idem._forget(b)
+            self.idem.request_epoch_bump()
+
+    def _expire(self, now):
+        for b in self.acc.expired(now):
+            self._finish(b, self._timeout_error(b, now, False), -1, -1)
+        for b in [b for b in self.in_flight.values() if b.deadline_ms <= now]:
+            if self.idem is not None:
+                self.idem.on_expired_in_flight(b)
+            self._finish(b, self._timeout_error(b, now, True), -1, -1)
+
+    def _timeout_error(self, b, now, in_flight):
+        where = "in flight" if in_flight else ("waiting for a retry" if b.attempts else "in the accumulator")
+        return DeliveryTimeoutError(
+            f"{b.record_count} record(s) for {b.topic}-{b.partition} expired {where}: "
+            f"{now - b.created_ms:.0f} ms since the batch was created exceeds delivery.timeout.ms "
+            f"({self.acc.delivery_timeout_ms} ms)")
+
+    def _abort_undrained(self):
+        from kproto.producer.transactions import TransactionAbortedError
+        err = TransactionAbortedError("the transaction was aborted before this record was sent")
+        for dq in self.acc.queues.values():
+            while dq:
+                b = dq.popleft()
+                if self.idem is not None:
+                    self.idem._forget(b)
+                self._finish(b, err, -1, -1)
+
+    def _fail_all(self, err):
+        for dq in self.acc.queues.values():
+            while dq:
+                self._finish(dq.popleft(), err, -1, -1)
+
+    def abort_incomplete(self, err):
+        """close(): fail everything not yet acknowledged (queued and in flight)."""
+        self._fail_all(err)
+        for b in list(self.in_flight.values()):
+            if not b.done:
+                self._finish(b, err, -1, -1)
+        self.in_flight.clear()

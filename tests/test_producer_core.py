@@ -1,0 +1,532 @@
+"""ProducerCore without a network: scripted brokers and simulated time.
+
+The :class:`Sim` harness plays the driver: it turns Connect actions into
+channels of :class:`ScriptedBroker` objects, moves bytes both ways, advances a
+fake millisecond clock to the core's next deadline, and resolves handles.
+Produce answers come from a per-broker handler so tests can inject errors
+per partition and attempt.
+"""
+import random
+
+import pytest
+
+try:
+    from scripted_broker import NO_RESPONSE, Reply, ScriptedBroker
+except ImportError:  # pragma: no cover
+    from tests.scripted_broker import NO_RESPONSE, Reply, ScriptedBroker
+
+from kproto.client import Close, Connect
+from kproto.producer import (
+    BufferExhausted, DeliveryTimeoutError, InvalidPartitionError, MetadataPending, ProducerCore,
+    RecordTooLargeError, complete_results,
+)
+from kproto.producer.partitioner import murmur2, murmur2_partition, to_positive
+from kproto.records import read_batches
+
+
+# --- harness -------------------------------------------------------------------------
+
+class FakeKafka:
+    """A cluster of scripted brokers with a log per partition, answering
+    Metadata and Produce like Kafka (sequence checks included when a batch
+    carries a producer id). ``inject(topic, partition, *codes)`` makes the
+    next Produce answers for that partition return those error codes."""
+
+    def __init__(self, nodes=(1,), partitions=None, leaders=None):
+        self.brokers = {n: ScriptedBroker(node_id=n) for n in nodes}
+        self.partitions = partitions or {"t": 1}
+        self.leaders = leaders or {}            # (topic, p) -> node; default first node
+        self.logs = {}                           # (topic, p) -> list of (offset, record)
+        self.injected = {}
+        self.hold = False                        # swallow Produce requests (timeouts)
+        self.hold_replies = False                # process Produce, keep the answer until release
+        self.seq = {}                            # (pid, epoch, topic, p) -> last sequence written
+        self.recent = {}                         # same key -> base sequences of the last 5 batches
+        self.produce_requests = []
+        self.pid = 1000
+        self.topic_error = {}
+        for n, b in self.brokers.items():
+            b.on("Metadata", self._metadata)
+            b.on("Produce", lambda req, n=n: self._produce(n, req))
+            b.on("InitProducerId", self._init_pid)
+
+    def leader(self, topic, p):
+        return self.leaders.get((topic, p), min(self.brokers))
+
+    def _metadata(self, req):
+        topics = []
+        for t in req.body["topics"] or []:
+            name = t["name"]
+            if name in self.topic_error:
+                topics.append({"name": name, "error_code": self.topic_error[name], "partitions": []})
+            elif name in self.partitions:
+                topics.append({"name": name, "error_code": 0, "partitions": [
+                    {"partition_index": p, "leader_id": self.leader(name, p), "error_code": 0,
+                     "replica_nodes": [self.leader(name, p)], "isr_nodes": [self.leader(name, p)]}
+                    for p in range(self.partitions[name])]})
+            else:
+                topics.append({"name": name, "error_code": 3, "partitions": []})
+        return {"brokers": [{"node_id": n, "host": f"b{n}", "port": 9092} for n in self.brokers],
+                "cluster_id": "sim", "controller_id": min(self.brokers), "topics": topics}
+
+    def _init_pid(self, req):
+        self.pid += 1 if req.body.get("producer_id", -1) < 0 else 0
+        epoch = req.body["producer_epoch"] + 1 if req.body.get("producer_id", -1) >= 0 else 0
+        return {"error_code": 0, "producer_id": self.pid, "producer_epoch": epoch}
+
+    def inject(self, topic, p, *codes):
+        self.injected.setdefault((topic, p), []).extend(codes)
+
+    def _produce(self, node, req):
+        self.produce_requests.append((node, req))
+        if self.hold:
+            return NO_RESPONSE
+        responses = []
+        for t in req.body["topic_data"]:
+            parts = []
+            for pd in t["partition_data"]:
+                tp = (t["name"], pd["index"])
+                parts.append(self._append(node, tp, pd["records"]))
+            responses.append({"name": t["name"], "partition_responses": parts})
+        if req.body["acks"] == 0:
+            return NO_RESPONSE
+        if self.hold_replies:
+            return Reply({"responses": responses}, hold=True)
+        return {"responses": responses}
+
+    def _append(self, node, tp, data):
+        res = {"index": tp[1], "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
+               "log_start_offset": 0}
+        if self.leader(*tp) != node:
+            res["error_code"] = 6                               # NOT_LEADER_OR_FOLLOWER
+            return res
+        inj = self.injected.get(tp)
+        if inj:
+            res["error_code"] = inj.pop(0)
+            return res
+        (batch,) = read_batches(data)
+        log = self.logs.setdefault(tp, [])
+        if batch.producer_id >= 0:
+            key = (batch.producer_id, batch.producer_epoch) + tp
+            last = self.seq.get(key, -1)
+            recent = self.recent.setdefault(key, [])        # the broker caches 5 batches
+            if batch.base_sequence in recent:
+                res["error_code"] = 46                          # DUPLICATE_SEQUENCE_NUMBER
+                return res
+            if batch.base_sequence != (last + 1) % 2 ** 31:
+                res["error_code"] = 45                          # OUT_OF_ORDER_SEQUENCE_NUMBER
+                return res
+            self.seq[key] = (batch.base_sequence + batch.record_count - 1) % 2 ** 31
+            recent.append(batch.base_sequence)
+            del recent[:-5]
+        res["base_offset"] = len(log)
+        for r in batch.records():
+            log.append(r)
+        return res
+
+    def values(self, topic="t", p=0):
+        return [r.value for r in self.logs.get((topic, p), [])]
+
+
+class Sim:
+    """The driver: actions -> channels, bytes both ways, fake time."""
+
+    def __init__(self, core, kafka, now=0):
+        self.core = core
+        self.kafka = kafka
+        self.now = now
+        self.channels = {}
+        self.refuse = set()          # node ids whose connects fail
+        self.log = []
+
+    def _broker_for(self, host):
+        if host[:1] == "b" and host[1:].isdigit():
+            return self.kafka.brokers[int(host[1:])]
+        return self.kafka.brokers[min(self.kafka.brokers)]     # bootstrap address
+
+    def step(self):
+        core = self.core
+        for _ in range(50):
+            moved = False
+            for a in core.poll(self.now):
+                self.log.append(a)
+                if isinstance(a, Connect):
+                    if a.node in self.refuse:
+                        core.disconnected(a.node, self.now, ConnectionRefusedError("refused"))
+                    else:
+                        self.channels[a.node] = self._broker_for(a.host).channel()
+                        core.connected(a.node, self.now)
+                    moved = True
+                elif isinstance(a, Close):
+                    self.channels.pop(a.node, None)
+            for node in core.nodes_with_output():
+                data = bytes(core.output(node))
+                core.sent(node, len(data), self.now)
+                ch = self.channels.get(node)
+                if ch is not None:
+                    reply = ch.receive(data)
+                    if reply:
+                        core.received(node, reply, self.now)
+                moved = True
+            complete_results(core.events())
+            if not moved:
+                break
+
+    def release(self, node=1):
+        """Deliver the answers the broker held back (in order)."""
+        data = self.kafka.brokers[node].release()
+        if data:
+            self.core.received(node, data, self.now)
+        self.step()
+
+    def advance(self, ms):
+        self.now += ms
+        self.step()
+
+    def run_until(self, cond, max_ms=200000):
+        """Step, then jump to the next deadline, until cond() or max_ms passed."""
+        end = self.now + max_ms
+        self.step()
+        while not cond():
+            d = self.core.next_deadline(self.now)
+            nxt = self.now + 1 if d is None or d <= self.now else d
+            if nxt > end:
+                raise AssertionError(f"condition not met by t={end} (now {self.now})")
+            self.now = nxt
+            self.step()
+
+    def send(self, value, topic="t", **kw):
+        """send(), first waiting (in fake time) for metadata like a driver."""
+        for _ in range(1000):
+            try:
+                return self.core.send(topic, value, now=self.now, **kw)
+            except MetadataPending:
+                self.advance(1)
+        raise AssertionError("metadata never arrived")
+
+
+def make(kafka=None, **cfg):
+    kafka = kafka or FakeKafka()
+    conf = {"bootstrap.servers": "boot:9092", "linger.ms": 5, "retry.backoff.ms": 100}
+    conf.update({k.replace("_", "."): v for k, v in cfg.items()})
+    core = ProducerCore(conf, rng=random.Random(7))
+    return core, kafka, Sim(core, kafka)
+
+
+# --- murmur2 and partitioning ---------------------------------------------------------
+
+# From the Java client's UtilsTest.testMurmur2.
+JAVA_MURMUR2 = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize("key,expected", sorted(JAVA_MURMUR2.items()))
+def test_murmur2_matches_java(key, expected):
+    assert murmur2(key) == expected
+
+
+def test_to_positive_clears_sign_bit_like_java():
+    assert to_positive(-1) == 0x7FFFFFFF
+    assert to_positive(-2147483648) == 0
+    assert murmur2_partition(b"foobar", 7) == (-790332482 & 0x7FFFFFFF) % 7
+
+
+def test_keyed_records_go_to_murmur2_partition_and_keyless_stick():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 6}))
+    h = sim.send(b"v", key=b"foobar")
+    assert h.partition == murmur2_partition(b"foobar", 6)
+    keyless = [sim.send(b"x") for _ in range(20)]
+    assert len({x.partition for x in keyless}) == 1       # one open batch: sticky
+    sim.run_until(lambda: all(x.done for x in keyless))
+    after = sim.send(b"y")                                   # batch sent: sticky moved on
+    assert after.partition != keyless[0].partition
+
+
+def test_explicit_partition_out_of_range_names_the_range():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}))
+    with pytest.raises(InvalidPartitionError, match=r"\[0, 2\]"):
+        sim.send(b"v", partition=3)
+
+
+def test_user_partitioner_callable():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 4}), partitioner=lambda k, n, avail: n - 1)
+    h = sim.send(b"v", key=b"k")
+    sim.run_until(lambda: h.done)
+    assert h.partition == 3 and h.error is None and kafka.values("t", 3) == [b"v"]
+
+
+# --- batching ---------------------------------------------------------------------------
+
+def test_linger_expiry_sends_one_batch():
+    core, kafka, sim = make(linger_ms=50)
+    hs = [sim.send(b"v%d" % i) for i in range(10)]
+    t0 = sim.now
+    sim.step()
+    assert not kafka.produce_requests                        # lingering
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert sim.now - t0 >= 50 - 1
+    assert len(kafka.produce_requests) == 1
+    assert [h.metadata.offset for h in hs] == list(range(10))
+    assert kafka.values() == [b"v%d" % i for i in range(10)]
+
+
+def test_full_batch_is_sent_before_linger():
+    core, kafka, sim = make(linger_ms=100000, batch_size=1024)
+    hs = [sim.send(b"x" * 100) for _ in range(30)]
+    sim.step()
+    assert kafka.produce_requests, "a full batch must not wait for linger.ms"
+    sim.run_until(lambda: hs[0].done, max_ms=10)
+    assert hs[0].error is None
+
+
+def test_buffer_exhaustion_signals_backpressure_and_recovers():
+    core, kafka, sim = make(buffer_memory=4096, batch_size=1024, linger_ms=1000,
+                            max_request_size=1024)
+    hs = []
+    with pytest.raises(BufferExhausted):
+        for i in range(1000):
+            hs.append(sim.send(b"y" * 200))
+    assert 4 <= len(hs) < 1000
+    assert core.buffer_available < 1024
+    sim.run_until(lambda: all(h.done for h in hs))          # exhaustion makes batches sendable
+    assert core.buffer_available == 4096
+    h = sim.send(b"z")
+    sim.run_until(lambda: h.done)
+    assert h.error is None
+
+
+def test_record_larger_than_max_request_size():
+    core, kafka, sim = make(max_request_size=1000)
+    with pytest.raises(RecordTooLargeError, match="max.request.size"):
+        sim.send(b"x" * 2000)
+
+
+def test_acks_zero_completes_when_written_without_offsets():
+    core, kafka, sim = make(acks=0)
+    h = sim.send(b"v")
+    sim.run_until(lambda: h.done)
+    assert h.error is None and h.metadata.offset == -1
+    assert kafka.values() == [b"v"]
+    assert kafka.produce_requests[0][1].body["acks"] == 0
+
+
+# --- retries, backoff, delivery timeout ---------------------------------------------------------
+
+def test_retriable_error_retries_with_growing_backoff():
+    core, kafka, sim = make(enable_idempotence=False, acks=1, retry_backoff_ms=100,
+                            retry_backoff_max_ms=1000)
+    kafka.inject("t", 0, 7, 7, 7, 7)                         # REQUEST_TIMED_OUT x4
+    h = sim.send(b"v")
+    times = []
+    orig = kafka._produce
+
+    def spy(node, req):
+        times.append(sim.now)
+        return orig(node, req)
+    kafka.brokers[1].on("Produce", lambda req: spy(1, req))
+    sim.run_until(lambda: h.done)
+    assert h.error is None and kafka.values() == [b"v"]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert len(gaps) == 4
+    # 100, 200, 400, 800 ms each +-20% jitter
+    for gap, base in zip(gaps, [100, 200, 400, 800]):
+        assert base * 0.8 - 1 <= gap <= base * 1.2 + 1, (gaps)
+    assert core.metrics()["retries"] == 4
+
+
+def test_non_retriable_error_fails_fast():
+    core, kafka, sim = make()
+    kafka.inject("t", 0, 87)                                 # INVALID_RECORD
+    h = sim.send(b"v")
+    sim.run_until(lambda: h.done)
+    assert h.error is not None and h.error.code == 87
+    assert len(kafka.produce_requests) == 1
+
+
+def test_retries_exhausted_fails_with_broker_error():
+    core, kafka, sim = make(enable_idempotence=False, retries=2)
+    kafka.inject("t", 0, 7, 7, 7, 7)
+    h = sim.send(b"v")
+    sim.run_until(lambda: h.done)
+    assert h.error.code == 7 and len(kafka.produce_requests) == 3
+
+
+def test_delivery_timeout_is_separate_from_request_timeout():
+    core, kafka, sim = make(request_timeout_ms=1000, delivery_timeout_ms=3500, linger_ms=0)
+    kafka.hold = True                                        # broker never answers
+    h = sim.send(b"v")
+    t0 = sim.now
+    sim.run_until(lambda: h.done)
+    # several request timeouts (each closes the connection, then a retry) ...
+    assert len(kafka.produce_requests) >= 2
+    # ... but the record fails only at delivery.timeout.ms
+    assert isinstance(h.error, DeliveryTimeoutError)
+    assert 3500 <= sim.now - t0 <= 3600
+
+
+def test_delivery_timeout_in_accumulator_when_no_leader():
+    core, kafka, sim = make(request_timeout_ms=500, delivery_timeout_ms=2000, linger_ms=0)
+    h = sim.send(b"v")
+    sim.refuse.add(1)                                        # broker unreachable
+    for n, c in list(core.client.connections.items()):
+        c.close("test", sim.now)
+    sim.run_until(lambda: h.done)
+    assert isinstance(h.error, DeliveryTimeoutError) and "accumulator" in str(h.error)
+
+
+# --- metadata refresh on leadership change --------------------------------------------------------
+
+def test_leadership_change_refreshes_metadata_and_retries_on_new_leader():
+    kafka = FakeKafka(nodes=(1, 2))
+    core, kafka, sim = make(kafka)
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    assert h.error is None
+    kafka.leaders[("t", 0)] = 2                              # leader moved
+    h2 = sim.send(b"b")
+    sim.run_until(lambda: h2.done)
+    assert h2.error is None
+    nodes = [n for n, _ in kafka.produce_requests]
+    assert nodes[:2] == [1, 1] and nodes[-1] == 2
+    assert kafka.values() == [b"a", b"b"]
+
+
+def test_bootstrap_rotation_over_several_servers():
+    kafka = FakeKafka()
+    core = ProducerCore({"bootstrap.servers": "dead:1,boot:9092"}, rng=random.Random(1))
+    sim = Sim(core, kafka)
+    sim.refuse.add(-1)
+    h = sim.send(b"v")
+    sim.run_until(lambda: h.done)
+    assert h.error is None
+    connects = [a.node for a in sim.log if isinstance(a, Connect)]
+    assert connects[0] == -1 and -2 in connects
+
+
+def test_unknown_topic_keeps_asking_with_backoff():
+    core, kafka, sim = make()
+    assert core.partitions_for("nope", sim.now) is None
+    sim.run_until(lambda: core.metadata_error("nope") is not None)
+    asked = len(kafka.brokers[1].requests_of("Metadata"))
+    sim.advance(50)
+    assert len(kafka.brokers[1].requests_of("Metadata")) == asked   # backoff between attempts
+    kafka.partitions["nope"] = 2
+    sim.run_until(lambda: core.partitions_for("nope", sim.now) == 2, max_ms=5000)
+
+
+# --- MESSAGE_TOO_LARGE split ---------------------------------------------------------------------
+
+def test_message_too_large_splits_and_retries():
+    core, kafka, sim = make(enable_idempotence=False, acks=1, linger_ms=10)
+    kafka.inject("t", 0, 10)                                 # MESSAGE_TOO_LARGE once
+    hs = [sim.send(b"r%03d" % i) for i in range(40)]
+    bulk, n = core.send_many("t", [b"m%d" % i for i in range(20)], now=sim.now)
+    assert n == 20
+    sim.run_until(lambda: all(h.done for h in hs) and bulk.done)
+    assert all(h.error is None for h in hs) and bulk.error is None and bulk.delivered == 20
+    assert core.metrics()["splits"] == 1
+    assert len(kafka.produce_requests) >= 3
+    assert kafka.values() == [b"r%03d" % i for i in range(40)] + [b"m%d" % i for i in range(20)]
+    assert [h.metadata.offset for h in hs] == list(range(40))
+
+
+def test_message_too_large_single_record_fails():
+    core, kafka, sim = make(enable_idempotence=False, acks=1)
+    kafka.inject("t", 0, 10)
+    h = sim.send(b"big")
+    sim.run_until(lambda: h.done)
+    assert h.error.code == 10
+
+
+# --- send_many ---------------------------------------------------------------------------------
+
+def test_send_many_columnar_with_keys_spreads_by_murmur2():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}))
+    sim.send(b"warmup")
+    keys = [b"k%d" % i for i in range(30)]
+    bulk, n = core.send_many("t", [b"v%d" % i for i in range(30)], keys=keys, now=sim.now)
+    sim.run_until(lambda: bulk.done)
+    assert bulk.delivered == 30 and bulk.error is None
+    for p in range(3):
+        want = [b"v%d" % i for i in range(30) if murmur2_partition(keys[i], 3) == p]
+        assert [v for v in kafka.values("t", p) if v != b"warmup"] == want
+
+
+# --- metadata age, close, bulk backpressure -----------------------------------------------
+
+def test_metadata_refreshed_after_metadata_max_age():
+    core, kafka, sim = make(metadata_max_age_ms=10000)
+    h = sim.send(b"v")
+    sim.run_until(lambda: h.done)
+    asked = len(kafka.brokers[1].requests_of("Metadata"))
+    sim.advance(9000)
+    assert len(kafka.brokers[1].requests_of("Metadata")) == asked
+    sim.run_until(lambda: len(kafka.brokers[1].requests_of("Metadata")) > asked, max_ms=1500)
+
+
+def test_close_fails_every_pending_record_with_a_clear_error():
+    from kproto.producer import ProducerClosedError
+    core, kafka, sim = make(linger_ms=100000)
+    hs = [sim.send(b"v%d" % i) for i in range(5)]
+    actions = core.close(sim.now)
+    complete_results(core.events())
+    assert all(isinstance(h.error, ProducerClosedError) for h in hs)
+    assert "closed before these records were delivered" in str(hs[0].error)
+    assert any(isinstance(a, Close) for a in actions)
+    with pytest.raises(ProducerClosedError):
+        core.send("t", b"late", now=sim.now)
+
+
+def test_send_many_stops_when_memory_runs_out_and_continues_from_there():
+    core, kafka, sim = make(buffer_memory=8192, batch_size=1024, linger_ms=100000, max_request_size=1024)
+    sim.send(b"warm")
+    values = [b"%04d" % i + b"x" * 96 for i in range(200)]
+    bulk, n = core.send_many("t", values, now=sim.now)
+    assert 0 < n < 200
+    start = n
+    while start < 200:
+        sim.advance(10)                                     # batches go out, memory comes back
+        _, got = core.send_many("t", values, now=sim.now, handle=bulk, start=start)
+        start += got
+    sim.run_until(lambda: bulk.done)
+    assert bulk.error is None and bulk.delivered == 200
+    assert kafka.values()[1:] == values
+
+
+def test_in_flight_requests_never_exceed_the_limit():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 8}), linger_ms=0,
+                            max_in_flight_requests_per_connection=2, enable_idempotence=False, acks=1)
+    sim.send(b"warm", partition=0)
+    kafka.hold_replies = True
+    hs = []
+    for i in range(16):
+        hs.append(sim.send(b"v", partition=i % 8))
+        sim.step()
+        assert core.client.in_flight(1) <= 2
+    kafka.hold_replies = False
+    while not all(h.done for h in hs):
+        sim.release(1)
+        sim.advance(1)
+    assert all(h.error is None for h in hs)
+
+
+def test_idle_topics_are_dropped_from_metadata_after_metadata_max_idle_ms():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 1, "u": 1}), metadata_max_idle_ms=60000,
+                            metadata_max_age_ms=20000)
+    h = sim.send(b"v", topic="t")
+    h2 = sim.send(b"v", topic="u")
+    sim.run_until(lambda: h.done and h2.done)
+    for _ in range(4):                                       # keep "t" busy, leave "u" idle
+        sim.advance(20000)
+        hx = sim.send(b"again", topic="t")
+        sim.run_until(lambda: hx.done)
+    sim.advance(20001)
+    last = kafka.brokers[1].requests_of("Metadata")[-1]
+    assert [t["name"] for t in last.body["topics"]] == ["t"]
+    assert core.cluster.partition_count("u") is None

@@ -1,0 +1,190 @@
+"""Idempotent producing in the sans-IO core: sequences, 5 in flight, epoch bumps.
+
+The FakeKafka of test_producer_core checks sequences like a broker: in order
+-> written, already seen -> DUPLICATE_SEQUENCE_NUMBER, gap ->
+OUT_OF_ORDER_SEQUENCE_NUMBER.
+"""
+import pytest
+
+try:
+    from test_producer_core import FakeKafka, Sim, make
+except ImportError:  # pragma: no cover
+    from tests.test_producer_core import FakeKafka, Sim, make
+
+from kproto.error_codes import OutOfOrderSequenceNumberError
+from kproto.errors import KafkaError
+from kproto.producer import DeliveryTimeoutError
+from kproto.producer.idempotence import MAX_SEQUENCE, increment_sequence
+
+
+def batches_sent(kafka):
+    from kproto.records import read_batches
+    out = []
+    for node, req in kafka.produce_requests:
+        for t in req.body["topic_data"]:
+            for pd in t["partition_data"]:
+                (b,) = read_batches(pd["records"])
+                out.append((b.producer_id, b.producer_epoch, b.base_sequence, b.record_count))
+    return out
+
+
+def test_increment_sequence_wraps_like_java():
+    assert increment_sequence(5, 3) == 8
+    assert increment_sequence(MAX_SEQUENCE, 1) == 0
+    assert increment_sequence(MAX_SEQUENCE - 2, 5) == 2
+
+
+def test_init_producer_id_first_and_sequences_per_partition():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 2}), linger_ms=0)
+    hs = []
+    for i in range(6):
+        hs.append(sim.send(b"v%d" % i, partition=i % 2))
+        sim.step()
+    sim.run_until(lambda: all(h.done for h in hs))
+    names = [r.api_name for r in kafka.brokers[1].requests]
+    assert names.count("InitProducerId") == 1 and names.index("InitProducerId") < names.index("Produce")
+    sent = batches_sent(kafka)
+    assert all(pid == 1001 and epoch == 0 for pid, epoch, _, _ in sent)
+    assert kafka.values("t", 0) == [b"v0", b"v2", b"v4"] and kafka.values("t", 1) == [b"v1", b"v3", b"v5"]
+    assert core.idempotence.partitions[("t", 0)].next_sequence == 3
+
+
+def test_five_in_flight_keep_order_after_a_retriable_failure():
+    core, kafka, sim = make(linger_ms=0, max_in_flight_requests_per_connection=5)
+    first = sim.send(b"warm")
+    sim.run_until(lambda: first.done)
+    kafka.hold_replies = True
+    kafka.inject("t", 0, 6)                  # NOT_LEADER_OR_FOLLOWER on the first of the five
+    hs = []
+    for i in range(5):
+        hs.append(sim.send(b"m%d" % i))
+        sim.step()
+    assert core.client.in_flight(1) == 5      # five requests really were in flight at once
+    # The broker rejected #0 and then #1..#4 as out of order (a gap).
+    kafka.hold_replies = False
+    sim.release(1)
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert all(h.error is None for h in hs)
+    assert kafka.values() == [b"warm"] + [b"m%d" % i for i in range(5)]
+    assert [h.metadata.offset for h in hs] == [1, 2, 3, 4, 5]
+    seqs = [s for _, _, s, _ in batches_sent(kafka)]
+    assert seqs[:6] == [0, 1, 2, 3, 4, 5]          # first sends
+    assert seqs[6:] == [1, 2, 3, 4, 5]             # retries keep their sequences, in order
+    assert core.metrics()["retries"] >= 5
+
+
+def test_duplicate_sequence_is_success_after_a_lost_response():
+    core, kafka, sim = make(linger_ms=0, request_timeout_ms=1000)
+    kafka.hold = True                               # broker writes nothing and never answers ...
+    h = sim.send(b"once")
+    sim.step()
+    kafka.hold = False
+    # ... but the write did happen: simulate by appending through the broker logic
+    (node, req), = kafka.produce_requests
+    kafka._append(1, ("t", 0), req.body["topic_data"][0]["partition_data"][0]["records"])
+    sim.run_until(lambda: h.done)                   # request timeout -> retry -> DUPLICATE
+    assert h.error is None and h.metadata.offset == -1
+    assert kafka.values() == [b"once"]              # written exactly once
+
+
+def test_out_of_order_on_the_next_expected_batch_fails_it_and_bumps_epoch():
+    core, kafka, sim = make(linger_ms=0)
+    kafka.inject("t", 0, 45)
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    assert isinstance(h.error, OutOfOrderSequenceNumberError)
+    h2 = sim.send(b"b")
+    sim.run_until(lambda: h2.done)
+    assert h2.error is None
+    inits = kafka.brokers[1].requests_of("InitProducerId")
+    assert len(inits) == 2 and inits[1].body["producer_id"] == 1001 and inits[1].body["producer_epoch"] == 0
+    assert batches_sent(kafka)[-1][:3] == (1001, 1, 0)    # new epoch, sequence restarts
+
+
+def test_unknown_producer_id_bumps_epoch_and_retries():
+    core, kafka, sim = make(linger_ms=0)
+    kafka.inject("t", 0, 59)
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    assert h.error is None and kafka.values() == [b"a"]
+    assert core.metrics()["epoch_bumps"] == 1 and core.idempotence.epoch == 1
+    assert batches_sent(kafka)[-1][:3] == (1001, 1, 0)
+
+
+def test_expired_in_flight_batch_bumps_epoch():
+    core, kafka, sim = make(linger_ms=0, request_timeout_ms=2000, delivery_timeout_ms=2500)
+    kafka.hold = True
+    h = sim.send(b"lost")
+    sim.run_until(lambda: h.done)
+    assert isinstance(h.error, DeliveryTimeoutError)
+    kafka.hold = False
+    h2 = sim.send(b"next")
+    sim.run_until(lambda: h2.done)
+    assert h2.error is None and core.idempotence.epoch == 1
+
+
+def test_sequence_wraps_to_zero_after_int32_max():
+    core, kafka, sim = make(linger_ms=0)
+    h = sim.send(b"first")
+    sim.run_until(lambda: h.done)
+    # Pretend the producer has been running for a long time.
+    core.idempotence.partitions[("t", 0)].next_sequence = MAX_SEQUENCE - 2
+    core.idempotence.partitions[("t", 0)].last_acked = MAX_SEQUENCE - 3
+    kafka.seq[(1001, 0, "t", 0)] = MAX_SEQUENCE - 3
+    bulk, _ = core.send_many("t", [b"w%d" % i for i in range(5)], now=sim.now)
+    sim.run_until(lambda: bulk.done)
+    h2 = sim.send(b"after")
+    sim.run_until(lambda: h2.done)
+    assert bulk.error is None and h2.error is None
+    seqs = [s for _, _, s, _ in batches_sent(kafka)]
+    assert seqs[-2:] == [MAX_SEQUENCE - 2, 2]
+    assert core.idempotence.partitions[("t", 0)].last_acked == 2
+
+
+def test_max_in_flight_one_without_idempotence_keeps_order_by_muting():
+    core, kafka, sim = make(linger_ms=0, enable_idempotence=False, acks=1,
+                            max_in_flight_requests_per_connection=1)
+    kafka.hold_replies = True
+    hs = []
+    for i in range(3):
+        hs.append(sim.send(b"o%d" % i))
+        sim.step()
+    assert len(kafka.produce_requests) == 1          # muted until the answer
+    kafka.hold_replies = False
+    sim.release(1)
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert kafka.values() == [b"o0", b"o1", b"o2"]
+
+
+def test_explicit_idempotence_needs_init_producer_id_support():
+    from kproto.producer import ProducerCore
+    kafka = FakeKafka()
+    kafka.brokers[1].versions.pop("InitProducerId")
+    core = ProducerCore({"bootstrap.servers": "boot:9092", "linger.ms": 0})
+    sim = Sim(core, kafka)
+    # The producer becomes unusable, with a message that says why and what to do.
+    with pytest.raises(KafkaError, match="does not support InitProducerId.*enable.idempotence=false"):
+        for _ in range(10):
+            h = sim.send(b"v")
+            sim.run_until(lambda: h.done)
+
+
+def test_epoch_bump_refused_by_broker_falls_back_to_a_new_producer_id():
+    # Tansu answers InitProducerId with an existing id/epoch (KIP-360) with
+    # UNKNOWN_SERVER_ERROR; the producer then asks for a fresh id.
+    kafka = FakeKafka()
+    orig = kafka._init_pid
+
+    def init(req):
+        if req.body.get("producer_id", -1) >= 0:
+            return {"error_code": -1, "producer_id": -1, "producer_epoch": -1}
+        return orig(req)
+    kafka.brokers[1].on("InitProducerId", init)
+    core, kafka, sim = make(kafka, linger_ms=0)
+    kafka.inject("t", 0, 59)                                 # UNKNOWN_PRODUCER_ID
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    assert h.error is None and kafka.values() == [b"a"]
+    inits = kafka.brokers[1].requests_of("InitProducerId")
+    assert [r.body["producer_id"] for r in inits] == [-1, 1001, -1]
+    assert batches_sent(kafka)[-1][:3] == (1002, 0, 0)
