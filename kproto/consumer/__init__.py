@@ -1,0 +1,117 @@
+"""The consumer group side of the sans-IO core: coordinator discovery, group
+membership (classic protocol), partition assignors and offset commits.
+
+Every state machine here follows one driver contract (no sockets, threads or
+clock; ``now`` is milliseconds)::
+
+    for req in machine.poll(now):          # list of OutgoingRequest
+        node = "least loaded node" if req.destination == ANY else coordinator.coordinator
+        # (connect to the coordinator under coordinator.connection_id, as Java does)
+        ... if the version negotiated for req.api_name < req.min_version:
+                req.owner.on_failure(req, UnsupportedVersionError(...), now)
+        ... else send req.api_name / req.body there (timeout: req.timeout_ms or request.timeout.ms)
+        ... then on the answer:  req.owner.on_response(req, body, now)
+        ... or on failure:      req.owner.on_failure(req, error, now)   # connection closed, timeout
+    machine.next_deadline(now)             # call poll again at the latest then (None: no timer)
+    machine.events()                       # application events, drained
+
+Poll the shared GroupCoordinator first, then GroupMembership, then
+OffsetCommitter. On a CoordinatorLost event close the coordinator connection
+(failing what is in flight on it). Hand membership events to the
+application's rebalance listener before polling again: revocations are
+emitted one poll before the JoinGroup they precede, so the listener can still
+commit with the current generation.
+
+Request bodies are version-agnostic: they carry the fields of every version
+(the codec ignores the fields a version lacks), so the driver may send them at
+whatever version it negotiated with the broker.
+
+The shared value types live here (before the submodules are imported, which
+use them) so that every module and the future fetcher agree on them.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+#: OutgoingRequest destinations: the least-loaded known node (FindCoordinator),
+#: or the group coordinator found by FindCoordinator.
+ANY = "any"
+COORDINATOR = "coordinator"
+
+
+# One TopicPartition type for the whole client (the metadata cache, the fetcher
+# and the group machines); a plain (topic, partition) tuple compares equal too.
+from kproto.cluster import TopicPartition  # noqa: E402
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed (or to-be-committed) position: the offset of the NEXT record
+    to consume, its leader epoch (-1 unknown) and free-form metadata."""
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+class OutgoingRequest:
+    """A request a state machine wants sent.
+
+    Compared by identity: the driver hands the same object back to
+    ``owner.on_response`` / ``owner.on_failure``. ``coordinator_epoch`` is the
+    coordinator incarnation the request was built for, so a late failure of a
+    request to an old coordinator cannot knock out a newer one.
+    """
+
+    __slots__ = ("destination", "api_name", "body", "owner", "timeout_ms",
+                 "coordinator_epoch", "context", "min_version")
+
+    def __init__(self, destination: str, api_name: str, body: dict, owner: Any = None, *,
+                 timeout_ms: Optional[int] = None, coordinator_epoch: int = -1,
+                 context: Any = None, min_version: int = 0):
+        self.destination = destination
+        self.api_name = api_name
+        self.body = body
+        self.owner = owner
+        #: request timeout for this request (None: the driver's request.timeout.ms);
+        #: JoinGroup needs longer, as in Java (rebalance timeout + 5 s).
+        self.timeout_ms = timeout_ms
+        self.coordinator_epoch = coordinator_epoch
+        #: private to the owner (e.g. the commit a request belongs to)
+        self.context = context
+        #: the lowest version that can carry this body's meaning (e.g. v5 for a
+        #: JoinGroup with group.instance.id): if the negotiated version is lower,
+        #: the driver must call on_failure with UnsupportedVersionError instead
+        #: of sending (the codec would silently drop the field).
+        self.min_version = min_version
+
+    def __repr__(self):
+        return f"<OutgoingRequest {self.api_name} -> {self.destination}>"
+
+
+from kproto.consumer.assignors import (  # noqa: E402  (the types above must exist first)
+    Assignment, CooperativeStickyAssignor, MemberSubscription, RangeAssignor,
+    RebalanceProtocol, RoundRobinAssignor, assignor_by_name, build_assignors,
+)
+from kproto.consumer.coordinator import (  # noqa: E402
+    CoordinatorFound, CoordinatorInfo, CoordinatorLookupFailed, CoordinatorLost,
+    CoordinatorState, GroupCoordinator,
+)
+from kproto.consumer.membership import (  # noqa: E402
+    GroupFatalError, GroupMembership, MemberState, MetadataNeeded, PartitionsAssigned,
+    PartitionsLost, PartitionsRevoked,
+)
+from kproto.consumer.commits import (  # noqa: E402
+    CommitCompleted, CommitFailed, CommitFailedError, CommitHandle, CommitTimeoutError,
+    FetchHandle, OffsetCommitter, OffsetsFetched,
+)
+
+__all__ = [
+    "ANY", "COORDINATOR", "TopicPartition", "OffsetAndMetadata", "OutgoingRequest",
+    "Assignment", "MemberSubscription", "RebalanceProtocol", "RangeAssignor",
+    "RoundRobinAssignor", "CooperativeStickyAssignor", "assignor_by_name", "build_assignors",
+    "GroupCoordinator", "CoordinatorState", "CoordinatorInfo", "CoordinatorFound",
+    "CoordinatorLost", "CoordinatorLookupFailed",
+    "GroupMembership", "MemberState", "PartitionsAssigned", "PartitionsRevoked",
+    "PartitionsLost", "GroupFatalError", "MetadataNeeded",
+    "OffsetCommitter", "CommitHandle", "FetchHandle", "CommitCompleted", "CommitFailed",
+    "OffsetsFetched", "CommitTimeoutError", "CommitFailedError",
+]
