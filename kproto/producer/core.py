@@ -265,6 +265,9 @@ class ProducerCore:
             return p
         if key is not None:
             return murmur2_partition(key, n)
+        sticky = self.partitioner.current(topic, n)
+        if sticky is not None:          # the common case: no list of available partitions needed
+            return sticky
         return self.partitioner.partition(topic, None, n, self.cluster.available_partitions(topic))
 
     def _check_open(self):

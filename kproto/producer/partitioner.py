@@ -79,6 +79,11 @@ class StickyPartitioner:
             self._sticky[topic] = p
         return p
 
+    def current(self, topic, num_partitions):
+        """The sticky partition of a topic, or None when one must be picked."""
+        p = self._sticky.get(topic)
+        return p if p is not None and p < num_partitions else None
+
     def _pick(self, num_partitions, available, previous):
         choices = list(available) if available else list(range(num_partitions))
         if len(choices) > 1 and previous in choices:
