@@ -1,0 +1,1246 @@
+"""``AdminCore``: the Kafka admin client as a sans-IO state machine.
+
+Same driver contract as :class:`kproto.producer.ProducerCore`, so one selector
+loop can run producer, consumer and admin cores alike::
+
+    core = AdminCore({"bootstrap.servers": "h:9092"})
+    h = core.create_topics([NewTopic("t", 3, 1)], now=now)   # an AdminHandle
+    for action in core.poll(now):            # Connect(node, host, port) | Close(node, reason)
+        ...
+    # bytes: core.nodes_with_output(), core.output(node), core.sent(node, n, now)
+    core.connected(node, now); core.received(node, data, now); core.disconnected(node, now, exc)
+    core.next_deadline(now)                  # absolute ms, or None
+    for handle in core.events(): ...         # AdminHandles completed since the last call
+    h.done; h.result()                       # value, or raises the (first) error
+    h.items["t"].error                       # per-item outcome (like Java's KafkaFuture per topic)
+
+How it works (Java ``KafkaAdminClient``'s ``Call`` model): every operation is
+split into calls, each aimed at a node - the least loaded node, the controller
+(topic creation/deletion, partitions), a group's coordinator (found with
+FindCoordinator first) or partition leaders (found with a Metadata call
+first). A call that fails retriably - NOT_CONTROLLER, LEADER_NOT_AVAILABLE,
+NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+COORDINATOR_LOAD_IN_PROGRESS, a lost connection, a request timeout - is
+re-routed when the error says the target moved and sent again after an
+exponential backoff (retry.backoff.ms .. retry.backoff.max.ms) until the
+operation's deadline (default.api.timeout.ms, or ``timeout_ms`` of the call);
+then its items fail with :class:`AdminTimeoutError` naming the operation and the
+last error. Non-retriable errors fail their item with the typed
+:class:`~kproto.errors.BrokerError`; an API the broker lacks fails with
+:class:`~kproto.errors.UnsupportedVersionError` naming it.
+
+Deviation from Java: a topic the Metadata step reports as unknown fails its
+items at once (UNKNOWN_TOPIC_OR_PARTITION) instead of being retried until the
+timeout, for list_offsets, delete_records and the lag helper as for
+describe_topics.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, NamedTuple, Optional
+
+from kproto import error_codes
+from kproto.client import NetworkClient
+from kproto.cluster import ClusterMetadata, TopicPartition
+from kproto.config import COMMON, INT, BOOL, ConfigDef, Config, Setting, in_range, require_bootstrap
+from kproto.consumer import OffsetAndMetadata
+from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
+from kproto.errors import (
+    ConfigError, ConnectionClosedError, KafkaError, NotReadyError, RequestTimedOutError,
+    UnsupportedVersionError,
+)
+
+__all__ = [
+    "AdminCore", "AdminHandle", "AdminResult", "AdminTimeoutError", "ADMIN_CONFIG",
+    "parse_admin_config", "NewTopic", "NewPartitions", "ConfigResource", "ConfigEntry",
+    "TopicListing", "TopicDescription", "PartitionInfo", "Node", "ClusterDescription",
+    "ConsumerGroupListing", "MemberDescription", "ConsumerGroupDescription",
+    "ListOffsetsResultInfo", "DeletedRecords", "ConsumerLag", "OffsetSpec", "TopicPartition",
+    "OffsetAndMetadata",
+]
+
+ADMIN_CONFIG = ConfigDef(COMMON + [
+    Setting("default.api.timeout.ms", INT, 60000, in_range(1),
+            "how long an admin operation may take, retries included"),
+    Setting("metadata.max.idle.ms", INT, 300000, in_range(5000), "accepted for symmetry; unused"),
+    Setting("allow.auto.create.topics", BOOL, False, doc="admin Metadata requests never create topics"),
+], checks=[require_bootstrap])
+
+
+def parse_admin_config(conf=None, **kwargs) -> Config:
+    return ADMIN_CONFIG.parse(conf, **kwargs)
+
+
+class AdminTimeoutError(KafkaError, TimeoutError):
+    """An admin operation did not finish within its deadline (default.api.timeout.ms)."""
+
+    retriable = True
+
+
+# --- inputs and results ----------------------------------------------------------------
+
+class NewTopic(NamedTuple):
+    name: str
+    num_partitions: int = -1              # -1: the broker's default
+    replication_factor: int = -1          # -1: the broker's default
+    configs: dict = {}
+    replica_assignments: dict = {}        # {partition: [broker ids]} (then counts must be -1)
+
+
+class NewPartitions(NamedTuple):
+    total_count: int
+    assignments: Optional[list] = None    # [[broker ids] per new partition]
+
+
+class ConfigResource(NamedTuple):
+    type: int                             # ConfigResource.TOPIC (2) or BROKER (4)
+    name: str
+
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+    @classmethod
+    def topic(cls, name):
+        return cls(2, name)
+
+    @classmethod
+    def broker(cls, node_id):
+        return cls(4, str(node_id))
+
+
+class ConfigEntry(NamedTuple):
+    name: str
+    value: Optional[str]
+    source: int = -1                      # Kafka's ConfigSource (1 topic, 4 static broker, 5 default ...)
+    is_default: bool = False
+    read_only: bool = False
+    is_sensitive: bool = False
+    synonyms: tuple = ()                  # ((name, value, source), ...)
+
+
+class TopicListing(NamedTuple):
+    name: str
+    topic_id: Any
+    internal: bool
+
+
+class PartitionInfo(NamedTuple):
+    partition: int
+    leader: Optional[int]                 # None: no leader
+    replicas: tuple
+    isr: tuple
+    offline: tuple = ()
+    leader_epoch: int = -1
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    topic_id: Any
+    internal: bool
+    partitions: tuple                     # PartitionInfo, by partition
+
+
+class Node(NamedTuple):
+    id: int
+    host: str
+    port: int
+    rack: Optional[str] = None
+
+
+class ClusterDescription(NamedTuple):
+    cluster_id: Optional[str]
+    controller: Optional[Node]
+    nodes: tuple
+
+
+class ConsumerGroupListing(NamedTuple):
+    group_id: str
+    is_simple: bool                       # no protocol type (offsets only, no members)
+    state: Optional[str] = None           # ListGroups v4+
+    protocol_type: str = ""
+    coordinator: int = -1                 # the broker that listed it
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    group_instance_id: Optional[str]
+    client_id: str
+    host: str
+    assignment: Assignment
+    subscription: Optional[MemberSubscription]
+
+
+class ConsumerGroupDescription(NamedTuple):
+    group_id: str
+    is_simple: bool
+    state: str
+    protocol_type: str
+    assignor: str                         # the protocol (assignor) name chosen
+    members: tuple
+    coordinator: Optional[Node]
+
+
+class ListOffsetsResultInfo(NamedTuple):
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+class DeletedRecords(NamedTuple):
+    low_watermark: int
+
+
+class ConsumerLag(NamedTuple):
+    committed: int
+    end_offset: int
+    lag: int
+
+
+class OffsetSpec:
+    """What list_offsets asks for: EARLIEST, LATEST, MAX_TIMESTAMP or a timestamp (ms)."""
+    EARLIEST = -2
+    LATEST = -1
+    MAX_TIMESTAMP = -3
+
+    @staticmethod
+    def for_timestamp(ts_ms: int) -> int:
+        if ts_ms < 0:
+            raise ValueError("a timestamp must be >= 0")
+        return int(ts_ms)
+
+
+def _spec(v) -> int:
+    if isinstance(v, str):
+        try:
+            return {"earliest": -2, "latest": -1, "max_timestamp": -3}[v.lower()]
+        except KeyError:
+            raise ValueError(f"offset spec {v!r}: expected 'earliest', 'latest', 'max_timestamp' "
+                             f"or a timestamp in ms") from None
+    if isinstance(v, bool) or not isinstance(v, int) or v < -3:
+        raise ValueError(f"offset spec {v!r}: expected OffsetSpec.EARLIEST/LATEST/MAX_TIMESTAMP "
+                         f"or a timestamp in ms")
+    return v
+
+
+# --- handles -----------------------------------------------------------------------------
+
+class AdminResult:
+    """The outcome of one item (a topic, a group, a partition): ``done``,
+    ``value``, ``error``; ``result()`` returns the value or raises the error."""
+    __slots__ = ("key", "done", "value", "error")
+
+    def __init__(self, key):
+        self.key = key
+        self.done = False
+        self.value = None
+        self.error = None
+
+    def result(self):
+        if not self.done:
+            raise KafkaError(f"the result for {self.key!r} is not ready yet")
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def __repr__(self):
+        state = "pending" if not self.done else (f"error={self.error!r}" if self.error else f"value={self.value!r}")
+        return f"<AdminResult {self.key!r} {state}>"
+
+
+class AdminHandle:
+    """The outcome of one admin operation.
+
+    ``items``: {key: AdminResult} (topic name, group id, TopicPartition, ...);
+    operations with one answer (list_topics, describe_cluster, ...) have one
+    item and ``single`` set. ``done`` once every item is. ``result()``:
+    the single value, or {key: value} - raising the first item error (Java's
+    ``all()``); ``errors()``: {key: exception} of failed items. Drivers may
+    subclass it and override ``_resolved`` (called once, when done)."""
+
+    def __init__(self, operation: str, keys, deadline, single=False):
+        self.operation = operation
+        self.items = {k: AdminResult(k) for k in keys}
+        self.single = single
+        self.deadline = deadline
+        self.done = False
+        self._pending = len(self.items)
+        self._listeners: list = []
+
+    @property
+    def error(self):
+        for r in self.items.values():
+            if r.error is not None:
+                return r.error
+        return None
+
+    def errors(self) -> dict:
+        return {k: r.error for k, r in self.items.items() if r.error is not None}
+
+    def values(self) -> dict:
+        """{key: value} of the items that succeeded."""
+        return {k: r.value for k, r in self.items.items() if r.done and r.error is None}
+
+    def result(self):
+        if not self.done:
+            raise KafkaError(f"{self.operation} is not done yet")
+        err = self.error
+        if err is not None:
+            raise err
+        if self.single:
+            return next(iter(self.items.values())).value
+        return {k: r.value for k, r in self.items.items()}
+
+    def _resolved(self):
+        pass
+
+    def __repr__(self):
+        return f"<AdminHandle {self.operation} {'done' if self.done else 'pending'} {len(self.items)} items>"
+
+
+# --- calls ---------------------------------------------------------------------------------
+
+ANY, CONTROLLER, NODE = "any", "controller", "node"
+#: Codes meaning "the controller moved": re-route to a fresh controller.
+_NOT_CONTROLLER = 41
+#: Codes meaning "ask FindCoordinator again".
+_COORDINATOR_MOVED = frozenset({15, 16})
+_COORDINATOR_LOADING = 14
+#: Partition-level codes meaning "the leader moved / is not known yet": look it up again.
+_LEADER_MOVED = frozenset({5, 6, 9, 13})
+
+
+class _Call:
+    """One request of an operation. ``keys`` are the operation items it resolves."""
+
+    def __init__(self, op, api, keys, target=ANY, node=None, *, tries=0, not_before=0):
+        self.op = op
+        self.api = api
+        self.keys = list(keys)
+        self.target = target
+        self.node = node
+        self.tries = tries
+        self.next_try_at = not_before
+        self.last_error = None
+        self.request = None
+        self.what = api
+
+    # overridden per operation
+    def build(self, core, node) -> dict:
+        raise NotImplementedError
+
+    def handle(self, core, body, now) -> None:
+        raise NotImplementedError
+
+    def describe(self):
+        where = {ANY: "any broker", CONTROLLER: "the controller"}.get(self.target, f"node {self.node}")
+        return f"{self.what} to {where}"
+
+
+class AdminCore:
+    def __init__(self, config=None, *, rng=None, **kwargs):
+        cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
+        self.config = cfg
+        self.rng = rng or random.Random()
+        self.cluster = ClusterMetadata(
+            [_host_port(s) for s in cfg.bootstrap_servers],
+            metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms, allow_auto_topic_creation=False)
+        self.client = NetworkClient(
+            self.cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
+            max_in_flight=5, reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=self.rng)
+        self._calls: list[_Call] = []          # waiting to be sent (maybe backing off)
+        self._in_flight: set = set()
+        self._completed: list = []
+        self.closed = False
+        self.retries = 0                        # total retried calls (metrics, tests)
+
+    # -- the driver interface --------------------------------------------------------------
+    def poll(self, now) -> list:
+        actions = self.client.poll(now)
+        if not self.client.closing:
+            self._run_calls(now)
+            actions.extend(self.client.poll(now))
+        return actions
+
+    def next_deadline(self, now) -> Optional[float]:
+        best = self.client.next_deadline(now)
+        for c in self._calls:
+            wake = None
+            if c.next_try_at > now:
+                wake = c.next_try_at                     # backing off
+            elif c.target == NODE and c.node is not None:
+                delay = self.client.connection_delay(c.node, now)
+                if delay:                                # its node is in reconnect backoff
+                    wake = now + delay
+            for d in (c.op.deadline, wake):
+                if d is not None and (best is None or d < best):
+                    best = d
+        return best
+
+    def connected(self, node, now):
+        self.client.connected(node, now)
+
+    def received(self, node, data, now):
+        self.client.received(node, data, now)
+
+    def disconnected(self, node, now, exc=None):
+        self.client.disconnected(node, now, exc)
+
+    def nodes_with_output(self):
+        return self.client.nodes_with_output()
+
+    def output(self, node):
+        return self.client.output(node)
+
+    def sent(self, node, n, now):
+        self.client.sent(node, n, now)
+
+    def events(self) -> list:
+        """AdminHandles completed since the last call."""
+        out, self._completed = self._completed, []
+        return out
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._calls or self._in_flight)
+
+    def close(self, now):
+        """Fail every unfinished operation and close every connection; returns Close actions."""
+        self.closed = True
+        actions = self.client.close(now)     # in-flight calls fail through _on_done
+        for c in self._calls + list(self._in_flight):
+            self._fail_call(c, _closed_error())
+        self._calls = []
+        self._in_flight.clear()
+        return actions
+
+    # -- the engine ------------------------------------------------------------------------
+    def _op(self, name, keys, now, timeout_ms, single=False) -> AdminHandle:
+        if self.closed:
+            raise _closed_error()
+        t = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        op = AdminHandle(name, keys, now + t, single)
+        op.timeout_ms = t
+        if not op.items:
+            op.done = True
+            self._completed.append(op)
+        return op
+
+    def _submit(self, call: _Call):
+        self._calls.append(call)
+
+    def _backoff(self, tries) -> float:
+        b = self.config.retry_backoff_ms * 2 ** max(0, tries - 1)
+        return min(b, self.config.retry_backoff_max_ms)
+
+    def _node_for(self, call, now) -> Optional[int]:
+        if call.target == ANY:
+            return self.client.least_loaded_node(now)
+        if call.target == CONTROLLER:
+            ctl = self.cluster.controller_id
+            if ctl is None or ctl < 0 or ctl not in self.cluster.brokers:
+                self.cluster.request_update()
+                return None
+            return ctl
+        return call.node
+
+    def _run_calls(self, now):
+        for call in list(self._calls):
+            if call.op.done or all(call.op.items[k].done for k in call.keys):
+                self._calls.remove(call)
+                continue
+            if now >= call.op.deadline:
+                self._calls.remove(call)
+                self._timeout(call, now)
+                continue
+            if now < call.next_try_at:
+                continue
+            node = self._node_for(call, now)
+            if node is None or not self.client.ready(node, now):
+                continue
+            try:
+                body = call.build(self, node)
+                timeout = max(1, min(self.config.request_timeout_ms, call.op.deadline - now))
+                req = self.client.send(node, call.api, body, now, timeout_ms=timeout,
+                                       callback=lambda r, c=call: self._on_done(c, r))
+            except NotReadyError:
+                continue
+            except UnsupportedVersionError as e:
+                self._calls.remove(call)
+                self._fail_call(call, UnsupportedVersionError(f"{call.op.operation}: {e}"))
+                continue
+            except KafkaError as e:          # an encode error: the caller's input
+                self._calls.remove(call)
+                self._fail_call(call, e)
+                continue
+            call.node = node
+            call.request = req
+            self._calls.remove(call)
+            self._in_flight.add(call)
+
+    def _on_done(self, call, req):
+        self._in_flight.discard(call)
+        now = req.completed_at
+        if self.closed:
+            self._fail_call(call, _closed_error())
+            return
+        if req.error is not None:
+            err = req.error
+            if isinstance(err, (ConnectionClosedError, RequestTimedOutError)) or getattr(err, "retriable", False):
+                self._retry(call, err, now, moved=True)
+            else:
+                self._fail_call(call, err)
+            return
+        try:
+            call.handle(self, req.result, now)
+        except KafkaError as e:
+            self._fail_call(call, e)
+        except (KeyError, TypeError, ValueError) as e:   # a malformed answer
+            self._fail_call(call, KafkaError(f"{call.op.operation}: unexpected {call.api} answer: {e!r}"))
+
+    def _retry(self, call, err, now, moved=False, keys=None):
+        """Send ``call`` (or a copy for ``keys``) again after the backoff.
+        ``moved``: its target node is stale (re-route)."""
+        self.retries += 1
+        if keys is not None and set(keys) != set(call.keys):
+            call = _copy_call(call, keys)
+        call.tries += 1
+        call.last_error = err
+        call.request = None
+        call.next_try_at = now + self._backoff(call.tries)
+        if moved:
+            if call.target == CONTROLLER:
+                self.cluster.controller_id = None
+                self.cluster.request_update()
+            on_moved = getattr(call, "on_moved", None)
+            if on_moved is not None:
+                on_moved(call, now)
+                return
+        self._submit(call)
+
+    def _timeout(self, call, now):
+        last = f"; last error: {call.last_error}" if call.last_error is not None else ""
+        err = AdminTimeoutError(
+            f"{call.op.operation} timed out after {call.op.timeout_ms} ms (default.api.timeout.ms "
+            f"or timeout_ms): {call.describe()} did not succeed ({call.tries} retries){last}")
+        self._fail_call(call, err)
+
+    def _fail_call(self, call, err):
+        for k in call.keys:
+            self._complete(call.op, k, error=err)
+
+    def _complete(self, op, key, value=None, error=None):
+        item = op.items[key]
+        if item.done:
+            return
+        item.done = True
+        item.value = value
+        item.error = error
+        op._pending -= 1
+        if op._pending == 0 and not op.done:
+            op.done = True
+            self._completed.append(op)
+            for fn in op._listeners:
+                fn(op)
+            op._resolved()
+
+    def _seen_metadata(self, body, now):
+        """Let the shared cache learn brokers and the controller from any Metadata answer."""
+        self.cluster.update({**body, "topics": []}, now)
+
+    # -- topics ----------------------------------------------------------------------------
+    def create_topics(self, topics, *, validate_only=False, timeout_ms=None, now) -> AdminHandle:
+        """Create topics (NewTopic or names) on the controller; one item per topic name."""
+        topics = [t if isinstance(t, NewTopic) else NewTopic(t) for t in topics]
+        _no_dups([t.name for t in topics], "create_topics")
+        op = self._op("create_topics", [t.name for t in topics], now, timeout_ms)
+        by_name = {t.name: t for t in topics}
+        wait = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+
+        def build(node, call=None):
+            ks = call.keys
+            return {"topics": [{
+                "name": n, "num_partitions": by_name[n].num_partitions,
+                "replication_factor": by_name[n].replication_factor,
+                "assignments": [{"partition_index": p, "broker_ids": list(b)}
+                                for p, b in sorted(by_name[n].replica_assignments.items())],
+                "configs": [{"name": k, "value": None if v is None else str(v)}
+                            for k, v in by_name[n].configs.items()]} for n in ks],
+                "timeout_ms": wait, "validate_only": validate_only}
+
+        def handle(call, body, now):
+            again = []
+            for t in body.get("topics") or []:
+                n = t["name"]
+                if n not in call.keys:
+                    continue
+                code = t["error_code"]
+                if code == _NOT_CONTROLLER:
+                    again.append(n)
+                elif code:
+                    self._complete(op, n, error=error_codes.error_for_code(
+                        code, t.get("error_message"), f"create topic {n!r}"))
+                else:
+                    self._complete(op, n, value=_topic_id(t.get("topic_id")))
+            self._unanswered(call, op, "CreateTopics", again)
+            if again:
+                self._retry(call, error_codes.error_for_code(_NOT_CONTROLLER, None, "CreateTopics"),
+                            now, moved=True, keys=again)
+
+        self._submit(_SelfCall(op, "CreateTopics", op.items, build, handle, target=CONTROLLER))
+        return op
+
+    def delete_topics(self, topics, *, timeout_ms=None, now) -> AdminHandle:
+        """Delete topics by name on the controller; one item per topic."""
+        topics = list(topics)
+        _no_dups(topics, "delete_topics")
+        op = self._op("delete_topics", topics, now, timeout_ms)
+        wait = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+
+        def build(node, call=None):
+            return {"topics": [{"name": n} for n in call.keys], "topic_names": list(call.keys),
+                    "timeout_ms": wait}
+
+        def handle(call, body, now):
+            again = []
+            for t in body.get("responses") or []:
+                n = t.get("name")
+                if n not in call.keys:
+                    continue
+                code = t["error_code"]
+                if code == _NOT_CONTROLLER:
+                    again.append(n)
+                elif code:
+                    self._complete(op, n, error=error_codes.error_for_code(
+                        code, t.get("error_message"), f"delete topic {n!r}"))
+                else:
+                    self._complete(op, n, value=None)
+            self._unanswered(call, op, "DeleteTopics", again)
+            if again:
+                self._retry(call, error_codes.error_for_code(_NOT_CONTROLLER, None, "DeleteTopics"),
+                            now, moved=True, keys=again)
+
+        self._submit(_SelfCall(op, "DeleteTopics", op.items, build, handle, target=CONTROLLER))
+        return op
+
+    def create_partitions(self, new_partitions: dict, *, validate_only=False, timeout_ms=None,
+                          now) -> AdminHandle:
+        """Grow topics to ``NewPartitions(total_count)`` (or an int); one item per topic."""
+        spec = {t: (p if isinstance(p, NewPartitions) else NewPartitions(int(p)))
+                for t, p in new_partitions.items()}
+        op = self._op("create_partitions", list(spec), now, timeout_ms)
+        wait = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+
+        def build(node, call=None):
+            return {"topics": [{"name": n, "count": spec[n].total_count,
+                                "assignments": None if spec[n].assignments is None else
+                                [{"broker_ids": list(b)} for b in spec[n].assignments]}
+                               for n in call.keys],
+                    "timeout_ms": wait, "validate_only": validate_only}
+
+        def handle(call, body, now):
+            again = []
+            for t in body.get("results") or []:
+                n = t["name"]
+                if n not in call.keys:
+                    continue
+                code = t["error_code"]
+                if code == _NOT_CONTROLLER:
+                    again.append(n)
+                elif code:
+                    self._complete(op, n, error=error_codes.error_for_code(
+                        code, t.get("error_message"), f"create partitions of {n!r}"))
+                else:
+                    self._complete(op, n, value=None)
+            self._unanswered(call, op, "CreatePartitions", again)
+            if again:
+                self._retry(call, error_codes.error_for_code(_NOT_CONTROLLER, None, "CreatePartitions"),
+                            now, moved=True, keys=again)
+
+        self._submit(_SelfCall(op, "CreatePartitions", op.items, build, handle, target=CONTROLLER))
+        return op
+
+    def _unanswered(self, call, op, api, again=()):
+        """Items the broker did not mention fail (a broker bug), so nothing waits forever."""
+        for k in call.keys:
+            if not op.items[k].done and k not in again:
+                self._complete(op, k, error=KafkaError(
+                    f"{op.operation}: the {api} answer did not mention {k!r}"))
+
+    def list_topics(self, *, list_internal=False, timeout_ms=None, now) -> AdminHandle:
+        """All topics: {name: TopicListing} (internal ones only with ``list_internal``)."""
+        op = self._op("list_topics", ["topics"], now, timeout_ms, single=True)
+
+        def build(node, call=None):
+            return {"topics": None, "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False}
+
+        def handle(call, body, now):
+            self._seen_metadata(body, now)
+            out = {}
+            for t in body.get("topics") or []:
+                if t.get("error_code", 0) or (t.get("is_internal") and not list_internal):
+                    continue
+                out[t["name"]] = TopicListing(t["name"], _topic_id(t.get("topic_id")), bool(t.get("is_internal")))
+            self._complete(op, "topics", value=dict(sorted(out.items())))
+
+        self._submit(_SelfCall(op, "Metadata", op.items, build, handle))
+        return op
+
+    def describe_topics(self, topics, *, timeout_ms=None, now) -> AdminHandle:
+        """{name: TopicDescription}; one item per topic (UNKNOWN_TOPIC_OR_PARTITION fails it)."""
+        topics = list(topics)
+        _no_dups(topics, "describe_topics")
+        op = self._op("describe_topics", topics, now, timeout_ms)
+
+        def build(node, call=None):
+            return {"topics": [{"name": n} for n in call.keys], "allow_auto_topic_creation": False}
+
+        def handle(call, body, now):
+            self._seen_metadata(body, now)
+            again = []
+            seen = set()
+            for t in body.get("topics") or []:
+                n = t.get("name")
+                if n not in call.keys:
+                    continue
+                seen.add(n)
+                code = t.get("error_code", 0)
+                if code == 5:                               # LEADER_NOT_AVAILABLE: being created
+                    again.append(n)
+                    continue
+                if code:
+                    self._complete(op, n, error=error_codes.error_for_code(
+                        code, None, f"describe topic {n!r}"))
+                    continue
+                parts = tuple(PartitionInfo(
+                    p["partition_index"], p["leader_id"] if p["leader_id"] >= 0 else None,
+                    tuple(p.get("replica_nodes") or ()), tuple(p.get("isr_nodes") or ()),
+                    tuple(p.get("offline_replicas") or ()), p.get("leader_epoch", -1))
+                    for p in sorted(t.get("partitions") or [], key=lambda p: p["partition_index"]))
+                self._complete(op, n, value=TopicDescription(n, _topic_id(t.get("topic_id")),
+                                                             bool(t.get("is_internal")), parts))
+            for n in call.keys:
+                if n not in seen and not op.items[n].done:
+                    self._complete(op, n, error=error_codes.error_for_code(
+                        3, "the broker did not describe it", f"describe topic {n!r}"))
+            if again:
+                self._retry(call, error_codes.error_for_code(5, None, "describe topics"), now, keys=again)
+
+        self._submit(_SelfCall(op, "Metadata", op.items, build, handle))
+        return op
+
+    # -- cluster and configs ------------------------------------------------------------------
+    def describe_cluster(self, *, timeout_ms=None, now) -> AdminHandle:
+        """ClusterDescription (DescribeCluster when the broker has it, else Metadata)."""
+        op = self._op("describe_cluster", ["cluster"], now, timeout_ms, single=True)
+
+        class Call(_Call):
+            def build(call, core, node):
+                if self.client.api_version(node, "DescribeCluster") is not None:
+                    call.api = "DescribeCluster"
+                    return {"include_cluster_authorized_operations": False}
+                call.api = "Metadata"
+                return {"topics": [], "allow_auto_topic_creation": False}
+
+            def handle(call, core, body, now):
+                if call.api == "DescribeCluster":
+                    code = body.get("error_code", 0)
+                    if code:
+                        err = error_codes.error_for_code(code, body.get("error_message"), "DescribeCluster")
+                        if err.retriable:
+                            self._retry(call, err, now)
+                        else:
+                            self._complete(op, "cluster", error=err)
+                        return
+                    nodes = tuple(Node(b["broker_id"], b["host"], b["port"], b.get("rack"))
+                                  for b in body.get("brokers") or [])
+                else:
+                    self._seen_metadata(body, now)
+                    nodes = tuple(Node(b["node_id"], b["host"], b["port"], b.get("rack"))
+                                  for b in body.get("brokers") or [])
+                ctl = next((n for n in nodes if n.id == body.get("controller_id")), None)
+                self._complete(op, "cluster", value=ClusterDescription(
+                    body.get("cluster_id"), ctl, tuple(sorted(nodes))))
+
+        self._submit(Call(op, "DescribeCluster", op.items))
+        return op
+
+    def describe_configs(self, resources, *, include_synonyms=False, timeout_ms=None, now) -> AdminHandle:
+        """{ConfigResource: {name: ConfigEntry}}; broker resources go to that broker,
+        topic resources to any broker."""
+        resources = [r if isinstance(r, ConfigResource) else ConfigResource(*r) for r in resources]
+        _no_dups(resources, "describe_configs")
+        op = self._op("describe_configs", resources, now, timeout_ms)
+
+        def build(node, call=None):
+            return {"resources": [{"resource_type": r.type, "resource_name": r.name,
+                                   "configuration_keys": None} for r in call.keys],
+                    "include_synonyms": include_synonyms, "include_documentation": False}
+
+        def handle(call, body, now):
+            for res in body.get("results") or []:
+                key = ConfigResource(res["resource_type"], res["resource_name"])
+                if key not in call.keys:
+                    continue
+                code = res["error_code"]
+                if code:
+                    self._complete(op, key, error=error_codes.error_for_code(
+                        code, res.get("error_message"), f"describe configs of {key}"))
+                    continue
+                entries = {}
+                for c in res.get("configs") or []:
+                    src = c.get("config_source", -1)
+                    entries[c["name"]] = ConfigEntry(
+                        c["name"], c.get("value"), src,
+                        bool(c.get("is_default")) or src == 5, bool(c.get("read_only")),
+                        bool(c.get("is_sensitive")),
+                        tuple((s["name"], s.get("value"), s.get("source", -1)) for s in c.get("synonyms") or ()))
+                self._complete(op, key, value=entries)
+            for k in call.keys:
+                if not op.items[k].done:
+                    self._complete(op, k, error=KafkaError(f"describe_configs: the broker did not answer for {k}"))
+
+        anyres = [r for r in resources if r.type != ConfigResource.BROKER and r.type != ConfigResource.BROKER_LOGGER]
+        if anyres:
+            self._submit(_SelfCall(op, "DescribeConfigs", anyres, build, handle))
+        for r in resources:
+            if r not in anyres:
+                try:
+                    node = int(r.name)
+                except ValueError:
+                    self._complete(op, r, error=ConfigError(f"broker resource name {r.name!r} is not a broker id"))
+                    continue
+                self._submit(_SelfCall(op, "DescribeConfigs", [r], build, handle, target=NODE, node=node))
+        return op
+
+    # -- groups -----------------------------------------------------------------------------
+    def _group_call(self, op, group, api, build, handle):
+        """FindCoordinator for ``group`` (any broker), then ``api`` to the coordinator;
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / connection loss look it up again."""
+        core = self
+
+        class Lookup(_Call):
+            def build(call, core_, node):
+                return {"key": group, "key_type": 0, "coordinator_keys": [group]}
+
+            def handle(call, core_, body, now):
+                coords = body.get("coordinators") or []
+                entry = next((c for c in coords if c.get("key") == group), coords[0]) if coords else body
+                code = entry.get("error_code", 0)
+                if code == 0 and (entry.get("node_id", -1) < 0 or not entry.get("host")):
+                    code = 15
+                if code:
+                    err = error_codes.error_for_code(code, entry.get("error_message"),
+                                                     f"FindCoordinator for group {group!r}")
+                    if err.retriable:
+                        core._retry(call, err, now)
+                    else:
+                        core._fail_call(call, err)
+                    return
+                node = entry["node_id"]
+                if node not in core.cluster.brokers:
+                    core.cluster.add_node(node, entry["host"], entry["port"])
+                main = _SelfCall(op, api, call.keys, build, handle, target=NODE, node=node,
+                                 tries=call.tries, not_before=now)
+                main.group = group
+                main.coordinator = Node(node, entry["host"], entry["port"])
+
+                def moved(c, now2):
+                    again = Lookup(op, "FindCoordinator", c.keys, tries=c.tries,
+                                   not_before=c.next_try_at)
+                    again.last_error = c.last_error
+                    core._submit(again)
+                main.on_moved = moved
+                core._submit(main)
+
+        lk = Lookup(op, "FindCoordinator", [group])
+        self._submit(lk)
+
+    def _group_error(self, call, code, message, context, now) -> bool:
+        """Handle a group-level error code; True when the call is finished with it."""
+        if code == 0:
+            return False
+        err = error_codes.error_for_code(code, message, context)
+        if code in _COORDINATOR_MOVED:
+            self._retry(call, err, now, moved=True)
+        elif code == _COORDINATOR_LOADING:
+            self._retry(call, err, now)
+        else:
+            self._fail_call(call, err)
+        return True
+
+    def list_consumer_groups(self, *, states=None, timeout_ms=None, now) -> AdminHandle:
+        """ListGroups on every broker; result: [ConsumerGroupListing] (consumer and
+        simple groups). ``errors()`` has the brokers that failed (item "groups" fails
+        with the first such error)."""
+        op = self._op("list_consumer_groups", ["groups"], now, timeout_ms, single=True)
+        found: dict = {}
+        left = {}
+
+        class ListCall(_Call):
+            def build(call, core, n):
+                return {"states_filter": list(states or []), "types_filter": []}
+
+            def handle(call, core, body, now):
+                code = body.get("error_code", 0)
+                if code:
+                    err = error_codes.error_for_code(code, None, f"ListGroups on node {call.node}")
+                    if err.retriable:
+                        self._retry(call, err, now)
+                    else:
+                        self._fail_call(call, err)
+                    return
+                for g in body.get("groups") or []:
+                    pt = g.get("protocol_type") or ""
+                    if pt in ("consumer", ""):
+                        found[g["group_id"]] = ConsumerGroupListing(
+                            g["group_id"], pt == "", g.get("group_state") or None, pt, call.node)
+                left.pop(call.node, None)
+                if not left:
+                    self._complete(op, "groups", value=sorted(found.values()))
+
+        class Brokers(_Call):
+            def build(call, core, node):
+                return {"topics": [], "allow_auto_topic_creation": False}
+
+            def handle(call, core, body, now):
+                self._seen_metadata(body, now)
+                nodes = sorted(b["node_id"] for b in body.get("brokers") or [])
+                if not nodes:
+                    self._retry(call, KafkaError("Metadata listed no brokers"), now)
+                    return
+                for n in nodes:
+                    left[n] = True
+                    self._submit(ListCall(op, "ListGroups", ["groups"], target=NODE, node=n))
+
+        self._submit(Brokers(op, "Metadata", ["groups"]))
+        return op
+
+    def describe_consumer_groups(self, group_ids, *, timeout_ms=None, now) -> AdminHandle:
+        """{group: ConsumerGroupDescription}; members' assignments decoded with the
+        consumer protocol (subscriptions too when the broker returns them)."""
+        groups = list(group_ids)
+        _no_dups(groups, "describe_consumer_groups")
+        op = self._op("describe_consumer_groups", groups, now, timeout_ms)
+        for g in groups:
+            def build(node, call=None, g=g):
+                return {"groups": [g], "include_authorized_operations": False}
+
+            def handle(call, body, now, g=g):
+                d = next((x for x in body.get("groups") or [] if x.get("group_id") == g), None)
+                if d is None:
+                    self._fail_call(call, KafkaError(f"DescribeGroups did not describe group {g!r}"))
+                    return
+                if self._group_error(call, d["error_code"], None, f"describe group {g!r}", now):
+                    return
+                pt = d.get("protocol_type") or ""
+                members = []
+                for m in d.get("members") or []:
+                    assignment, subscription = Assignment(()), None
+                    if pt == "consumer":
+                        try:
+                            assignment = decode_assignment(m.get("member_assignment"))
+                        except KafkaError:
+                            pass
+                        md = m.get("member_metadata")
+                        if md:
+                            try:
+                                subscription = decode_subscription(md, m.get("group_instance_id"))
+                            except KafkaError:
+                                subscription = None
+                    members.append(MemberDescription(m["member_id"], m.get("group_instance_id"),
+                                                     m.get("client_id") or "", m.get("client_host") or "",
+                                                     assignment, subscription))
+                self._complete(op, g, value=ConsumerGroupDescription(
+                    g, pt == "", d.get("group_state") or "", pt,
+                    d.get("protocol_data") or "", tuple(members), getattr(call, "coordinator", None)))
+
+            self._group_call(op, g, "DescribeGroups", build, handle)
+        return op
+
+    def delete_consumer_groups(self, group_ids, *, timeout_ms=None, now) -> AdminHandle:
+        """DeleteGroups at each group's coordinator; one item per group."""
+        groups = list(group_ids)
+        _no_dups(groups, "delete_consumer_groups")
+        op = self._op("delete_consumer_groups", groups, now, timeout_ms)
+        for g in groups:
+            def build(node, call=None, g=g):
+                return {"groups_names": [g]}
+
+            def handle(call, body, now, g=g):
+                r = next((x for x in body.get("results") or [] if x.get("group_id") == g), None)
+                if r is None:
+                    self._fail_call(call, KafkaError(f"DeleteGroups did not answer for group {g!r}"))
+                    return
+                if self._group_error(call, r["error_code"], None, f"delete group {g!r}", now):
+                    return
+                self._complete(op, g, value=None)
+
+            self._group_call(op, g, "DeleteGroups", build, handle)
+        return op
+
+    def list_consumer_group_offsets(self, group_id, partitions=None, *, require_stable=True,
+                                    timeout_ms=None, now) -> AdminHandle:
+        """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
+        partitions, or ``partitions``); partitions without a commit are left out."""
+        op = self._op("list_consumer_group_offsets", [group_id], now, timeout_ms, single=True)
+        g = group_id
+        topics = None
+        if partitions is not None:
+            by = {}
+            for tp in partitions:
+                by.setdefault(tp[0], []).append(tp[1])
+            topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by.items())]
+
+        def build(node, call=None):
+            return {"group_id": g, "topics": topics, "require_stable": require_stable,
+                    "groups": [{"group_id": g, "member_id": None, "member_epoch": -1, "topics": topics}]}
+
+        def handle(call, body, now):
+            if body.get("groups"):
+                gb = next((x for x in body["groups"] if x.get("group_id") == g), body["groups"][0])
+                code, topics_ = gb.get("error_code", 0), gb.get("topics") or []
+            else:
+                code, topics_ = body.get("error_code", 0), body.get("topics") or []
+            if self._group_error(call, code, None, f"fetch offsets of group {g!r}", now):
+                return
+            out = {}
+            for t in topics_:
+                for p in t.get("partitions") or []:
+                    pcode = p.get("error_code", 0)
+                    if pcode in _COORDINATOR_MOVED or pcode == _COORDINATOR_LOADING:
+                        self._group_error(call, pcode, None, f"fetch offsets of group {g!r}", now)
+                        return
+                    if pcode:
+                        self._fail_call(call, error_codes.error_for_code(
+                            pcode, None, f"fetch offset of {t['name']}-{p['partition_index']} for group {g!r}"))
+                        return
+                    if p["committed_offset"] >= 0:
+                        out[TopicPartition(t["name"], p["partition_index"])] = OffsetAndMetadata(
+                            p["committed_offset"], p.get("metadata") or "", p.get("committed_leader_epoch", -1))
+            self._complete(op, g, value=dict(sorted(out.items())))
+
+        self._group_call(op, g, "OffsetFetch", build, handle)
+        return op
+
+    # -- partition leaders: list_offsets, delete_records ---------------------------------------
+    def _to_leaders(self, op, keys, api, build, parse, now, tries=0, not_before=0):
+        """Metadata for the topics of ``keys`` (TopicPartitions), then one ``api``
+        call per leader. ``parse(call, body)`` yields (tp, code, value)."""
+        core = self
+
+        class Leaders(_Call):
+            def build(call, core_, node):
+                return {"topics": [{"name": t} for t in sorted({tp.topic for tp in call.keys})],
+                        "allow_auto_topic_creation": False}
+
+            def handle(call, core_, body, now):
+                core._seen_metadata(body, now)
+                topics = {t.get("name"): t for t in body.get("topics") or []}
+                by_leader, wait = {}, []
+                for tp in call.keys:
+                    t = topics.get(tp.topic)
+                    code = 3 if t is None else t.get("error_code", 0)
+                    if code == 5:
+                        wait.append(tp)
+                        continue
+                    if code:
+                        core._complete(op, tp, error=error_codes.error_for_code(
+                            code, None, f"{op.operation}: metadata for topic {tp.topic!r}"))
+                        continue
+                    p = next((p for p in t.get("partitions") or [] if p["partition_index"] == tp.partition), None)
+                    if p is None:
+                        core._complete(op, tp, error=error_codes.error_for_code(
+                            3, f"topic {tp.topic!r} has no partition {tp.partition}", op.operation))
+                        continue
+                    leader = p["leader_id"]
+                    if leader < 0 or leader not in core.cluster.brokers:
+                        wait.append(tp)
+                        continue
+                    by_leader.setdefault(leader, []).append(tp)
+                for leader, tps in sorted(by_leader.items()):
+                    c = _SelfCall(op, api, tps, build, on_answer, target=NODE, node=leader,
+                                  tries=call.tries, not_before=now)
+                    c.on_moved = relookup
+                    core._submit(c)
+                if wait:
+                    core._retry(call, error_codes.error_for_code(5, None, op.operation), now, keys=wait)
+
+        def on_answer(call, body, now):
+            again = []
+            last = None
+            for tp, code, value in parse(body):
+                if tp not in call.keys or op.items[tp].done:
+                    continue
+                if code in _LEADER_MOVED or code == 3:
+                    again.append(tp)
+                    last = error_codes.error_for_code(code, None, f"{op.operation} for {tp.topic}-{tp.partition}")
+                elif code:
+                    core._complete(op, tp, error=error_codes.error_for_code(
+                        code, None, f"{op.operation} for {tp.topic}-{tp.partition}"))
+                else:
+                    core._complete(op, tp, value=value)
+            for tp in call.keys:
+                if not op.items[tp].done and tp not in again:
+                    core._complete(op, tp, error=KafkaError(
+                        f"{op.operation}: the leader did not answer for {tp.topic}-{tp.partition}"))
+            if again:
+                core._retry(call, last, now, moved=True, keys=again)
+
+        def relookup(c, now2):
+            again = Leaders(op, "Metadata", c.keys, tries=c.tries, not_before=c.next_try_at)
+            again.last_error = c.last_error
+            core._submit(again)
+
+        self._submit(Leaders(op, "Metadata", keys, tries=tries, not_before=not_before))
+
+    def list_offsets(self, specs: dict, *, isolation_level=0, timeout_ms=None, now) -> AdminHandle:
+        """{TopicPartition: ListOffsetsResultInfo} for {TopicPartition: spec}, spec
+        one of OffsetSpec.EARLIEST/LATEST/MAX_TIMESTAMP, 'earliest'/'latest', or
+        a timestamp in ms (the first offset with a timestamp >= it; offset -1
+        when there is none). ``isolation_level`` 1 = read_committed."""
+        specs = {TopicPartition(*tp): _spec(s) for tp, s in specs.items()}
+        op = self._op("list_offsets", list(specs), now, timeout_ms)
+        if specs:
+            self._list_offsets_into(op, specs, isolation_level, now)
+        return op
+
+    def delete_records(self, before: dict, *, timeout_ms=None, now) -> AdminHandle:
+        """Delete records before {TopicPartition: offset} (-1: the high watermark);
+        {TopicPartition: DeletedRecords(low_watermark)}."""
+        before = {TopicPartition(*tp): int(o) for tp, o in before.items()}
+        op = self._op("delete_records", list(before), now, timeout_ms)
+        wait = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+
+        def build(node, call=None):
+            by = {}
+            for tp in call.keys:
+                by.setdefault(tp.topic, []).append({"partition_index": tp.partition, "offset": before[tp]})
+            return {"topics": [{"name": t, "partitions": ps} for t, ps in sorted(by.items())],
+                    "timeout_ms": wait}
+
+        def parse(body):
+            for t in body.get("topics") or []:
+                for p in t.get("partitions") or []:
+                    yield (TopicPartition(t["name"], p["partition_index"]), p["error_code"],
+                           DeletedRecords(p.get("low_watermark", -1)))
+
+        if before:
+            self._to_leaders(op, list(before), "DeleteRecords", build, parse, now)
+        return op
+
+    def consumer_group_lag(self, group_id, *, timeout_ms=None, now) -> AdminHandle:
+        """{TopicPartition: ConsumerLag(committed, end_offset, lag)} for every
+        partition ``group_id`` committed: OffsetFetch, then ListOffsets latest at
+        the leaders (read_uncommitted: the high watermark)."""
+        op = self._op("consumer_group_lag", [group_id], now, timeout_ms, single=True)
+        offsets = self.list_consumer_group_offsets(group_id, timeout_ms=timeout_ms, now=now)
+        offsets.operation = "consumer_group_lag"       # errors and timeouts name the operation
+
+        def got_offsets(h):
+            _unlist(self, h)
+            if h.error is not None:
+                self._complete(op, group_id, error=h.error)
+                return
+            committed = h.result()
+            if not committed:
+                self._complete(op, group_id, value={})
+                return
+            ends = AdminHandle("consumer_group_lag", list(committed), op.deadline)
+            ends.timeout_ms = op.timeout_ms
+            specs = {tp: OffsetSpec.LATEST for tp in committed}
+
+            def got_ends(e):
+                _unlist(self, e)
+                if e.error is not None:
+                    self._complete(op, group_id, error=e.error)
+                    return
+                res = {}
+                for tp, om in committed.items():
+                    end = e.items[tp].value.offset
+                    res[tp] = ConsumerLag(om.offset, end, max(0, end - om.offset))
+                self._complete(op, group_id, value=res)
+
+            ends._listeners.append(got_ends)
+            self._list_offsets_into(ends, specs, 0, 0)
+
+        offsets._listeners.append(got_offsets)
+        return op
+
+    def _list_offsets_into(self, op, specs, isolation_level, now):
+        def build(node, call=None):
+            by = {}
+            for tp in call.keys:
+                by.setdefault(tp.topic, []).append(
+                    {"partition_index": tp.partition, "current_leader_epoch": -1,
+                     "timestamp": specs[tp], "max_num_offsets": 1})
+            return {"replica_id": -1, "isolation_level": isolation_level,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by.items())],
+                    "timeout_ms": self.config.request_timeout_ms}
+
+        def parse(body):
+            for t in body.get("topics") or []:
+                for p in t.get("partitions") or []:
+                    off = p.get("offset", -1)
+                    if off == -1 and p.get("old_style_offsets"):
+                        off = p["old_style_offsets"][0]
+                    yield (TopicPartition(t["name"], p["partition_index"]), p["error_code"],
+                           ListOffsetsResultInfo(off, p.get("timestamp", -1), p.get("leader_epoch", -1)))
+
+        self._to_leaders(op, list(specs), "ListOffsets", build, parse, now)
+
+
+class _SelfCall(_Call):
+    """A call built by ``build(node, call=)`` and answered by ``handle(call, body, now)``."""
+
+    def __init__(self, op, api, keys, build, handle, **kw):
+        super().__init__(op, api, keys, **kw)
+        self._build = build
+        self._handle = handle
+
+    def build(self, core, node):
+        return self._build(node, call=self)
+
+    def handle(self, core, body, now):
+        self._handle(self, body, now)
+
+
+def _copy_call(call, keys):
+    import copy
+    c = copy.copy(call)
+    c.keys = list(keys)
+    return c
+
+
+def _closed_error():
+    return KafkaError("the admin client was closed before the operation finished")
+
+
+def _topic_id(u):
+    """None for the zero UUID (a broker that does not report topic ids)."""
+    return None if u is None or getattr(u, "int", 1) == 0 else u
+
+
+def _unlist(core, h):
+    if h in core._completed:
+        core._completed.remove(h)
+
+
+def _no_dups(keys, what):
+    seen = set()
+    for k in keys:
+        if k in seen:
+            raise ValueError(f"{what}: {k!r} is given twice")
+        seen.add(k)
+
+
+def _host_port(s):
+    host, sep, port = str(s).strip().rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"bootstrap server {s!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
