@@ -40,7 +40,7 @@ import random
 from typing import Any, NamedTuple, Optional
 
 from kproto import error_codes
-from kproto.client import NetworkClient
+from kproto.client import DriverIO, NetworkClient
 from kproto.cluster import ClusterMetadata, TopicPartition
 from kproto.config import COMMON, INT, BOOL, ConfigDef, Config, Setting, in_range, require_bootstrap
 from kproto.consumer import OffsetAndMetadata
@@ -337,7 +337,7 @@ class _Call:
         return f"{self.what} to {where}"
 
 
-class AdminCore:
+class AdminCore(DriverIO):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
@@ -380,24 +380,6 @@ class AdminCore:
                 if d is not None and (best is None or d < best):
                     best = d
         return best
-
-    def connected(self, node, now):
-        self.client.connected(node, now)
-
-    def received(self, node, data, now):
-        self.client.received(node, data, now)
-
-    def disconnected(self, node, now, exc=None):
-        self.client.disconnected(node, now, exc)
-
-    def nodes_with_output(self):
-        return self.client.nodes_with_output()
-
-    def output(self, node):
-        return self.client.output(node)
-
-    def sent(self, node, n, now):
-        self.client.sent(node, n, now)
 
     def events(self) -> list:
         """AdminHandles completed since the last call."""

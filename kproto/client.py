@@ -242,3 +242,28 @@ class NetworkClient:
             self._handle(c.close("client closed", now, permanent=True))
         actions, self._actions = self._actions, []
         return actions
+
+
+class DriverIO:
+    """The byte-moving half of the driver contract, shared by every core
+    (producer, consumer, admin): the driver reports socket events and takes
+    output through these, and they go straight to the core's NetworkClient
+    (``self.client``)."""
+
+    def connected(self, node, now):
+        self.client.connected(node, now)
+
+    def received(self, node, data, now):
+        self.client.received(node, data, now)
+
+    def disconnected(self, node, now, exc=None):
+        self.client.disconnected(node, now, exc)
+
+    def nodes_with_output(self):
+        return self.client.nodes_with_output()
+
+    def output(self, node):
+        return self.client.output(node)
+
+    def sent(self, node, n, now):
+        self.client.sent(node, n, now)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from kproto.client import NetworkClient
+from kproto.client import DriverIO, NetworkClient
 from kproto.cluster import ClusterMetadata
 from kproto.errors import KafkaError
 from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
@@ -173,7 +173,7 @@ def _name(f):
     return getattr(f, "__qualname__", None) or repr(f)
 
 
-class ProducerCore:
+class ProducerCore(DriverIO):
     def __init__(self, config=None, *, rng=None, **kwargs):
         from kproto.config import Config
         cfg = config if isinstance(config, Config) else parse_producer_config(config, **kwargs)
@@ -443,24 +443,6 @@ class ProducerCore:
         if d is not None and (best is None or d < best):
             best = d
         return best
-
-    def connected(self, node, now):
-        self.client.connected(node, now)
-
-    def received(self, node, data, now):
-        self.client.received(node, data, now)
-
-    def disconnected(self, node, now, exc=None):
-        self.client.disconnected(node, now, exc)
-
-    def nodes_with_output(self):
-        return self.client.nodes_with_output()
-
-    def output(self, node):
-        return self.client.output(node)
-
-    def sent(self, node, n, now):
-        self.client.sent(node, n, now)
 
     def events(self) -> list:
         """Completed batches since the last call (BatchResult); resolve their
