@@ -1,5 +1,11 @@
 """kio: I/O drivers for the kproto sans-IO Kafka core."""
 
 from kio.producer import InOrderAcker, KafkaTimeoutError, Producer, RecordMetadata  # noqa: E402
+from kio.consumer import (  # noqa: E402
+    Consumer, ConsumerClosedError, ConsumerThreadError, OffsetAndMetadata, OffsetAndTimestamp,
+    PartitionBatch, TopicPartition, WakeupError,
+)
 
-__all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "InOrderAcker"]
+__all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "InOrderAcker",
+           "Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionBatch",
+           "ConsumerThreadError", "ConsumerClosedError", "WakeupError"]

@@ -25,15 +25,12 @@ Threading contract:
 from __future__ import annotations
 
 import concurrent.futures
-import errno
 import logging
-import selectors
-import socket
 import threading
 import time
 from typing import Optional
 
-from kproto.client import Close, Connect
+from kio._network import SocketLoop
 from kproto.errors import KafkaError
 from kproto.producer.inorder import InOrderAcks
 from kproto.producer.core import (
@@ -185,15 +182,7 @@ class Producer:
         self._max_block_ms = cfg.max_block_ms
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)   # metadata, memory, completions
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._wake_pending = False
-        self._sel = selectors.DefaultSelector()
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-        self._socks: dict = {}           # node -> socket
-        self._connecting: set = set()
-        self._interest: dict = {}        # node -> registered event mask
+        self._net = SocketLoop(self._core)      # sockets, selector, wake-up pair
         self._closing = False
         self._closed = False
         self._fatal: Optional[BaseException] = None
@@ -412,27 +401,22 @@ class Producer:
         return deadline
 
     def _wake_locked(self):
-        if not self._wake_pending:
-            self._wake_pending = True
-            try:
-                self._wake_w.send(b"\0")
-            except (BlockingIOError, OSError):
-                pass
+        self._net.wake()
 
     def _wake(self):
         # Unlocked read of the flag: at worst one extra byte on the socketpair.
-        if not self._wake_pending:
-            self._wake_locked()
+        self._net.wake()
 
     # -- the network thread -----------------------------------------------------------------------
     def _run(self):
         core = self._core
+        net = self._net
         try:
             while True:
                 with self._lock:
                     now = _now_ms()
-                    self._apply(core.poll(now), now)
-                    self._write_all(now)
+                    net.apply(core.poll(now), now)
+                    net.write_all(now)
                     results = core.events()
                     version = core.cluster.version
                     if results or version != self._metadata_version or self._txn_waiting:
@@ -440,19 +424,14 @@ class Producer:
                         self._changed.notify_all()
                     done = self._closing and not core.pending
                     deadline = core.next_deadline(now)
-                    self._update_interest()
+                    net.update_interest()
                 complete_results(results)       # user callbacks: outside the lock
                 if done:
                     break
                 timeout = 0.2 if deadline is None else max(0.0, min(0.2, (deadline - _now_ms()) / 1000.0))
-                events = self._sel.select(timeout)
+                events = net.select(timeout)
                 with self._lock:
-                    now = _now_ms()
-                    for key, mask in events:
-                        if key.data is None:
-                            self._drain_wakeups()
-                        else:
-                            self._io(key.data, key.fileobj, mask, now)
+                    net.handle(events, _now_ms())
         except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the callers
             log.exception("the producer network thread failed")
             with self._lock:
@@ -471,124 +450,10 @@ class Producer:
                     results = core.events()
                 except Exception:  # noqa: BLE001
                     results = []
-                for node in list(self._socks):
-                    self._close_socket(node)
+                net.close_all()
                 self._changed.notify_all()
             complete_results(results)
-            self._sel.close()
-            self._wake_r.close()
-            self._wake_w.close()
-
-    def _drain_wakeups(self):
-        self._wake_pending = False
-        try:
-            while self._wake_r.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-
-    def _apply(self, actions, now):
-        for a in actions:
-            if isinstance(a, Connect):
-                self._open(a, now)
-            elif isinstance(a, Close):
-                self._close_socket(a.node)
-
-    def _open(self, a, now):
-        self._close_socket(a.node)
-        try:
-            infos = socket.getaddrinfo(a.host, a.port, type=socket.SOCK_STREAM)
-            family, stype, proto, _, addr = infos[0]
-            sock = socket.socket(family, stype, proto)
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            rc = sock.connect_ex(addr)
-        except OSError as e:
-            self._core.disconnected(a.node, now, e)
-            return
-        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
-            sock.close()
-            self._core.disconnected(a.node, now, OSError(rc, f"connect to {a.host}:{a.port}: "
-                                                            f"{errno.errorcode.get(rc, rc)}"))
-            return
-        self._socks[a.node] = sock
-        self._connecting.add(a.node)
-        self._sel.register(sock, selectors.EVENT_WRITE, a.node)
-        self._interest[a.node] = selectors.EVENT_WRITE
-
-    def _close_socket(self, node):
-        sock = self._socks.pop(node, None)
-        self._connecting.discard(node)
-        self._interest.pop(node, None)
-        if sock is not None:
-            try:
-                self._sel.unregister(sock)
-            except (KeyError, ValueError):
-                pass
-            sock.close()
-
-    def _lost(self, node, now, exc):
-        self._close_socket(node)
-        self._core.disconnected(node, now, exc)
-
-    def _io(self, node, sock, mask, now):
-        if self._socks.get(node) is not sock:
-            return
-        if node in self._connecting:
-            if not mask & selectors.EVENT_WRITE:
-                return
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            self._connecting.discard(node)
-            if err:
-                self._lost(node, now, OSError(err, f"connect failed: {errno.errorcode.get(err, err)}"))
-                return
-            self._core.connected(node, now)
-            self._write(node, sock, now)
-            return
-        if mask & selectors.EVENT_READ:
-            try:
-                data = sock.recv(1 << 18)
-            except (BlockingIOError, InterruptedError):
-                data = None
-            except OSError as e:
-                self._lost(node, now, e)
-                return
-            if data == b"":
-                self._lost(node, now, None)
-                return
-            if data:
-                self._core.received(node, data, now)
-        if mask & selectors.EVENT_WRITE and self._socks.get(node) is sock:
-            self._write(node, sock, now)
-
-    def _write(self, node, sock, now):
-        data = self._core.output(node)
-        if not data:
-            return
-        try:
-            n = sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            self._lost(node, now, e)
-            return
-        if n:
-            self._core.sent(node, n, now)
-
-    def _write_all(self, now):
-        for node in self._core.nodes_with_output():
-            sock = self._socks.get(node)
-            if sock is not None and node not in self._connecting:
-                self._write(node, sock, now)
-
-    def _update_interest(self):
-        pending = set(self._core.nodes_with_output())
-        for node, sock in self._socks.items():
-            want = selectors.EVENT_WRITE if node in self._connecting else (
-                selectors.EVENT_READ | (selectors.EVENT_WRITE if node in pending else 0))
-            if self._interest.get(node) != want:
-                self._sel.modify(sock, want, node)
-                self._interest[node] = want
+            net.close()
 
 
 class InOrderAcker:

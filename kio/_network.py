@@ -1,0 +1,186 @@
+"""The selector-based socket loop shared by the threading drivers.
+
+It owns the sockets of one sans-IO core (``ProducerCore``, ``ConsumerCore``:
+anything with the driver contract of :mod:`kproto.client`) and does nothing
+but I/O: open a non-blocking connection for a ``Connect`` action, close the
+socket for a ``Close``, write ``core.output(node)`` and report ``sent``, feed
+what it reads to ``received``, report ``connected`` / ``disconnected`` (I/O
+error, EOF, failed connect), and wait in ``select`` until a socket is ready,
+the core's deadline comes or another thread calls :meth:`wake`.
+
+No retries, timeouts or protocol logic live here: those are the core's.
+The caller serialises access (the drivers hold their lock around every call
+except :meth:`select` and :meth:`wake`).
+"""
+from __future__ import annotations
+
+import errno
+import selectors
+import socket
+
+from kproto.client import Close, Connect
+
+__all__ = ["SocketLoop"]
+
+_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+
+
+class SocketLoop:
+    def __init__(self, core, recv_size: int = 1 << 18):
+        self.core = core
+        self.recv_size = recv_size
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, _READ, None)
+        self.wake_pending = False
+        self.socks: dict = {}            # node -> socket
+        self._connecting: set = set()
+        self._interest: dict = {}        # node -> registered event mask
+
+    # -- any thread ------------------------------------------------------------------
+    def wake(self) -> None:
+        """Make a pending or the next :meth:`select` return at once."""
+        if not self.wake_pending:
+            self.wake_pending = True
+            try:
+                self._wake_w.send(b"\0")
+            except OSError:
+                pass
+
+    # -- the network thread ------------------------------------------------------------
+    def apply(self, actions, now) -> None:
+        """Act on the core's Connect / Close actions."""
+        for a in actions:
+            if isinstance(a, Connect):
+                self._open(a, now)
+            elif isinstance(a, Close):
+                self.close_socket(a.node)
+
+    def write_all(self, now) -> None:
+        for node in self.core.nodes_with_output():
+            sock = self.socks.get(node)
+            if sock is not None and node not in self._connecting:
+                self._write(node, sock, now)
+
+    def update_interest(self) -> None:
+        pending = set(self.core.nodes_with_output())
+        for node, sock in self.socks.items():
+            want = _WRITE if node in self._connecting else (
+                _READ | (_WRITE if node in pending else 0))
+            if self._interest.get(node) != want:
+                self._sel.modify(sock, want, node)
+                self._interest[node] = want
+
+    def select(self, timeout):
+        """Wait (without the caller's lock) for I/O, a wake-up or ``timeout`` s."""
+        return self._sel.select(timeout)
+
+    def handle(self, events, now) -> None:
+        """Process what :meth:`select` returned (with the caller's lock)."""
+        for key, mask in events:
+            if key.data is None:
+                self._drain_wakeups()
+            else:
+                self._io(key.data, key.fileobj, mask, now)
+
+    def close_all(self) -> None:
+        for node in list(self.socks):
+            self.close_socket(node)
+
+    def close(self) -> None:
+        self.close_all()
+        self._sel.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # -- internals ---------------------------------------------------------------------
+    def _drain_wakeups(self):
+        self.wake_pending = False
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _open(self, a, now):
+        self.close_socket(a.node)
+        try:
+            infos = socket.getaddrinfo(a.host, a.port, type=socket.SOCK_STREAM)
+            family, stype, proto, _, addr = infos[0]
+            sock = socket.socket(family, stype, proto)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            rc = sock.connect_ex(addr)
+        except OSError as e:
+            self.core.disconnected(a.node, now, e)
+            return
+        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+            sock.close()
+            self.core.disconnected(a.node, now, OSError(rc, f"connect to {a.host}:{a.port}: "
+                                                            f"{errno.errorcode.get(rc, rc)}"))
+            return
+        self.socks[a.node] = sock
+        self._connecting.add(a.node)
+        self._sel.register(sock, _WRITE, a.node)
+        self._interest[a.node] = _WRITE
+
+    def close_socket(self, node):
+        sock = self.socks.pop(node, None)
+        self._connecting.discard(node)
+        self._interest.pop(node, None)
+        if sock is not None:
+            try:
+                self._sel.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
+
+    def _lost(self, node, now, exc):
+        self.close_socket(node)
+        self.core.disconnected(node, now, exc)
+
+    def _io(self, node, sock, mask, now):
+        if self.socks.get(node) is not sock:
+            return
+        if node in self._connecting:
+            if not mask & _WRITE:
+                return
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            self._connecting.discard(node)
+            if err:
+                self._lost(node, now, OSError(err, f"connect failed: {errno.errorcode.get(err, err)}"))
+                return
+            self.core.connected(node, now)
+            self._write(node, sock, now)
+            return
+        if mask & _READ:
+            try:
+                data = sock.recv(self.recv_size)
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except OSError as e:
+                self._lost(node, now, e)
+                return
+            if data == b"":
+                self._lost(node, now, None)
+                return
+            if data:
+                self.core.received(node, data, now)
+        if mask & _WRITE and self.socks.get(node) is sock:
+            self._write(node, sock, now)
+
+    def _write(self, node, sock, now):
+        data = self.core.output(node)
+        if not data:
+            return
+        try:
+            n = sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(node, now, e)
+            return
+        if n:
+            self.core.sent(node, n, now)
