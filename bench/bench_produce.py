@@ -16,37 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import sys
 import time
-import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kio.blocking import BlockingClient  # noqa: E402
+from _bench import cpu, create_topic, measure, print_line, print_table  # noqa: E402
 from kio.broker import LocalBroker  # noqa: E402
 
 VALUE = b"x" * 100
-
-
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def create_topic(bootstrap):
-    name = "bench-" + uuid.uuid4().hex[:8]
-    with BlockingClient(bootstrap) as c:
-        c.request("CreateTopics", {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
-                                               "assignments": [], "configs": []}], "timeout_ms": 10000})
-    return name
-
-
-def measure(fn, n):
-    c0, t0 = cpu(), time.perf_counter()
-    fn()
-    t1, c1 = time.perf_counter(), cpu()
-    return n / (t1 - t0), (c1 - c0) / n * 1e6, t1 - t0
 
 
 def bench_kio_send(bootstrap, topic, n):
@@ -175,16 +153,9 @@ def main():
                 print(f"{name}: failed: {e!r}", file=sys.stderr)
                 continue
             results.append((name, rate, us, secs))
-            print(f"{name:28s} {rate:12,.0f} rec/s {us:8.2f} CPU us/rec ({secs:.2f} s)", flush=True)
-    if not results:
-        return
-    base = next((r for r in results if r[0].startswith("confluent")), results[0])
-    print()
-    print(f"{n:,} records x {len(VALUE)} B, one partition, acks=1, linger.ms=5; Python {sys.version.split()[0]}")
-    print(f"{'client':28s} {'records/s':>12s} {'CPU us/rec':>11s} {'rate vs ' + base[0].split()[0]:>20s} "
-          f"{'CPU vs ' + base[0].split()[0]:>20s}")
-    for name, rate, us, secs in results:
-        print(f"{name:28s} {rate:12,.0f} {us:11.2f} {rate / base[1]:19.2f}x {us / base[2]:19.2f}x")
+            print_line(name, rate, us, secs)
+    print_table(results, f"{n:,} records x {len(VALUE)} B, one partition, acks=1, linger.ms=5; "
+                         f"Python {sys.version.split()[0]}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,25 @@ def bootstrap(broker):
     return broker.bootstrap_servers
 
 
+@pytest.fixture
+def make_topic(bootstrap):
+    """make_topic(partitions=1, prefix="t") -> the name of a new topic on the broker."""
+    import uuid
+
+    from kio.blocking import BlockingClient
+    from kproto.error_codes import raise_for_code
+
+    def make(partitions=1, prefix="t"):
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        with BlockingClient(bootstrap) as client:
+            r = client.request("CreateTopics", {"topics": [{
+                "name": name, "num_partitions": partitions, "replication_factor": 1,
+                "assignments": [], "configs": []}], "timeout_ms": 10000})
+        raise_for_code(r["topics"][0]["error_code"], r["topics"][0].get("error_message"))
+        return name
+    return make
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

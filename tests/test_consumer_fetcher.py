@@ -27,6 +27,15 @@ def control(offset, pid, commit):
     return build_control_batch(commit, pid, 0, 0, 5000, base_offset=offset)
 
 
+def drain_cols(f, mode="lists"):
+    """The columnar drain as lists: drain_columns(), or drain_buffers()
+    turned into Arrow arrays and back (the poll_batch(arrow=True) path)."""
+    if mode == "lists":
+        return f.drain_columns()
+    from kproto.records.arrow import arrow_columns
+    return {tp: tuple(a.to_pylist() for a in arrow_columns(cb)) for tp, cb in f.drain_buffers().items()}
+
+
 def make(auto_offset_reset="earliest", **kw):
     pos = Positions(auto_offset_reset)
     return pos, Fetcher(pos, **kw)
@@ -258,7 +267,7 @@ def _txn_log():
             + batch(11, 1, prefix=b"n"))
 
 
-@pytest.mark.parametrize("columnar", [False, True])
+@pytest.mark.parametrize("columnar", [False, "lists", "arrow"])
 def test_read_committed_skips_aborted_and_control(columnar):
     pos, f = make(isolation_level="read_committed")
     pos.assign([TP0])
@@ -268,7 +277,7 @@ def test_read_committed_skips_aborted_and_control(columnar):
     aborted = [{"producer_id": 8, "first_offset": 3}, {"producer_id": 8, "first_offset": 9}]
     f.on_fetch_response(req, response(req, {TP0: {"records": _txn_log(), "aborted": aborted}}))
     if columnar:
-        values = f.drain_columns()[TP0][3]
+        values = drain_cols(f, columnar)[TP0][3]
     else:
         values = [r.value for r in f.drain()]
     assert values == [b"c0", b"c1", b"c2", b"c6", b"c7", b"n11"]
@@ -284,7 +293,8 @@ def test_read_uncommitted_sees_aborted_data_but_never_control():
     assert [r.offset for r in f.drain(100)] == [0, 1, 2, 3, 4, 6, 7, 9, 11]
 
 
-def test_drain_columns_matches_drain_with_limits():
+@pytest.mark.parametrize("mode", ["lists", "arrow"])
+def test_drain_columns_matches_drain_with_limits(mode):
     def run(columnar, limit):
         pos, f = make(max_poll_records=limit)
         pos.assign([TP0, TP2])
@@ -296,7 +306,7 @@ def test_drain_columns_matches_drain_with_limits():
         got = []
         for _ in range(20):
             if columnar:
-                for tp, (offs, _ts, keys, vals) in f.drain_columns().items():
+                for tp, (offs, _ts, keys, vals) in drain_cols(f, mode).items():
                     got += [(tp, o, k, v) for o, k, v in zip(offs, keys, vals)]
             else:
                 got += [((r.topic, r.partition), r.offset, r.key, r.value) for r in f.drain()]
@@ -306,15 +316,18 @@ def test_drain_columns_matches_drain_with_limits():
         assert len(run(True, limit)[0]) == 10 + 4
 
 
-def test_mixing_drain_and_drain_columns_loses_nothing():
+@pytest.mark.parametrize("mode", ["lists", "arrow"])
+def test_mixing_drain_and_drain_columns_loses_nothing(mode):
     pos, f = make(max_poll_records=3)
     pos.assign([TP0])
     pos.seek(TP0, 0)
     (req,) = requests(f)
     f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 5) + batch(5, 5)}}))
     offsets = [r.offset for r in f.drain()]             # stops inside the first batch
-    for _ in range(5):
-        cols = f.drain_columns()
+    for i in range(8):
+        if i % 2:
+            offsets += [r.offset for r in f.drain(2)]     # and back to records mid-batch
+        cols = drain_cols(f, mode)
         if TP0 in cols:
             offsets += cols[TP0][0]
     assert offsets == list(range(10))

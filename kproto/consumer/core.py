@@ -483,6 +483,12 @@ class ConsumerCore(DriverIO):
                 cols[tp] = (offs, tss, keys, vals)
         return cols
 
+    def drain_buffers(self, max_records: Optional[int] = None) -> dict:
+        """{tp: ColumnBuffers} in Arrow's layout (kproto.records.arrow turns
+        them into arrays); raw bytes: deserializers do not apply here."""
+        self._raise_error()
+        return self.fetcher.drain_buffers(max_records)
+
     def _deserialize(self, r):
         from kproto.records import Record
         kd, vd = self.key_deserializer, self.value_deserializer

@@ -34,7 +34,7 @@ from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
 from kproto.errors import ConfigError, DecodeError, KafkaError
-from kproto.records import CONTROL_ABORT, read_batches
+from kproto.records import CONTROL_ABORT, ColumnBuffers, RecordBatch, read_batches
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
@@ -317,62 +317,86 @@ class Fetcher:
     def drain_columns(self, max_records: Optional[int] = None) -> Dict[TopicPartition, tuple]:
         """The bulk path: {tp: (offsets, timestamps, keys, values)} lists,
         no Record objects (headers are not returned here)."""
+        out: Dict[TopicPartition, tuple] = {}
+
+        def take(tp, batch, min_offset, room):
+            offs, tss, keys, vals = batch.columns()
+            start = 0
+            while start < len(offs) and offs[start] < min_offset:
+                start += 1
+            end = min(len(offs), start + room)
+            cols = out.get(tp)
+            if cols is None:
+                cols = out[tp] = ([], [], [], [])
+            if start == 0 and end == len(offs):
+                cols[0].extend(offs); cols[1].extend(tss); cols[2].extend(keys); cols[3].extend(vals)
+            else:
+                cols[0].extend(offs[start:end]); cols[1].extend(tss[start:end])
+                cols[2].extend(keys[start:end]); cols[3].extend(vals[start:end])
+            return end - start, end == len(offs), (offs[end - 1] if end > start else -1)
+
+        self._drain_columnar(max_records, take)
+        return out
+
+    def drain_buffers(self, max_records: Optional[int] = None) -> Dict[TopicPartition, ColumnBuffers]:
+        """The bulk path in Arrow's memory layout: {tp: ColumnBuffers}, no
+        Python object per record (see kproto.records.arrow)."""
+        out: Dict[TopicPartition, ColumnBuffers] = {}
+
+        def take(tp, batch, min_offset, room):
+            acc = out.get(tp)
+            if acc is None:
+                acc = out[tp] = ColumnBuffers()
+            if isinstance(batch, RecordBatch):
+                n, complete = acc.add(batch, min_offset, room)
+                return n, complete, acc.last_offset
+            n = 0
+            for rec in batch.records(None, -1, min_offset):     # legacy message sets
+                if n == room:
+                    return n, False, acc.last_offset
+                acc.add_record(rec.offset, rec.timestamp, rec.key, rec.value)
+                n += 1
+            return n, True, acc.last_offset
+
+        self._drain_columnar(max_records, take)
+        return {tp: acc for tp, acc in out.items() if len(acc)}
+
+    def _drain_columnar(self, max_records, take) -> None:
+        """Walk the buffered batches for a columnar drain, advancing
+        positions. ``take(tp, batch, min_offset, room)`` copies the batch's
+        records at or above min_offset (at most room) and returns (count,
+        complete, last offset taken); an incomplete batch is left where the
+        record-by-record drain() can resume it too."""
         self._raise_pending_error()
         limit = max_records or self.max_poll_records
-        out: Dict[TopicPartition, tuple] = {}
         count = 0
         while self._buffered and count < limit:
             buf = self._buffered[0]
             if not self.positions.is_assigned(buf.tp):
                 self._buffered.popleft()
                 continue
-            if buf.record_iter is not None:
-                # drain() stopped inside a batch: finish that batch record by record.
-                cols = out.setdefault(buf.tp, ([], [], [], []))
-                for rec in buf.record_iter:
-                    cols[0].append(rec.offset)
-                    cols[1].append(rec.timestamp)
-                    cols[2].append(rec.key)
-                    cols[3].append(rec.value)
-                    self.positions.state(buf.tp).position = rec.offset + 1
-                    count += 1
-                    if count >= limit:
-                        break
-                else:
-                    st = self.positions.state(buf.tp)
-                    st.position = max(st.position, buf.current.next_offset)
-                    buf.record_iter = None
-                continue
             st = self.positions.state(buf.tp)
-            batch = self._next_visible_batch(buf, st)
-            if batch is None:
-                self._buffered.popleft()
-                continue
-            offs, tss, keys, vals = batch.columns()
-            start = 0
-            while start < len(offs) and offs[start] < st.position:
-                start += 1
-            take = min(len(offs) - start, limit - count)
-            if take < len(offs) - start:
-                # the batch does not fit: take what fits, re-read the rest per record
-                buf.next_batch -= 1
-                end = start + take
+            if buf.record_iter is not None:
+                batch = buf.current               # a drain stopped inside this batch
+                buf.record_iter = None
             else:
-                end = len(offs)
-            cols = out.setdefault(buf.tp, ([], [], [], []))
-            if start == 0 and end == len(offs):
-                cols[0].extend(offs); cols[1].extend(tss); cols[2].extend(keys); cols[3].extend(vals)
-            else:
-                cols[0].extend(offs[start:end]); cols[1].extend(tss[start:end])
-                cols[2].extend(keys[start:end]); cols[3].extend(vals[start:end])
-            count += end - start
-            if end == len(offs):
+                batch = self._next_visible_batch(buf, st)
+                if batch is None:
+                    self._buffered.popleft()
+                    continue
+            n, complete, last = take(buf.tp, batch, st.position, limit - count)
+            count += n
+            if complete:
                 st.position = max(st.position, batch.next_offset)
-            elif end > start:
-                st.position = offs[end - 1] + 1
+            else:
+                if n:
+                    st.position = last + 1
+                buf.current = batch
+                buf.record_iter = batch.records(buf.tp.topic, buf.tp.partition, st.position)
+                if not n:
+                    break                         # the sink is full
             if buf.next_batch >= len(buf.batches) and buf.record_iter is None:
                 self._buffered.popleft()
-        return out
 
     # -- offset resets (ListOffsets) ----------------------------------------------
     def reset_requests(self, leader_of, version_of) -> List[ListOffsetsRequest]:

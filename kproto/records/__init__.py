@@ -14,6 +14,7 @@ from kproto.records._batch import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     BatchBuilder,
+    ColumnBuffers,
     Record,
     RecordBatch,
     build_control_batch,
@@ -26,6 +27,7 @@ estimate_size_in_bytes = BatchBuilder.estimate_size_in_bytes
 
 __all__ = [
     "BatchBuilder",
+    "ColumnBuffers",
     "RecordBatch",
     "Record",
     "LegacyBatch",

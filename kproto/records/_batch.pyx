@@ -39,7 +39,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t, INT32_MAX
 
 cimport cython
@@ -1354,3 +1354,213 @@ def read_batches(buffer, bint check_crc=True,
                  Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
     """The complete batches in fetch data (v2 RecordBatch or legacy v0/v1)."""
     return parse_batches(buffer, check_crc, max_decompressed_size)[0]
+
+
+# ---------------------------------------------------------------------------
+# Columnar accumulation straight into Arrow-layout buffers
+# ---------------------------------------------------------------------------
+
+cdef class ColumnBuffer:
+    """One growable C buffer exposed through the buffer protocol (read-only),
+    so pyarrow can wrap it without a copy. It stops growing once exported:
+    arrays built over it must never see it move."""
+    cdef unsigned char* p
+    cdef Py_ssize_t n, cap
+    cdef int exports
+
+    def __cinit__(self):
+        self.cap = 256
+        self.n = 0
+        self.exports = 0
+        self.p = <unsigned char*>PyMem_Malloc(self.cap)
+        if self.p == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.p)
+
+    cdef inline int reserve(self, Py_ssize_t extra) except -1:
+        if self.n + extra > self.cap:
+            if self.exports:
+                raise BufferError("column buffer is exported (its arrays are in use) and cannot grow")
+            grow_buffer(&self.p, &self.cap, self.n + extra)
+        return 0
+
+    def __len__(self):
+        return self.n
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        view.buf = self.p
+        view.obj = self
+        view.len = self.n
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        view.shape = NULL
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.exports -= 1
+
+
+cdef inline void _col64(ColumnBuffer b, int64_t v) noexcept:
+    memcpy(b.p + b.n, &v, 8)
+    b.n += 8
+
+
+cdef inline void _col32(ColumnBuffer b, int32_t v) noexcept:
+    memcpy(b.p + b.n, &v, 4)
+    b.n += 4
+
+
+cdef inline int _bitmap_room(ColumnBuffer bits, Py_ssize_t rows) except -1:
+    """Size a validity bitmap for `rows` rows (the bits themselves are all
+    written by ColumnBuffers._bit before Arrow reads them)."""
+    cdef Py_ssize_t need = (rows + 7) >> 3
+    if need > bits.n:
+        bits.reserve(need - bits.n)
+        bits.n = need
+    return 0
+
+
+cdef class ColumnBuffers:
+    """Records of one partition accumulated in Arrow's memory layout, with no
+    Python object per record: offsets and timestamps as native int64, keys
+    and values as binary columns (int32 offsets, data, validity bitmap built
+    only once a null shows up).
+
+    The bulk consumer path (``poll_batch(arrow=True)``, the Spark source) hands
+    these buffers to pyarrow without copying them (see
+    :mod:`kproto.records.arrow`); nothing here imports pyarrow.
+    """
+    cdef readonly ColumnBuffer offsets, timestamps
+    cdef readonly ColumnBuffer key_offsets, key_data, value_offsets, value_data
+    cdef readonly ColumnBuffer key_valid, value_valid      # None while no null was seen
+    cdef readonly Py_ssize_t length, key_nulls, value_nulls
+    cdef readonly int64_t last_offset
+
+    def __cinit__(self):
+        self.offsets = ColumnBuffer()
+        self.timestamps = ColumnBuffer()
+        self.key_offsets = ColumnBuffer()
+        self.value_offsets = ColumnBuffer()
+        self.key_data = ColumnBuffer()
+        self.value_data = ColumnBuffer()
+        _col32(self.key_offsets, 0)
+        _col32(self.value_offsets, 0)
+        self.key_valid = self.value_valid = None
+        self.length = self.key_nulls = self.value_nulls = 0
+        self.last_offset = -1
+
+    def __len__(self):
+        return self.length
+
+    cdef int _reserve(self, Py_ssize_t rows, Py_ssize_t key_bytes, Py_ssize_t value_bytes) except -1:
+        self.offsets.reserve(8 * rows)
+        self.timestamps.reserve(8 * rows)
+        self.key_offsets.reserve(4 * rows)
+        self.value_offsets.reserve(4 * rows)
+        self.key_data.reserve(key_bytes)
+        self.value_data.reserve(value_bytes)
+        if self.key_valid is not None:
+            _bitmap_room(self.key_valid, self.length + rows)
+        if self.value_valid is not None:
+            _bitmap_room(self.value_valid, self.length + rows)
+        return 0
+
+    cdef ColumnBuffer _start_bitmap(self, Py_ssize_t room):
+        """The first null: a validity bitmap with every earlier row valid."""
+        cdef ColumnBuffer bits = ColumnBuffer()
+        cdef Py_ssize_t need = (self.length + room + 7) >> 3
+        bits.reserve(need)
+        memset(bits.p, 0xFF, need)
+        bits.n = need
+        return bits
+
+    cdef inline void _bit(self, ColumnBuffer bits, bint valid) noexcept:
+        if valid:
+            bits.p[self.length >> 3] |= <unsigned char>(1 << (self.length & 7))
+        else:
+            bits.p[self.length >> 3] &= <unsigned char>~(1 << (self.length & 7))
+
+    cdef inline void _append(self, int64_t offset, int64_t ts, const unsigned char* key, Py_ssize_t key_len,
+                             const unsigned char* value, Py_ssize_t value_len, Py_ssize_t room):
+        _col64(self.offsets, offset)
+        _col64(self.timestamps, ts)
+        if key_len > 0:
+            memcpy(self.key_data.p + self.key_data.n, key, key_len)
+            self.key_data.n += key_len
+        elif key_len < 0:
+            if self.key_valid is None:
+                self.key_valid = self._start_bitmap(room)
+            self.key_nulls += 1
+        if self.key_valid is not None:
+            self._bit(self.key_valid, key_len >= 0)
+        _col32(self.key_offsets, <int32_t>self.key_data.n)
+        if value_len > 0:
+            memcpy(self.value_data.p + self.value_data.n, value, value_len)
+            self.value_data.n += value_len
+        elif value_len < 0:
+            if self.value_valid is None:
+                self.value_valid = self._start_bitmap(room)
+            self.value_nulls += 1
+        if self.value_valid is not None:
+            self._bit(self.value_valid, value_len >= 0)
+        _col32(self.value_offsets, <int32_t>self.value_data.n)
+        self.last_offset = offset
+        self.length += 1
+
+    def add_record(self, int64_t offset, int64_t timestamp, key, value):
+        """One record from Python objects (legacy message sets)."""
+        cdef const unsigned char[::1] kv, vv
+        cdef const unsigned char* kp = NULL
+        cdef const unsigned char* vp = NULL
+        cdef Py_ssize_t kn = -1, vn = -1
+        if key is not None:
+            kv = key
+            kn = kv.shape[0]
+            kp = &kv[0] if kn else NULL
+        if value is not None:
+            vv = value
+            vn = vv.shape[0]
+            vp = &vv[0] if vn else NULL
+        if self.key_data.n + max(kn, 0) > INT32_MAX or self.value_data.n + max(vn, 0) > INT32_MAX:
+            raise OverflowError("a binary column would pass 2 GiB")
+        self._reserve(1, max(kn, 0), max(vn, 0))
+        self._append(offset, timestamp, kp, kn, vp, vn, 1)
+
+    def add(self, RecordBatch batch, int64_t min_offset=-1, Py_ssize_t max_records=-1):
+        """Append the records of `batch` at or above `min_offset`, at most
+        `max_records` (-1: all). Returns (taken, complete): complete is True
+        when every record of the batch at or above min_offset was taken.
+        Takes nothing (not complete) rather than let a binary column pass
+        2 GiB, the limit of Arrow's int32 offsets."""
+        cdef Py_ssize_t i, pos = 0, rlen, taken = 0
+        cdef _Rec r
+        cdef const unsigned char* d
+        cdef int64_t off, ts
+        cdef bint log_append = batch.attributes & ATTR_TIMESTAMP_TYPE
+        cdef object owner = batch._region(&d, &rlen)
+        cdef Py_ssize_t rows = batch.record_count
+        if self.key_data.n + rlen > INT32_MAX or self.value_data.n + rlen > INT32_MAX:
+            return 0, False
+        # The records' bytes bound their keys' and values' bytes: one
+        # reservation per batch, no capacity check per record.
+        self._reserve(rows, rlen, rlen)
+        for i in range(rows):
+            _parse_record(d, pos, rlen, &r)
+            pos = r.end
+            off = batch.base_offset + r.offset_delta
+            if off < min_offset:
+                continue
+            if taken == max_records:
+                return taken, False
+            ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
+            self._append(off, ts, d + r.key_pos, r.key_len, d + r.val_pos, r.val_len, rows - i)
+            taken += 1
+        batch._check_end(pos, rlen)
+        return taken, True

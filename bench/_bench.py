@@ -1,0 +1,59 @@
+"""What the client benchmarks share: CPU accounting, topic creation, the
+measurement of one run and the comparison table.
+
+CPU is resource.getrusage(RUSAGE_SELF) user+system: every thread of this
+process (librdkafka's C threads, kio's network thread), not the broker, which
+runs in another process.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kio.blocking import BlockingClient  # noqa: E402
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def create_topic(bootstrap: str, partitions: int = 1) -> str:
+    name = "bench-" + uuid.uuid4().hex[:8]
+    with BlockingClient(bootstrap) as c:
+        c.request("CreateTopics", {"topics": [{"name": name, "num_partitions": partitions,
+                                               "replication_factor": 1, "assignments": [], "configs": []}],
+                                   "timeout_ms": 10000})
+    return name
+
+
+def measure(fn, n):
+    """(records/s, CPU µs per record, seconds) of ``fn()`` handling n records."""
+    c0, t0 = cpu(), time.perf_counter()
+    fn()
+    t1, c1 = time.perf_counter(), cpu()
+    return n / (t1 - t0), (c1 - c0) / n * 1e6, t1 - t0
+
+
+def print_line(name, rate, us, secs):
+    print(f"{name:30s} {rate:12,.0f} rec/s {us:8.2f} CPU us/rec ({secs:.2f} s)", flush=True)
+
+
+def print_table(results, headline, base_prefix="confluent"):
+    """results: [(name, records/s, CPU µs/rec, seconds)]; ratios against the
+    first client whose name starts with base_prefix."""
+    if not results:
+        return
+    base = next((r for r in results if r[0].startswith(base_prefix)), results[0])
+    short = base[0].split()[0]
+    print()
+    print(headline)
+    print(f"{'client':30s} {'records/s':>12s} {'CPU us/rec':>11s} {'rate vs ' + short:>20s} "
+          f"{'CPU vs ' + short:>20s}")
+    for name, rate, us, secs in results:
+        print(f"{name:30s} {rate:12,.0f} {us:11.2f} {rate / base[1]:19.2f}x {us / base[2]:19.2f}x")
