@@ -28,7 +28,7 @@ from kproto import messages
 from kproto._codec import default_value, get_plan
 from kproto.errors import DecodeError, UnsupportedCodecError
 from kproto.framing import FrameDecoder
-from kproto.records import BatchBuilder, LegacyBatchBuilder, read_batches
+from kproto.records import BatchBuilder, ColumnBuffers, LegacyBatchBuilder, RecordBatch, read_batches
 
 MAX_INPUT = 4096
 
@@ -111,9 +111,15 @@ def run(inputs: int, seed: int, out=sys.stdout) -> int:
             else:
                 data = rng.randbytes(rng.randint(0, 128)) if rng.random() < 0.1 else mutate(rng, rng.choice(batches))
                 for b in read_batches(data, check_crc=rng.random() < 0.5, max_decompressed_size=1 << 20):
-                    b.columns()
-                    for _r in b.records():
-                        pass
+                    # every reader of a batch on its own: one failing first must not hide another
+                    readers = [b.columns, lambda: list(b.records())]
+                    if isinstance(b, RecordBatch):
+                        readers.append(lambda: ColumnBuffers().add(b))
+                    for read in readers:
+                        try:
+                            read()
+                        except (DecodeError, UnsupportedCodecError):
+                            pass
             decoded[kind] += 1
         except (DecodeError, UnsupportedCodecError):
             pass

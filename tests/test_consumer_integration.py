@@ -348,3 +348,29 @@ def test_misuse_and_bad_input_give_clear_errors(bootstrap, make_topic):
             c.subscribe([topic])
         with pytest.raises(InvalidGroupIdError):
             c.commit({TP(topic, 0): 1})
+
+
+def test_heartbeats_continue_between_polls_and_max_poll_interval_leaves(bootstrap, make_topic):
+    """The network thread heartbeats while the application is busy (longer
+    than session.timeout.ms); a member that does not poll within
+    max.poll.interval.ms leaves, loses its partitions, and rejoins on poll."""
+    topic = make_topic(2)
+    produce(bootstrap, topic, 10, partitions=2)
+    events = []
+    with Consumer(bootstrap_servers=bootstrap, group_id="g-" + uuid.uuid4().hex[:8],
+                  auto_offset_reset="earliest", max_poll_interval_ms=9000, **GROUP) as c:
+        c.subscribe([topic], on_assign=lambda ps: events.append(("assign", len(ps))),
+                    on_revoke=lambda ps: events.append(("revoke", len(ps))),
+                    on_lost=lambda ps: events.append(("lost", len(ps))))
+        assert len(consume_until(c, 10)) == 10
+        assert events == [("assign", 2)]
+        time.sleep(7)                         # busy for more than session.timeout.ms (6 s)
+        produce(bootstrap, topic, 4, partitions=2, start=10)
+        assert len(consume_until(c, 4, timeout=5)) == 4
+        assert events == [("assign", 2)]      # still the same member: no rebalance happened
+        time.sleep(10.5)                      # past max.poll.interval.ms: the member left
+        end = time.monotonic() + 15
+        while ("assign", 2) not in events[1:] and time.monotonic() < end:
+            c.poll(0.2)
+        # as in Java: the generation was reset on leaving, so the partitions are lost, not revoked
+        assert events[1:3] == [("lost", 2), ("assign", 2)], events
