@@ -419,6 +419,8 @@ class Consumer:
     # == the network thread ==========================================================================
     def _run(self):
         core, net = self._core, self._net
+        seen_progress = -1
+        events = ()
         try:
             while True:
                 with self._lock:
@@ -430,8 +432,14 @@ class Consumer:
                     evs = core.events(ack=False)
                     if evs:
                         self._app_events.extend(evs)
-                    if self._waiters and (evs or core.data_ready or True):
+                    # Wake the application only when something it may wait for
+                    # can have changed: records, rebalance events, a completed
+                    # request, or a timer (commit and lookup timeouts). Not on
+                    # every partial read of a large fetch response.
+                    progress = core.client.progress
+                    if self._waiters and (evs or core.data_ready or progress != seen_progress or not events):
                         self._changed.notify_all()
+                    seen_progress = progress
                     core.data_ready = False
                     deadline = core.next_deadline(now)
                     net.update_interest()

@@ -64,6 +64,7 @@ class NetworkClient:
         self.on_metadata = on_metadata        # called after every metadata update
         self.on_ready = None                  # called (node) when a connection becomes READY
         self.closing = False
+        self.progress = 0                   # bumped whenever connection events were handled
 
     # -- connections ------------------------------------------------------------------
     def _conn(self, node) -> Optional[Connection]:
@@ -201,6 +202,11 @@ class NetworkClient:
             self._handle(c.bytes_sent(n, now))
 
     def _handle(self, events, from_driver=False):
+        if events:
+            # Drivers compare this counter to wake waiting application threads
+            # only when a request completed or a connection changed state,
+            # not on every partial read.
+            self.progress += 1
         for ev in events:
             if isinstance(ev, ConnectionClosed):
                 if ev.node_id == getattr(self._metadata_in_flight, "node_id", None):

@@ -106,6 +106,17 @@ def test_property_matches_columns(records, min_offset):
                            build(records[len(records) // 2:], base_offset=len(records) // 2)
                            if len(records) > 1 else build(records))
     cb = ColumnBuffers()
+    lists = ([], [], [], [])
     for b in batches:
         assert cb.add(b, min_offset)[1]
-    assert as_lists(cb) == tuple(expected(batches, min_offset))
+        assert b.append_columns(*lists, min_offset)[1]
+    assert as_lists(cb) == tuple(expected(batches, min_offset)) == lists
+
+
+def test_append_columns_stops_at_max_records_and_resumes():
+    (batch,) = read_batches(build([(i, None, b"v%d" % i) for i in range(10)], base_offset=50))
+    lists = ([], [], [], [])
+    assert batch.append_columns(*lists, 52, 3) == (3, False, 54)
+    assert batch.append_columns(*lists, 55) == (5, True, 59)
+    assert lists[0] == list(range(52, 60)) and lists[3] == [b"v%d" % i for i in range(2, 10)]
+    assert lists[2] == [None] * 8

@@ -320,23 +320,22 @@ class Fetcher:
         out: Dict[TopicPartition, tuple] = {}
 
         def take(tp, batch, min_offset, room):
-            offs, tss, keys, vals = batch.columns()
-            start = 0
-            while start < len(offs) and offs[start] < min_offset:
-                start += 1
-            end = min(len(offs), start + room)
             cols = out.get(tp)
             if cols is None:
                 cols = out[tp] = ([], [], [], [])
-            if start == 0 and end == len(offs):
-                cols[0].extend(offs); cols[1].extend(tss); cols[2].extend(keys); cols[3].extend(vals)
-            else:
-                cols[0].extend(offs[start:end]); cols[1].extend(tss[start:end])
-                cols[2].extend(keys[start:end]); cols[3].extend(vals[start:end])
-            return end - start, end == len(offs), (offs[end - 1] if end > start else -1)
+            if isinstance(batch, RecordBatch):
+                return batch.append_columns(*cols, min_offset, room)
+            n, last = 0, -1
+            for rec in batch.records(None, -1, min_offset):     # legacy message sets
+                if n == room:
+                    return n, False, last
+                cols[0].append(rec.offset); cols[1].append(rec.timestamp)
+                cols[2].append(rec.key); cols[3].append(rec.value)
+                n, last = n + 1, rec.offset
+            return n, True, last
 
         self._drain_columnar(max_records, take)
-        return out
+        return {tp: cols for tp, cols in out.items() if cols[0]}
 
     def drain_buffers(self, max_records: Optional[int] = None) -> Dict[TopicPartition, ColumnBuffers]:
         """The bulk path in Arrow's memory layout: {tp: ColumnBuffers}, no

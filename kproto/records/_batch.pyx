@@ -32,7 +32,7 @@ from cpython.bytearray cimport (
 from cpython.buffer cimport (
     PyObject_GetBuffer, PyBuffer_Release, PyObject_CheckBuffer, PyBUF_SIMPLE,
 )
-from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.list cimport PyList_Append, PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromLongLong
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.ref cimport Py_INCREF
@@ -1183,6 +1183,43 @@ cdef class RecordBatch:
             pos = r.end
         self._check_end(pos, rlen)
         return offsets, timestamps, keys, values
+
+    def append_columns(self, list offsets, list timestamps, list keys, list values,
+                       int64_t min_offset=-1, Py_ssize_t max_records=-1):
+        """columns() appended to existing lists: the records at or above
+        min_offset, at most max_records (-1: all). Returns (taken, complete,
+        last offset taken); complete is True when every record at or above
+        min_offset was taken. The consumer's bulk drain uses it to gather a
+        partition's batches without intermediate lists."""
+        cdef Py_ssize_t i, pos = 0, taken = 0
+        cdef _Rec r
+        cdef const unsigned char* d
+        cdef object ts_obj = None
+        cdef int64_t off, last = -1, last_delta = 0
+        cdef bint log_append = self.attributes & ATTR_TIMESTAMP_TYPE
+        cdef Py_ssize_t rlen
+        cdef object owner = self._region(&d, &rlen)
+        if log_append:
+            ts_obj = self.max_timestamp
+        for i in range(self.record_count):
+            _parse_record(d, pos, rlen, &r)
+            pos = r.end
+            off = self.base_offset + r.offset_delta
+            if off < min_offset:
+                continue
+            if taken == max_records:
+                return taken, False, last
+            PyList_Append(offsets, off)
+            if not log_append and (ts_obj is None or r.ts_delta != last_delta):
+                ts_obj = self.base_timestamp + r.ts_delta
+                last_delta = r.ts_delta
+            PyList_Append(timestamps, ts_obj)
+            PyList_Append(keys, _bytes_or_none(d, r.key_pos, r.key_len))
+            PyList_Append(values, _bytes_or_none(d, r.val_pos, r.val_len))
+            last = off
+            taken += 1
+        self._check_end(pos, rlen)
+        return taken, True, last
 
     def _control_record(self):
         cdef _Rec r
