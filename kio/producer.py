@@ -231,14 +231,15 @@ class Producer:
         core = self._core
         values, keys = core.serialize_columns(topic, values, keys)     # outside the lock
         fut = BulkFuture(len(values), topic, on_delivery)
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        wall = int(time.time() * 1000)
+        ts = wall if timestamp_ms is None else timestamp_ms
         start, deadline = 0, None
         while start < len(values):
             with self._lock:
                 self._check_usable()
                 try:
                     _, n = core.send_many(topic, values, keys, partition, headers, ts, now=_now_ms(),
-                                          handle=fut, start=start)
+                                          handle=fut, start=start, default_timestamp_ms=wall)
                     start += n
                     if start < len(values):
                         raise BufferExhausted("buffer.memory is full")

@@ -458,6 +458,26 @@ def test_send_many_columnar_with_keys_spreads_by_murmur2():
         assert [v for v in kafka.values("t", p) if v != b"warmup"] == want
 
 
+def test_send_many_per_record_timestamps_keyed_and_unkeyed():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}))
+    sim.send(b"warmup")
+    keys = [b"k%d" % i for i in range(12)]
+    stamps = [1000 + i if i % 4 else None for i in range(12)]
+    bulk, _ = core.send_many("t", [b"v%d" % i for i in range(12)], keys=keys, timestamp_ms=stamps,
+                             now=sim.now, default_timestamp_ms=777)
+    plain, _ = core.send_many("t", [b"a", b"b"], partition=1, timestamp_ms=[5, None], now=sim.now,
+                              default_timestamp_ms=888)
+    sim.run_until(lambda: bulk.done and plain.done)
+    got = {r.value: r.timestamp for p in range(3) for r in kafka.logs.get(("t", p), [])}
+    assert {v: got[v] for v in (b"v0", b"v1", b"v4", b"v11")} == {b"v0": 777, b"v1": 1001, b"v4": 777,
+                                                                b"v11": 1011}
+    assert (got[b"a"], got[b"b"]) == (5, 888)
+    with pytest.raises(ValueError, match="3 timestamps for 2 values"):
+        core.send_many("t", [b"a", b"b"], timestamp_ms=[1, 2, 3], now=sim.now)
+    with pytest.raises(TypeError, match="int milliseconds"):
+        core.send_many("t", [b"a"], timestamp_ms=[1.5], now=sim.now)
+
+
 # --- metadata age, close, bulk backpressure -----------------------------------------------
 
 def test_metadata_refreshed_after_metadata_max_age():

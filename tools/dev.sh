@@ -23,6 +23,11 @@ ensure_debian_packages() {
     fi
 }
 
+ensure_java() {
+    # PySpark (the spark extra) runs on a JVM: Java 17 from Debian if none is there.
+    command -v java >/dev/null 2>&1 || ensure_debian_packages openjdk-17-jre-headless
+}
+
 ensure_venv() {
     if [ ! -x "$VENV/bin/python" ]; then
         "$PYTHON" -m venv "$VENV"
@@ -44,8 +49,9 @@ case "$cmd" in
         exec "$VENV/bin/python" -m kio demo "$@"
         ;;
     test)
+        ensure_java
         ensure_venv
-        install_project "test"
+        install_project "test,spark"
         # pytest exits 5 when it collects no test: that fails this command too.
         exec "$VENV/bin/python" -m pytest "$@"
         ;;

@@ -316,13 +316,15 @@ class ProducerCore(DriverIO):
         return handle
 
     def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None, *,
-                  now, handle=None, start=0):
+                  now, handle=None, start=0, default_timestamp_ms=None):
         """Append ``values[start:]`` (bytes/str/None sequences, or Arrow arrays)
         in one call; returns (handle, appended). ``appended`` < remaining means
         buffer.memory ran out: call again with ``start`` advanced (and the same
         handle) once memory is back. Keys/values must be bytes, str or None:
         pass them through :meth:`serialize_columns` first when serializers are
-        configured. ``headers``: None or one header list per record."""
+        configured. ``headers``: None or one header list per record.
+        ``timestamp_ms``: one int, or one int/None per record; None stands
+        for ``default_timestamp_ms`` (the driver's wall clock; else ``now``)."""
         self._check_open()
         values = _column(values, "values")
         keys = None if keys is None else _column(keys, "keys")
@@ -336,7 +338,8 @@ class ProducerCore(DriverIO):
         if handle is None:
             handle = BulkDelivery(len(values))
             handle.topic = topic
-        ts = int(now if timestamp_ms is None else timestamp_ms)
+        ts = _bulk_timestamps(timestamp_ms, len(values),
+                              now if default_timestamp_ms is None else default_timestamp_ms)
         acc = self.accumulator
         if self.transactions is not None and keys is not None and partition is None:
             raise ValueError("keyed send_many inside a transaction is not supported; give a partition")
@@ -358,7 +361,8 @@ class ProducerCore(DriverIO):
             done = 0
             for p, idx in groups.items():
                 hs = None if headers is None else [headers[i] for i in idx]
-                got = acc.append_many(topic, p, ts, [keys[i] for i in idx], [values[i] for i in idx],
+                tss = ts if type(ts) is int else [ts[i] for i in idx]
+                got = acc.append_many(topic, p, tss, [keys[i] for i in idx], [values[i] for i in idx],
                                       hs, handle, now, 0)
                 done += got
                 if got < len(idx):
@@ -488,6 +492,27 @@ def _headers(headers):
                                      f"not {type(v).__name__}")
         out.append((k, v))
     return out
+
+
+def _bulk_timestamps(timestamp_ms, n, default):
+    """send_many's timestamps: one int for every record (None: default), or
+    one per record (an int, or None for default)."""
+    if timestamp_ms is None:
+        return int(default)
+    if isinstance(timestamp_ms, int):
+        return timestamp_ms
+    if hasattr(timestamp_ms, "to_pylist"):
+        timestamp_ms = timestamp_ms.to_pylist()
+    tss = list(timestamp_ms)
+    if len(tss) != n:
+        raise ValueError(f"{len(tss)} timestamps for {n} values")
+    default = int(default)
+    for i, t in enumerate(tss):
+        if t is None:
+            tss[i] = default
+        elif type(t) is not int:
+            raise TypeError(f"timestamps are int milliseconds or None, not {type(t).__name__}")
+    return tss
 
 
 def _column(seq, what):
