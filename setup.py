@@ -18,6 +18,7 @@ EXTENSION_SOURCES = [
     "kproto/_codec.pyx",
     "kproto/_framing.pyx",
     "kproto/records/_batch.pyx",
+    "kproto/producer/_murmur2.pyx",
 ]
 
 

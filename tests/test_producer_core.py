@@ -231,6 +231,22 @@ def test_murmur2_matches_java(key, expected):
     assert murmur2(key) == expected
 
 
+def test_group_by_partition_matches_murmur2_per_row_and_sends_null_keys_to_the_sticky_choice():
+    from kproto.producer.partitioner import group_by_partition
+    keys = [b"k%d" % i if i % 5 else None for i in range(100)] + [b""]
+    values = [b"v" * i for i in range(100)] + [None]
+    groups, sizes = group_by_partition(keys, values, 3, 101, 7, 4)
+    want = {}
+    for r in range(3, 101):
+        want.setdefault(4 if keys[r] is None else murmur2_partition(keys[r], 7), []).append(r)
+    assert groups == {p: (rows, [keys[r] for r in rows], [values[r] for r in rows]) for p, rows in want.items()}
+    assert sizes == {p: sum(len(keys[r] or b"") + len(values[r] or b"") for r in rows)
+                     for p, rows in want.items()}
+    assert murmur2(b"") == murmur2(bytearray())
+    with pytest.raises(ValueError):
+        group_by_partition(keys, values, 0, 1, 0, 0)
+
+
 def test_to_positive_clears_sign_bit_like_java():
     assert to_positive(-1) == 0x7FFFFFFF
     assert to_positive(-2147483648) == 0
@@ -517,6 +533,28 @@ def test_send_many_stops_when_memory_runs_out_and_continues_from_there():
     sim.run_until(lambda: bulk.done)
     assert bulk.error is None and bulk.delivered == 200
     assert kafka.values()[1:] == values
+
+
+def test_keyed_send_many_larger_than_buffer_memory_resumes_in_order_and_loses_nothing():
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}), buffer_memory=16384, batch_size=1024,
+                            linger_ms=100000, max_request_size=1024)
+    sim.send(b"warm")
+    values = [b"%04d" % i + b"x" * 96 for i in range(600)]
+    keys = [b"k%d" % i for i in range(600)]
+    bulk, n = core.send_many("t", values, keys=keys, now=sim.now)
+    assert 0 < n < 600 and not bulk.done          # a prefix went in; nothing failed
+    start, rounds = n, 0
+    while start < 600:
+        rounds += 1
+        assert rounds < 1000
+        sim.advance(10)                                     # batches go out, memory comes back
+        _, got = core.send_many("t", values, keys=keys, now=sim.now, handle=bulk, start=start)
+        start += got
+    sim.run_until(lambda: bulk.done)
+    assert bulk.error is None and bulk.delivered == 600
+    for p in range(3):
+        want = [values[i] for i in range(600) if murmur2_partition(keys[i], 3) == p]
+        assert [v for v in kafka.values("t", p) if v != b"warm"] == want
 
 
 def test_in_flight_requests_never_exceed_the_limit():

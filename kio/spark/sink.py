@@ -119,6 +119,7 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
     failures come back as report rows with their error text instead."""
     if errors not in ("raise", "report"):
         raise ValueError(f"errors must be 'raise' or 'report', not {errors!r}")
+    import pyarrow.compute as pc
     p = producer(config)
     sent = []                                  # (topic, partition or None, future, rows, bytes)
     failed = []                                # report rows of calls that failed at once
@@ -128,7 +129,11 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
         n = rb.num_rows
         if n == 0:
             continue
-        values = rb.column("value").to_pylist()
+        value_col = rb.column("value")
+        # bytes for the report, from Arrow (exact per batch; a batch split by
+        # topic/partition columns shares them out by row count)
+        value_bytes = pc.sum(pc.binary_length(value_col)).as_py() or 0
+        values = value_col.to_pylist()
         keys = rb.column("key").to_pylist() if "key" in names else None
         headers = _headers(rb.column("headers")) if "headers" in names else None
         stamps = _timestamps_ms(rb.column("timestamp")) if "timestamp" in names else None
@@ -149,7 +154,7 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
                 return col if col is None or idx is None else [col[i] for i in idx]
 
             vs = pick(values)
-            size = sum(len(v) for v in vs if v is not None)
+            size = value_bytes if idx is None else value_bytes * len(idx) // n
             try:
                 fut = p.send_many(t, vs, keys=pick(keys), partition=part, headers=pick(headers),
                                   timestamp_ms=pick(stamps))

@@ -155,9 +155,8 @@ class _Writer(DataSourceArrowWriter):
         conf = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
         if "bootstrap.servers" not in conf:
             raise ConfigError("the kio-kafka sink needs option kafka.bootstrap.servers")
-        from kproto.producer.config import parse_producer_config
-        parse_producer_config(dict(conf))          # bad keys/values fail on the driver, before the job
-        self.config = conf
+        from kio.spark import _producer_config
+        self.config = _producer_config(None, conf)    # bad keys/values fail on the driver
 
     def write(self, iterator):
         return _Report(_sink.send_batches(iterator, self.topic, self.config))

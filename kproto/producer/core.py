@@ -31,7 +31,9 @@ from kproto.errors import KafkaError
 from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
-from kproto.producer.partitioner import InvalidPartitionError, StickyPartitioner, murmur2_partition
+from kproto.producer.partitioner import (
+    InvalidPartitionError, StickyPartitioner, group_by_partition, murmur2_partition,
+)
 from kproto.producer.sender import BatchResult, DeliveryTimeoutError, Sender
 from kproto.producer.transactions import (
     TransactionAbortedError, TransactionManager, TransactionStateError, TxnResult,
@@ -341,8 +343,6 @@ class ProducerCore(DriverIO):
         ts = _bulk_timestamps(timestamp_ms, len(values),
                               now if default_timestamp_ms is None else default_timestamp_ms)
         acc = self.accumulator
-        if self.transactions is not None and keys is not None and partition is None:
-            raise ValueError("keyed send_many inside a transaction is not supported; give a partition")
         if keys is None or partition is not None:
             p = self._partition(topic, None, partition, n)
             if self.transactions is not None:
@@ -350,30 +350,64 @@ class ProducerCore(DriverIO):
             handle.partition = p
             done = acc.append_many(topic, p, ts, keys, values, headers, handle, now, start)
         else:
-            # Keyed: group record indexes by partition; append each group.
-            # Progress is all-or-nothing per call here (the simple, safe choice).
-            groups: dict = {}
-            for i in range(start, len(values)):
-                k = keys[i]
-                p = self._partition(topic, k, None, n)
-                groups.setdefault(p, []).append(i)
-            need = sum(len(g) for g in groups.values())
-            done = 0
-            for p, idx in groups.items():
-                hs = None if headers is None else [headers[i] for i in idx]
-                tss = ts if type(ts) is int else [ts[i] for i in idx]
-                got = acc.append_many(topic, p, tss, [keys[i] for i in idx], [values[i] for i in idx],
-                                      hs, handle, now, 0)
-                done += got
-                if got < len(idx):
-                    # Out of memory half way: the rest of this group and the other
-                    # groups fail now rather than reorder on a later call.
-                    missing = need - done
-                    handle._complete(topic, p, -1, 0, missing, -1, BufferExhausted(
-                        "buffer.memory ran out during a keyed send_many"))
-                    return handle, len(values) - start
+            done = self._send_many_keyed(topic, values, keys, headers, ts, handle, now, start, n)
         self._queued += done
         return handle, done
+
+    def _send_many_keyed(self, topic, values, keys, headers, ts, handle, now, start, n):
+        """Keyed send_many: rows go to murmur2 partitions, taken in chunks
+        whose worst-case memory is checked before anything is appended, so
+        progress is always a prefix of the rows (the driver resumes from
+        ``start`` once memory is back) and a partition's rows stay in order."""
+        acc = self.accumulator
+        batch_size = acc.batch_size
+        chunk = 4096
+        i = start
+        total = len(values)
+        while i < total:
+            j = min(total, i + chunk)
+            if self.user_partitioner is None:
+                groups, sizes = group_by_partition(keys, values, i, j, n,
+                                                   self._partition(topic, None, None, n))
+            else:
+                groups, sizes = {}, {}
+                for r in range(i, j):
+                    p = self._partition(topic, keys[r], None, n)
+                    g = groups.setdefault(p, ([], [], []))
+                    g[0].append(r)
+                    g[1].append(keys[r])
+                    g[2].append(values[r])
+                    sizes[p] = sizes.get(p, 0) + len(keys[r] or b"") + len(values[r] or b"")
+            extra = 64 * (j - i)               # record overheads, generously
+            if headers is not None:
+                extra += sum(len(hk) + len(hv or b"") + 8 for r in range(i, j) for hk, hv in headers[r] or ())
+            # Worst case: every group opens new batches, each reserving at
+            # least batch.size (and a large record its own size).
+            need = extra + sum(b + (b // batch_size + 2) * batch_size for b in sizes.values())
+            if acc.used_memory + need > acc.buffer_memory:
+                if j - i > 1:
+                    chunk = max(1, chunk // 8)
+                    continue
+                if acc.used_memory:
+                    acc.waiting_for_memory = True
+                    break
+                # nothing is held: a single row gets whatever batch it can
+            for p, (idx, ks, vs) in groups.items():
+                if self.transactions is not None:
+                    self.transactions.maybe_add_partition((topic, p))
+                hs = None if headers is None else [headers[r] for r in idx]
+                tss = ts if type(ts) is int else [ts[r] for r in idx]
+                got = acc.append_many(topic, p, tss, ks, vs, hs, handle, now, 0)
+                if got < len(idx):
+                    if j - i == 1 and not got:
+                        return i - start       # one row, not appended: wait for memory
+                    # The estimate above is an upper bound, so this means a bug:
+                    # fail the rest loudly rather than reorder or drop silently.
+                    handle._complete(topic, p, -1, 0, total - i - got, -1, AssertionError(
+                        f"keyed send_many: batches refused {len(idx) - got} rows despite the memory check"))
+                    return total - start
+            i = j
+        return i - start
 
     # -- transactions (transactional.id set) ------------------------------------------------
     def _txn(self):

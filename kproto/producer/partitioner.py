@@ -2,7 +2,8 @@
 
 Keyed records must land where every other Kafka client puts them (Java's
 ``BuiltInPartitioner``/``Utils.murmur2``, librdkafka's ``murmur2_random``), so
-``murmur2`` is a bit-exact port: ``toPositive(murmur2(key)) % numPartitions``.
+``murmur2`` is a bit-exact port (in C, :mod:`kproto.producer._murmur2`):
+``toPositive(murmur2(key)) % numPartitions``.
 Keyless records stick to one partition until a batch for it is sent (KIP-480
 as in Java 2.4-3.2), so batches fill up instead of spreading one record per
 partition; ``on_new_batch`` moves the sticky choice.
@@ -12,52 +13,18 @@ from __future__ import annotations
 import random
 
 from kproto.errors import KafkaError
+from kproto.producer._murmur2 import group_by_partition, murmur2, murmur2_partition  # noqa: F401 (re-exported)
 
-__all__ = ["murmur2", "to_positive", "murmur2_partition", "StickyPartitioner", "InvalidPartitionError"]
-
-_M = 0x5bd1e995
-_MASK = 0xFFFFFFFF
-
+__all__ = ["murmur2", "to_positive", "murmur2_partition", "group_by_partition", "StickyPartitioner",
+           "InvalidPartitionError"]
 
 class InvalidPartitionError(KafkaError, ValueError):
     """An explicit partition outside [0, partition count)."""
 
 
-def murmur2(data: bytes) -> int:
-    """Java's ``Utils.murmur2`` (seed 0x9747b28c) as a signed int32."""
-    length = len(data)
-    h = (0x9747b28c ^ length) & _MASK
-    n4 = length // 4
-    for i in range(n4):
-        i4 = i * 4
-        k = data[i4] | (data[i4 + 1] << 8) | (data[i4 + 2] << 16) | (data[i4 + 3] << 24)
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    rest = length % 4
-    tail = n4 * 4
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def to_positive(n: int) -> int:
     """Java ``Utils.toPositive``: clear the sign bit (not abs())."""
     return n & 0x7FFFFFFF
-
-
-def murmur2_partition(key: bytes, num_partitions: int) -> int:
-    return to_positive(murmur2(key)) % num_partitions
 
 
 class StickyPartitioner:
