@@ -44,6 +44,33 @@ def print_line(name, rate, us, secs):
     print(f"{name:30s} {rate:12,.0f} rec/s {us:8.2f} CPU us/rec ({secs:.2f} s)", flush=True)
 
 
+def bench_args(doc, default_records=1_000_000):
+    """The common command line: --records N and --only NAME (repeatable)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--records", type=int, default=default_records)
+    ap.add_argument("--only", action="append", help="run only clients whose name contains this")
+    return ap.parse_args()
+
+
+def run_clients(clients, only, call):
+    """Run each (name, fn) of clients (those whose name contains one of
+    ``only``, if given) as call(fn) -> (records/s, CPU µs, seconds); a client
+    that fails is reported and skipped. Returns the results for print_table."""
+    results = []
+    for name, fn in clients:
+        if only and not any(o in name for o in only):
+            continue
+        try:
+            rate, us, secs = call(fn)
+        except Exception as e:  # noqa: BLE001 - report and continue with the others
+            print(f"{name}: failed: {e!r}", file=sys.stderr)
+            continue
+        results.append((name, rate, us, secs))
+        print_line(name, rate, us, secs)
+    return results
+
+
 def print_table(results, headline, base_prefix="confluent"):
     """results: [(name, records/s, CPU µs/rec, seconds)]; ratios against the
     first client whose name starts with base_prefix."""

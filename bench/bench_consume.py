@@ -13,7 +13,6 @@ client CPU microseconds per record (see bench/_bench.py).
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import os
@@ -22,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench import cpu, create_topic, measure, print_line, print_table  # noqa: E402
+from _bench import bench_args, create_topic, measure, print_table, run_clients  # noqa: E402
 from kio.broker import LocalBroker  # noqa: E402
 
 VALUE = b"x" * 100
@@ -41,55 +40,55 @@ def fill(bootstrap, topic, n):
         assert p.flush() == 0
 
 
-def _check(got, n, start):
-    if got < n:
-        raise RuntimeError(f"only {got} of {n} records after {time.monotonic() - start:.0f} s")
+def read_n(make, read_round, close, n):
+    """Measure creating a client with make() and calling read_round(client)
+    (-> records received) until n records are in hand; close() outside."""
+    held = []
+
+    def run():
+        c = make()
+        held.append(c)
+        got = 0
+        start = time.monotonic()
+        while got < n and time.monotonic() - start < TIMEOUT:
+            got += read_round(c)
+        if got < n:
+            raise RuntimeError(f"only {got} of {n} records after {time.monotonic() - start:.0f} s")
+    try:
+        return measure(run, n)
+    finally:
+        if held:
+            close(held[0])
+
+
+def _kio_consumer(bootstrap, topic):
+    from kio import Consumer, TopicPartition
+    c = Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek(tp, 0)
+    return c
+
+
+def _values_len(records):
+    """Touch every value (what an application does at the least)."""
+    size = 0
+    for r in records:
+        size += len(r.value)
+    return len(records)
 
 
 def bench_kio_poll(bootstrap, topic, n):
-    from kio import Consumer, TopicPartition
-    held = []
-
-    def run():
-        c = Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        held.append(c)
-        tp = TopicPartition(topic, 0)
-        c.assign([tp])
-        c.seek(tp, 0)
-        got = size = 0
-        start = time.monotonic()
-        while got < n and time.monotonic() - start < TIMEOUT:
-            for r in c.poll(1.0):
-                size += len(r.value)
-                got += 1
-        _check(got, n, start)
-    r = measure(run, n)
-    held[0].close()
-    return r
+    return read_n(lambda: _kio_consumer(bootstrap, topic), lambda c: _values_len(c.poll(1.0)),
+                  lambda c: c.close(), n)
 
 
 def bench_kio_poll_batch(bootstrap, topic, n, arrow=False):
-    from kio import Consumer, TopicPartition
     if arrow:
         import pyarrow  # noqa: F401 - a one-time import (~0.1 s CPU), not part of consuming
-    held = []
-
-    def run():
-        c = Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        held.append(c)
-        tp = TopicPartition(topic, 0)
-        c.assign([tp])
-        c.seek(tp, 0)
-        got = size = 0
-        start = time.monotonic()
-        while got < n and time.monotonic() - start < TIMEOUT:
-            for batch in c.poll_batch(1.0, arrow=arrow):
-                size += len(batch.values)
-                got += len(batch)
-        _check(got, n, start)
-    r = measure(run, n)
-    held[0].close()
-    return r
+    return read_n(lambda: _kio_consumer(bootstrap, topic),
+                  lambda c: sum(len(b.values) for b in c.poll_batch(1.0, arrow=arrow)),
+                  lambda c: c.close(), n)
 
 
 def _confluent_consumer(bootstrap, topic):
@@ -100,93 +99,57 @@ def _confluent_consumer(bootstrap, topic):
     return c
 
 
-def bench_confluent_consume(bootstrap, topic, n):
-    held = []
+def _confluent_round(messages):
+    size = got = 0
+    for m in messages:
+        if m is not None and m.error() is None:
+            size += len(m.value())
+            got += 1
+    return got
 
-    def run():
-        c = _confluent_consumer(bootstrap, topic)
-        held.append(c)
-        got = size = 0
-        start = time.monotonic()
-        while got < n and time.monotonic() - start < TIMEOUT:
-            for m in c.consume(500, 1.0):
-                if m.error() is None:
-                    size += len(m.value())
-                    got += 1
-        _check(got, n, start)
-    r = measure(run, n)
-    held[0].close()
-    return r
+
+def bench_confluent_consume(bootstrap, topic, n):
+    return read_n(lambda: _confluent_consumer(bootstrap, topic), lambda c: _confluent_round(c.consume(500, 1.0)),
+                  lambda c: c.close(), n)
 
 
 def bench_confluent_poll(bootstrap, topic, n):
-    held = []
-
-    def run():
-        c = _confluent_consumer(bootstrap, topic)
-        held.append(c)
-        got = size = 0
-        start = time.monotonic()
-        poll = c.poll
-        while got < n and time.monotonic() - start < TIMEOUT:
-            m = poll(1.0)
-            if m is not None and m.error() is None:
-                size += len(m.value())
-                got += 1
-        _check(got, n, start)
-    r = measure(run, n)
-    held[0].close()
-    return r
+    return read_n(lambda: _confluent_consumer(bootstrap, topic), lambda c: _confluent_round((c.poll(1.0),)),
+                  lambda c: c.close(), n)
 
 
 def bench_aiokafka(bootstrap, topic, n):
     from aiokafka import AIOKafkaConsumer, TopicPartition
+    loop = asyncio.new_event_loop()
 
-    async def main():
-        async def run():
-            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-            await c.start()
-            tp = TopicPartition(topic, 0)
-            c.assign([tp])
-            c.seek(tp, 0)
-            got = size = 0
-            start = time.monotonic()
-            while got < n and time.monotonic() - start < TIMEOUT:
-                for records in (await c.getmany(timeout_ms=1000)).values():
-                    for m in records:
-                        size += len(m.value)
-                        got += 1
-            _check(got, n, start)
-            return c
-        c0, t0 = cpu(), time.perf_counter()
-        c = await run()
-        t1, c1 = time.perf_counter(), cpu()
-        await c.stop()
-        return n / (t1 - t0), (c1 - c0) / n * 1e6, t1 - t0
-    return asyncio.run(main())
+    async def make():
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await c.start()
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek(tp, 0)
+        return c
+
+    async def read_round(c):
+        return sum(_values_len(records) for records in (await c.getmany(timeout_ms=1000)).values())
+    try:
+        return read_n(lambda: loop.run_until_complete(make()), lambda c: loop.run_until_complete(read_round(c)),
+                      lambda c: loop.run_until_complete(c.stop()), n)
+    finally:
+        loop.close()
 
 
 def bench_kafka_python(bootstrap, topic, n):
     from kafka import KafkaConsumer, TopicPartition
-    held = []
 
-    def run():
+    def make():
         c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        held.append(c)
         tp = TopicPartition(topic, 0)
         c.assign([tp])
         c.seek(tp, 0)
-        got = size = 0
-        start = time.monotonic()
-        while got < n and time.monotonic() - start < TIMEOUT:
-            for records in c.poll(timeout_ms=1000).values():
-                for m in records:
-                    size += len(m.value)
-                    got += 1
-        _check(got, n, start)
-    r = measure(run, n)
-    held[0].close()
-    return r
+        return c
+    return read_n(make, lambda c: sum(_values_len(rs) for rs in c.poll(timeout_ms=1000).values()),
+                  lambda c: c.close(), n)
 
 
 CLIENTS = [
@@ -201,26 +164,13 @@ CLIENTS = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--only", action="append", help="run only clients whose name contains this")
-    args = ap.parse_args()
+    args = bench_args(__doc__)
     n = args.records
-    results = []
     with LocalBroker() as broker:
         bs = broker.bootstrap_servers
         topic = create_topic(bs)
         fill(bs, topic, n)
-        for name, fn in CLIENTS:
-            if args.only and not any(o in name for o in args.only):
-                continue
-            try:
-                rate, us, secs = fn(bs, topic, n)
-            except Exception as e:  # noqa: BLE001 - report and continue with the others
-                print(f"{name}: failed: {e!r}", file=sys.stderr)
-                continue
-            results.append((name, rate, us, secs))
-            print_line(name, rate, us, secs)
+        results = run_clients(CLIENTS, args.only, lambda fn: fn(bs, topic, n))
     print_table(results, f"{n:,} records x {len(VALUE)} B from offset 0 of one partition; "
                          f"Python {sys.version.split()[0]}")
 

@@ -13,7 +13,6 @@ thread; the broker runs in another process and is not counted.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -21,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench import cpu, create_topic, measure, print_line, print_table  # noqa: E402
+from _bench import bench_args, cpu, create_topic, measure, print_table, run_clients  # noqa: E402
 from kio.broker import LocalBroker  # noqa: E402
 
 VALUE = b"x" * 100
@@ -135,25 +134,11 @@ CLIENTS = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--only", action="append", help="run only clients whose name contains this")
-    args = ap.parse_args()
+    args = bench_args(__doc__)
     n = args.records
-    results = []
     with LocalBroker() as broker:
         bs = broker.bootstrap_servers
-        for name, fn in CLIENTS:
-            if args.only and not any(o in name for o in args.only):
-                continue
-            topic = create_topic(bs)
-            try:
-                rate, us, secs = fn(bs, topic, n)
-            except Exception as e:  # noqa: BLE001 - report and continue with the others
-                print(f"{name}: failed: {e!r}", file=sys.stderr)
-                continue
-            results.append((name, rate, us, secs))
-            print_line(name, rate, us, secs)
+        results = run_clients(CLIENTS, args.only, lambda fn: fn(bs, create_topic(bs), n))
     print_table(results, f"{n:,} records x {len(VALUE)} B, one partition, acks=1, linger.ms=5; "
                          f"Python {sys.version.split()[0]}")
 

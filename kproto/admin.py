@@ -40,8 +40,8 @@ import random
 from typing import Any, NamedTuple, Optional
 
 from kproto import error_codes
-from kproto.client import DriverIO, NetworkClient
-from kproto.cluster import ClusterMetadata, TopicPartition
+from kproto.client import DriverIO, network_for
+from kproto.cluster import TopicPartition
 from kproto.config import COMMON, INT, BOOL, ConfigDef, Config, Setting, in_range, require_bootstrap
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
@@ -342,16 +342,8 @@ class AdminCore(DriverIO):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
         self.rng = rng or random.Random()
-        self.cluster = ClusterMetadata(
-            [_host_port(s) for s in cfg.bootstrap_servers],
-            metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms, allow_auto_topic_creation=False)
-        self.client = NetworkClient(
-            self.cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
-            max_in_flight=5, reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
-            connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=self.rng)
+        self.cluster, self.client = network_for(cfg, rng=self.rng, max_in_flight=5,
+                                                allow_auto_topic_creation=False)
         self._calls: list[_Call] = []          # waiting to be sent (maybe backing off)
         self._in_flight: set = set()
         self._completed: list = []
@@ -1219,10 +1211,3 @@ def _no_dups(keys, what):
         if k in seen:
             raise ValueError(f"{what}: {k!r} is given twice")
         seen.add(k)
-
-
-def _host_port(s):
-    host, sep, port = str(s).strip().rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"bootstrap server {s!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)

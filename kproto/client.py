@@ -273,3 +273,30 @@ class DriverIO:
 
     def sent(self, node, n, now):
         self.client.sent(node, n, now)
+
+
+def host_port(s) -> tuple:
+    """"host:port" (IPv6 in brackets allowed) -> (host, port)."""
+    from kproto.errors import ConfigError
+    host, sep, port = str(s).strip().rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"bootstrap server {s!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def network_for(cfg, *, rng, max_in_flight, allow_auto_topic_creation, cluster_class=ClusterMetadata,
+                **cluster_kwargs):
+    """The metadata cache and NetworkClient every core builds from the common
+    settings (kproto.config.COMMON): (cluster, client)."""
+    cluster = cluster_class(
+        [host_port(s) for s in cfg.bootstrap_servers],
+        metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
+        retry_backoff_max_ms=cfg.retry_backoff_max_ms, allow_auto_topic_creation=allow_auto_topic_creation,
+        **cluster_kwargs)
+    client = NetworkClient(
+        cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
+        max_in_flight=max_in_flight, reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+        reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+        connections_max_idle_ms=cfg.connections_max_idle_ms,
+        connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=rng)
+    return cluster, client

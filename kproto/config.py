@@ -221,6 +221,16 @@ class ConfigDef:
 
 
 #: Settings every client (producer, consumer, admin) shares.
+def callable_or_none(what):
+    """A converter for settings that take a callable (serializers,
+    partitioners): None or anything callable."""
+    def conv(v):
+        if v is not None and not callable(v):
+            raise ValueError(f"{what} must be a callable (or None), not {type(v).__name__}")
+        return v
+    return conv
+
+
 COMMON = [
     Setting("bootstrap.servers", LIST, None, doc="host:port list of brokers to bootstrap from"),
     Setting("client.id", STR, "kio", doc="sent in every request header"),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from kproto.config import (
-    ANY, BOOL, COMMON, INT, STR, ConfigDef, ConfigError, Setting, in_range, one_of,
+    ANY, BOOL, COMMON, INT, STR, ConfigDef, ConfigError, Setting, callable_or_none, in_range, one_of,
     require_bootstrap,
 )
 
@@ -29,14 +29,6 @@ def _strategies(v):
     if not out:
         raise ValueError("at least one assignor is needed")
     return tuple(out)
-
-
-def _callable_or_none(what):
-    def conv(v):
-        if v is not None and not callable(v):
-            raise ValueError(f"{what} must be a callable (or None), not {type(v).__name__}")
-        return v
-    return conv
 
 
 def _check_group(values, explicit):
@@ -79,9 +71,9 @@ CONSUMER_CONFIG = ConfigDef(COMMON + [
             "timeout of blocking calls (commit, committed, offsets lookups, position)"),
     Setting("allow.auto.create.topics", BOOL, True, doc="let Metadata requests create topics"),
     Setting("client.rack", STR, "", doc="rack id sent in fetches and subscriptions"),
-    Setting("key.deserializer", ANY, None, convert=_callable_or_none("key.deserializer"),
+    Setting("key.deserializer", ANY, None, convert=callable_or_none("key.deserializer"),
             doc="callable turning key bytes into a key"),
-    Setting("value.deserializer", ANY, None, convert=_callable_or_none("value.deserializer"),
+    Setting("value.deserializer", ANY, None, convert=callable_or_none("value.deserializer"),
             doc="callable turning value bytes into a value"),
     Setting("exclude.internal.topics", BOOL, True, doc="pattern subscriptions skip internal topics"),
 ], checks=[require_bootstrap, _check_group])

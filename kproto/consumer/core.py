@@ -40,7 +40,7 @@ import uuid
 from typing import Optional
 
 from kproto import error_codes
-from kproto.client import DriverIO, NetworkClient
+from kproto.client import DriverIO, network_for
 from kproto.cluster import ClusterMetadata, TopicPartition
 from kproto.consumer import ANY, OffsetAndMetadata
 from kproto.consumer.commits import OffsetCommitter
@@ -153,21 +153,12 @@ class _ConsumerCluster(ClusterMetadata):
 class ConsumerCore(DriverIO):
     def __init__(self, config=None, *, rng=None, **kwargs):
         from kproto.config import Config
-        from kproto.producer.core import _host_port
         cfg = config if isinstance(config, Config) else parse_consumer_config(config, **kwargs)
         self.config = cfg
         self.rng = rng or random.Random()
-        self.cluster = _ConsumerCluster(
-            [_host_port(s) for s in cfg.bootstrap_servers],
-            metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            allow_auto_topic_creation=cfg.allow_auto_create_topics)
-        self.client = NetworkClient(
-            self.cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
-            max_in_flight=5, reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
-            connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=self.rng)
+        self.cluster, self.client = network_for(
+            cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=cfg.allow_auto_create_topics,
+            cluster_class=_ConsumerCluster)
         self.client.on_metadata = self._on_metadata
         self.positions = Positions(cfg.auto_offset_reset)
         self.fetcher = Fetcher(

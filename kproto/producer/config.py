@@ -4,7 +4,8 @@ from __future__ import annotations
 from kproto import compression as _compression
 from kproto.errors import UnsupportedCodecError
 from kproto.config import (
-    BOOL, COMMON, INT, STR, ANY, ConfigDef, ConfigError, Setting, in_range, require_bootstrap,
+    ANY, BOOL, COMMON, INT, STR, ConfigDef, ConfigError, Setting, callable_or_none, in_range,
+    require_bootstrap,
 )
 
 __all__ = ["PRODUCER_CONFIG", "parse_producer_config"]
@@ -30,14 +31,6 @@ def _codec(v):
         return _compression.check_codec(v.strip().lower() if isinstance(v, str) else v)
     except UnsupportedCodecError as e:
         raise ValueError(str(e)) from None
-
-
-def _callable_or_none(what):
-    def conv(v):
-        if v is not None and not callable(v):
-            raise ValueError(f"{what} must be a callable (or None), not {type(v).__name__}")
-        return v
-    return conv
 
 
 def _partitioner(v):
@@ -99,9 +92,9 @@ PRODUCER_CONFIG = ConfigDef(COMMON + [
     Setting("compression.type", ANY, 0, convert=_codec, doc="none, gzip, snappy, lz4 or zstd"),
     Setting("compression.level", INT, None, doc="codec level (None: codec default)"),
     Setting("delivery.timeout.ms", INT, 120000, in_range(1), "whole life of a record until acknowledged"),
-    Setting("key.serializer", ANY, None, convert=_callable_or_none("key.serializer"),
+    Setting("key.serializer", ANY, None, convert=callable_or_none("key.serializer"),
             doc="callable turning a key into bytes"),
-    Setting("value.serializer", ANY, None, convert=_callable_or_none("value.serializer"),
+    Setting("value.serializer", ANY, None, convert=callable_or_none("value.serializer"),
             doc="callable turning a value into bytes"),
     Setting("partitioner", ANY, "default", convert=_partitioner, doc="'default' or a callable"),
     Setting("transactional.id", STR, None, doc="enables transactions"),

@@ -25,8 +25,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from kproto.client import DriverIO, NetworkClient
-from kproto.cluster import ClusterMetadata
+from kproto.client import DriverIO, network_for
 from kproto.errors import KafkaError
 from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
 from kproto.producer.config import parse_producer_config
@@ -181,19 +180,10 @@ class ProducerCore(DriverIO):
         cfg = config if isinstance(config, Config) else parse_producer_config(config, **kwargs)
         self.config = cfg
         self.rng = rng or random.Random()
-        self.cluster = ClusterMetadata(
-            [_host_port(s) for s in cfg.bootstrap_servers],
-            metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+        self.cluster, self.client = network_for(
+            cfg, rng=self.rng, max_in_flight=cfg.max_in_flight_requests_per_connection,
             allow_auto_topic_creation=cfg.allow_auto_create_topics,
             metadata_max_idle_ms=cfg.metadata_max_idle_ms)
-        self.client = NetworkClient(
-            self.cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
-            max_in_flight=cfg.max_in_flight_requests_per_connection,
-            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
-            connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=self.rng)
         self.accumulator = RecordAccumulator(
             batch_size=cfg.batch_size, linger_ms=cfg.linger_ms, buffer_memory=cfg.buffer_memory,
             compression=cfg.compression_type, delivery_timeout_ms=cfg.delivery_timeout_ms,
@@ -563,11 +553,3 @@ def _bytes_or_fail(v, what):
     if v is None or isinstance(v, (bytes, bytearray, memoryview)):
         return v
     raise SerializationError(f"send_many {what} must be bytes, str or None, not {type(v).__name__}")
-
-
-def _host_port(s):
-    host, sep, port = str(s).strip().rpartition(":")
-    if not sep or not port.isdigit():
-        from kproto.errors import ConfigError
-        raise ConfigError(f"bootstrap server {s!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
