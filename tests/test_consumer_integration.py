@@ -374,3 +374,28 @@ def test_heartbeats_continue_between_polls_and_max_poll_interval_leaves(bootstra
             c.poll(0.2)
         # as in Java: the generation was reset on leaving, so the partitions are lost, not revoked
         assert events[1:3] == [("lost", 2), ("assign", 2)], events
+
+
+def test_static_member_restarts_without_leaving_and_keeps_its_assignment(bootstrap, make_topic):
+    """group.instance.id: close() sends no LeaveGroup (Java's static members
+    stay until session.timeout.ms), and a restart with the same instance id
+    gets the same partitions back."""
+    topic = make_topic(2)
+    produce(bootstrap, topic, 4, partitions=2)
+    conf = dict(bootstrap_servers=bootstrap, group_id="g-" + uuid.uuid4().hex[:8], auto_offset_reset="earliest",
+                group_instance_id="worker-1", **GROUP)
+    got = []
+    built = []
+    with Consumer(**conf) as c:
+        c.subscribe([topic], on_assign=lambda ps: got.append(sorted(ps)))
+        assert len(consume_until(c, 4)) == 4
+        m = c._core.membership
+        original = m._leave_request
+        m._leave_request = lambda *a: built.append(original(*a)) or built[-1]
+    assert built and all(req is None for req in built)     # close() built no LeaveGroup
+    with Consumer(**conf) as c:
+        c.subscribe([topic], on_assign=lambda ps: got.append(sorted(ps)))
+        end = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < end:
+            c.poll(0.2)
+        assert got[0] == got[1] == [TP(topic, 0), TP(topic, 1)]
