@@ -80,6 +80,14 @@ class NetworkClient:
         c = self.connections.get(node)
         return c is not None and c.can_send()
 
+    def is_unavailable(self, node, now) -> bool:
+        """The last connection attempt to ``node`` failed and its reconnect
+        backoff has not run out (Java ``NetworkClient.isUnavailable``)."""
+        c = self.connections.get(node)
+        if c is None or c.state is not ConnectionState.DISCONNECTED or not c.connect_failed:
+            return False
+        return now < c.next_connect_time
+
     def ready(self, node, now) -> bool:
         """True if a request can go to ``node`` now; otherwise start connecting
         when the reconnect backoff allows (Java ``NetworkClient.ready``)."""

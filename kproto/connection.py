@@ -368,6 +368,7 @@ class Connection:
         self.failed_attempts = 0
         self.last_connect_attempt = None
         self.reconnect_backoff_current_ms = 0
+        self.connect_failed = False      # the last attempt never got READY (not a close of ours)
         self.connect_started_at = None
         self.last_activity = None
 
@@ -699,6 +700,7 @@ class Connection:
 
     def _become_ready(self, now, events):
         self.state = ConnectionState.READY
+        self.connect_failed = False
         self.failed_attempts = 0
         self.reconnect_backoff_current_ms = 0
         events.append(ConnectionReady(self.node_id, self.versions))
@@ -778,6 +780,9 @@ class Connection:
         reason = f"connection lost: {exc}" if exc is not None else "connection lost"
         if self.state is ConnectionState.CONNECTING:
             reason = f"connect failed: {exc}" if exc is not None else "connect failed"
+        if self.state in (ConnectionState.CONNECTING, ConnectionState.HANDSHAKE,
+                          ConnectionState.AUTHENTICATING):
+            self.connect_failed = True
         self._fail_connection(reason, exc, now, events, done)
         self._run_callbacks(done)
         return events

@@ -173,11 +173,15 @@ class Sim:
         self.now = 0
         self.channels = {}
         self.events = []
+        self.refuse = set()              # node ids whose connects fail
 
     def step(self):
         core = self.core
         for a in core.poll(self.now):
             if isinstance(a, Connect):
+                if a.node in self.refuse:
+                    core.disconnected(a.node, self.now, ConnectionRefusedError(111, "refused"))
+                    continue
                 self.channels[a.node] = self.kafka.broker.channel()
                 core.connected(a.node, self.now)
             elif isinstance(a, Close):
@@ -395,6 +399,27 @@ def test_coordinator_loss_in_the_composed_core_rediscovers_and_recovers():
     assert kafka.count("FindCoordinator") == 3
     kafka.produce("t", 0, 2)
     assert [r.offset for r in sim.records(2)] == [3, 4]
+
+
+def test_a_coordinator_that_refuses_connections_is_looked_up_again():
+    """Java's coordinatorUnknown(): a failed connect to the coordinator
+    forgets it, so a moved coordinator is found instead of waited for."""
+    kafka, core, sim = make(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    kafka.produce("t", 0, 2)
+    core.assign([TP("t", 0)], 0)
+    sim.records(2)
+    h = core.commit_sync({TP("t", 0): 1}, sim.now)
+    sim.run(lambda: h.done)
+    assert kafka.count("FindCoordinator") == 1
+    core.disconnected(COORD_CONN, sim.now, ConnectionResetError(104, "reset"))
+    sim.refuse.add(COORD_CONN)
+    h = core.commit_sync({TP("t", 0): 2}, sim.now)
+    # looked up again within the reconnect backoff, not after request.timeout.ms
+    sim.run(lambda: kafka.count("FindCoordinator") >= 2, max_ms=2000)
+    assert not h.done                                 # still trying, not failed
+    sim.refuse.clear()
+    sim.run(lambda: h.done)
+    assert h.error is None and kafka.committed[("t", 0)] == 2
 
 
 def test_coordinator_loss_in_assign_mode_with_async_commits():

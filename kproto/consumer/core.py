@@ -741,6 +741,12 @@ class ConsumerCore(DriverIO):
         if self.closing:
             self._poll_close(now)
         if self.coordinator is not None:
+            coord = self.coordinator
+            if coord.known and self.client.is_unavailable(coord.connection_id, now):
+                # As Java's coordinatorUnknown(): a coordinator we cannot
+                # connect to is looked up again (it may have moved), rather
+                # than waited for until requests to it time out.
+                coord.mark_unknown("cannot connect to the coordinator", now)
             for ev in self.coordinator.events():
                 if isinstance(ev, CoordinatorLost):
                     self._close_coordinator_connection(ev.coordinator, ev.reason, now)
