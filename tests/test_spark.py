@@ -215,3 +215,29 @@ def test_data_source_latest_ending_offsets_by_default(spark, bootstrap, make_top
     none = (spark.read.format("kio-kafka").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("startingOffsets", "latest").load())
     assert none.count() == 0
+
+
+def test_transactional_write_per_spark_partition(spark, bootstrap, make_topic):
+    import kio.spark
+    topic = make_topic(2)
+    report = kio.spark.write(rows_df(spark, 3000, with_headers=False), topic=topic, bootstrap_servers=bootstrap,
+                             transactional_id_prefix="tx-" + topic)
+    assert report.rows == 3000
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-tx-" + topic,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "isolation.level": "read_committed"})
+    c.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(2)])
+    seen = set()
+    end = time.monotonic() + 30
+    try:
+        while len(seen) < 3000 and time.monotonic() < end:
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    seen.add(m.value())
+    finally:
+        c.close()
+    assert seen == {b"v%d" % i for i in range(3000)}
+    # a second write reuses the per-worker transactional producers
+    again = kio.spark.write(rows_df(spark, 10, with_headers=False), topic=topic, bootstrap_servers=bootstrap,
+                            transactional_id_prefix="tx-" + topic)
+    assert again.rows == 10

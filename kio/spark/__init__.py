@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from kio.spark.sink import REPORT_FIELDS, SparkWriteError, producer, report_batches, send_batches
+from kio.spark.sink import (
+    REPORT_FIELDS, SparkWriteError, producer, report_batches, send_batches, send_batches_transactional,
+)
 
 __all__ = ["write", "register", "producer", "WriteReport", "SparkWriteError", "REPORT_SCHEMA"]
 
@@ -59,13 +61,18 @@ def _producer_config(bootstrap_servers, producer_config: dict) -> dict:
 
 
 def write(df, topic: Optional[str] = None, bootstrap_servers=None, *, errors: str = "raise",
-          flush_timeout: Optional[float] = None, **producer_config) -> WriteReport:
+          flush_timeout: Optional[float] = None, transactional_id_prefix: Optional[str] = None,
+          **producer_config) -> WriteReport:
     """Send every row of ``df`` to Kafka (columns: value, and optionally key,
     topic, partition, headers, timestamp - Spark's Kafka sink conventions).
 
     ``errors="raise"`` (default): a failed delivery fails the Spark task with
     a :class:`SparkWriteError` naming the topic and the cause.
-    ``errors="report"``: failures are returned in ``WriteReport.errors``."""
+    ``errors="report"``: failures are returned in ``WriteReport.errors``.
+    ``transactional_id_prefix``: each Spark partition is written in one Kafka
+    transaction (transactional.id ``<prefix>-<partition>``), so
+    read_committed consumers see a partition's rows all together, once per
+    successful attempt; errors are then always raised."""
     from kio.spark.sink import _check_columns
     _check_columns(df.columns, topic)
     if errors not in ("raise", "report"):
@@ -73,7 +80,12 @@ def write(df, topic: Optional[str] = None, bootstrap_servers=None, *, errors: st
     conf = _producer_config(bootstrap_servers, producer_config)
 
     def task(batches):
-        return report_batches(send_batches(batches, topic, conf, errors=errors, flush_timeout=flush_timeout))
+        if transactional_id_prefix is not None:
+            rows = send_batches_transactional(batches, topic, conf, transactional_id_prefix,
+                                              flush_timeout=flush_timeout)
+        else:
+            rows = send_batches(batches, topic, conf, errors=errors, flush_timeout=flush_timeout)
+        return report_batches(rows)
 
     rows = df.mapInArrow(task, REPORT_SCHEMA).collect()
     return summarize(tuple(r) for r in rows)

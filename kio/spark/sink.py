@@ -21,7 +21,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from kproto.errors import KafkaError
 
-__all__ = ["producer", "send_batches", "REPORT_FIELDS", "SparkWriteError"]
+__all__ = ["producer", "send_batches", "send_batches_transactional", "REPORT_FIELDS", "SparkWriteError"]
 
 #: one report row per (topic, partition) a task wrote to, or per failure
 REPORT_FIELDS = (("topic", "string"), ("partition", "int"), ("rows", "long"), ("bytes", "long"),
@@ -107,6 +107,41 @@ def _groups(topics, partitions, n) -> Dict[Tuple[str, Optional[int]], List[int]]
     for i in range(n):
         groups.setdefault((topics[i], partitions[i]), []).append(i)
     return groups
+
+
+def _task_partition() -> int:
+    """The Spark partition this task writes (0 outside Spark)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return 0
+    ctx = TaskContext.get()
+    return 0 if ctx is None else ctx.partitionId()
+
+
+def send_batches_transactional(batches: Iterable, topic: Optional[str], config: dict, prefix: str, *,
+                               flush_timeout: Optional[float] = None) -> List[tuple]:
+    """send_batches inside one Kafka transaction per Spark partition, with
+    transactional.id ``<prefix>-<partition>``: a task attempt's rows become
+    visible to read_committed consumers all together or not at all, and a
+    retried attempt fences the failed one (same transactional id)."""
+    conf = dict(config)
+    conf["transactional.id"] = f"{prefix}-{_task_partition()}"
+    p = producer(conf)
+    if not getattr(p, "_kio_spark_txn_ready", False):
+        p.init_transactions(flush_timeout)
+        p._kio_spark_txn_ready = True
+    p.begin_transaction()
+    try:
+        rows = send_batches(batches, topic, conf, errors="raise", flush_timeout=flush_timeout)
+        p.commit_transaction(flush_timeout)
+    except BaseException:
+        try:
+            p.abort_transaction(flush_timeout)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            pass
+        raise
+    return rows
 
 
 def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, errors: str = "raise",
