@@ -18,7 +18,7 @@ import collections
 from kproto.errors import KafkaError
 from kproto.records import BatchBuilder, estimate_size_in_bytes
 
-__all__ = ["ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError"]
+__all__ = ["iter_parts", "ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError"]
 
 
 class BufferExhausted(KafkaError):
@@ -34,8 +34,12 @@ class RecordTooLargeError(KafkaError, ValueError):
 class ProducerBatch:
     """One batch of one partition and the deliveries waiting on it.
 
-    ``parts`` lists ``(handle, offset_delta, count)``: who to tell, and which
-    records of the batch are theirs (count > 1 for a bulk send)."""
+    ``parts`` says who to tell, in record order: a bare handle owns one
+    record, a ``(handle, count)`` tuple owns ``count`` consecutive records (a
+    bulk send). A record's offset delta is the number of records owned by the
+    parts before it (:func:`iter_parts`). A bare handle instead of a tuple
+    per record matters: every container allocated per record is one more
+    object for the cyclic garbage collector to walk while batches wait."""
 
     __slots__ = ("topic", "partition", "builder", "parts", "created_ms", "deadline_ms", "attempts",
                  "retry_after_ms", "reserved", "full", "base_sequence", "producer_id", "epoch",
@@ -74,6 +78,18 @@ class ProducerBatch:
     def __repr__(self):
         return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
                 f"seq={self.base_sequence} attempts={self.attempts}>")
+
+
+def iter_parts(parts):
+    """(handle, offset_delta, count) for each part of a batch."""
+    delta = 0
+    for part in parts:
+        if type(part) is tuple:
+            handle, count = part
+        else:
+            handle, count = part, 1
+        yield handle, delta, count
+        delta += count
 
 
 class RecordAccumulator:
@@ -149,9 +165,8 @@ class RecordAccumulator:
             batch = dq[-1]
             if not batch.full:
                 builder = batch.builder
-                n = builder.record_count
                 if builder.append(ts, key, value, headers):
-                    batch.parts.append((handle, n, 1))
+                    batch.parts.append(handle)
                     return batch
                 batch.full = True
         elif dq is None:
@@ -160,7 +175,7 @@ class RecordAccumulator:
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
-        batch.parts.append((handle, 0, 1))
+        batch.parts.append(handle)
         dq.append(batch)
         return batch
 
@@ -180,10 +195,9 @@ class RecordAccumulator:
                     break
                 dq.append(batch)
                 self.wakeup = True
-            first = batch.builder.record_count
             n = batch.builder.append_many(ts, keys, values, headers, i)
             if n:
-                batch.parts.append((handle, first, n))
+                batch.parts.append((handle, n))
                 i += n
             if i < total:
                 if n == 0 and batch.builder.record_count == 0:

@@ -140,8 +140,15 @@ def complete_results(results):
     their lock; a handle's ``_resolved`` may run user code)."""
     for r in results:
         topic, partition, base, lat, err = r.topic, r.partition, r.base_offset, r.log_append_time, r.error
-        for handle, delta, count in r.parts:
-            handle._complete(topic, partition, base, delta, count, lat, err)
+        delta = 0
+        for part in r.parts:            # iter_parts(), inlined: this runs once per record
+            if type(part) is tuple:
+                handle, count = part
+                handle._complete(topic, partition, base, delta, count, lat, err)
+                delta += count
+            else:
+                part._complete(topic, partition, base, delta, 1, lat, err)
+                delta += 1
 
 
 def _to_bytes(value, serializer, what, topic):

@@ -20,6 +20,7 @@ from typing import NamedTuple, Optional
 from kproto import error_codes
 from kproto.connection import ReconnectBackoff
 from kproto.errors import KafkaError
+from kproto.producer.accumulator import iter_parts
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -273,13 +274,13 @@ class Sender:
                 starts.append(i)
         # Map every delivery part of the old batch onto the new batches.
         starts.append(len(records))
-        for handle, delta, count in b.parts:
+        for handle, delta, count in iter_parts(b.parts):
             lo, hi = delta, delta + count
             for k, nb in enumerate(new):
                 s, e = starts[k], starts[k + 1]
                 a, z = max(lo, s), min(hi, e)
                 if a < z:
-                    nb.parts.append((handle, a - s, z - a))
+                    nb.parts.append(handle if z - a == 1 else (handle, z - a))
         # Memory: the original reservation is handed over to the first piece.
         self.acc.incomplete.discard(b)
         for nb in new:
