@@ -47,8 +47,11 @@ class KafkaTimeoutError(KafkaError, TimeoutError):
     """max.block.ms ran out waiting for metadata or buffer space."""
 
 
+_time, _monotonic = time.time, time.monotonic
+
+
 def _now_ms():
-    return time.monotonic() * 1000.0
+    return _monotonic() * 1000.0
 
 
 _RUNNING, _FINISHED = concurrent.futures._base.RUNNING, concurrent.futures._base.FINISHED
@@ -59,29 +62,32 @@ class DeliveryFuture(concurrent.futures.Future):
     """The future of one record; resolved on the network thread.
 
     A real :class:`concurrent.futures.Future` (``wait``/``as_completed`` work)
-    whose Condition is created only when somebody waits or adds a callback:
-    most records are never waited on one by one, and a Condition per record
-    would cost more than appending the record. Cannot be cancelled (a record
-    handed to the producer is on its way, as in Java)."""
+    that costs one object per record: without an ``on_delivery`` callback it
+    is attached to its batch's shared outcome (:mod:`kproto.producer.outcome`)
+    and reads its state from there, so completing a batch does nothing per
+    record, and a future the application drops is freed at once instead of
+    waiting in the batch for the broker. Its Condition and waiter/callback
+    lists are made on first wait only. With a callback it is kept in the
+    batch and completed one by one. Cannot be cancelled (a record handed to
+    the producer is on its way, as in Java)."""
 
     # Class-level defaults: a record's future sets only what differs (speed).
-    _state = _RUNNING
-    _offset = None                        # set on success; RecordMetadata is built lazily
-    _exception = None
+    notify = False                        # see kproto.producer.outcome
+    _outcome = None                       # attached: the batch's BatchOutcome and this record's delta
+    _delta = 0
+    _completed = False                    # notify mode: set by _complete
+    _offset = -1
+    _error = None
     on_delivery = None
     topic = partition = timestamp = None
-
     _cond = None                          # made on first wait: see _condition
 
     def __init__(self, on_delivery=None):
         # No super().__init__(): see _condition.
         if on_delivery is not None:
             self.on_delivery = on_delivery
+            self.notify = True
 
-    # The Condition and Future's waiter and callback lists are made on first
-    # use. A future nobody waits on is then one object: with a million records
-    # queued, every extra container per record is more work for the cyclic
-    # garbage collector, which showed up as a third of send()'s CPU.
     @property
     def _condition(self):
         c = self._cond
@@ -89,8 +95,12 @@ class DeliveryFuture(concurrent.futures.Future):
             with _LAZY_INIT:
                 c = self._cond
                 if c is None:
-                    self._lists = ([], [])       # before _cond: _complete reads them once it sees it
+                    self._lists = ([], [])       # before _cond: the waker reads them once it sees it
                     c = self._cond = threading.Condition()
+                    if self._outcome is not None:
+                        # Future checks the state after taking the Condition,
+                        # i.e. after this: a completion racing with it is seen.
+                        self._outcome.watch(self)
         return c
 
     @property
@@ -103,23 +113,56 @@ class DeliveryFuture(concurrent.futures.Future):
         self._condition
         return self._lists[1]
 
-    def cancel(self):
-        return False
+    @property
+    def _state(self):
+        if self._completed:
+            return _FINISHED
+        o = self._outcome
+        return _FINISHED if o is not None and o.done else _RUNNING
 
-    # Future reads self._result; building RecordMetadata only when somebody
-    # asks saves the network thread an object per record.
+    def _final(self):
+        """(offset, error) once done."""
+        o = self._outcome
+        if o is None:
+            return self._offset, self._error
+        off, log_append_time, err = o.offset_of(self._delta)
+        if log_append_time >= 0:
+            self.timestamp = log_append_time
+        return off, err
+
+    @property
+    def _exception(self):
+        return self._final()[1] if self._state is _FINISHED else None
+
+    # Future reads self._result; RecordMetadata is built only when asked for.
     @property
     def _result(self):
-        off = self._offset
-        if off is None:
+        if self._state is not _FINISHED:
+            return None
+        off, err = self._final()
+        if err is not None:
             return None
         return RecordMetadata(self.topic, self.partition, off, self.timestamp)
 
-    @_result.setter
-    def _result(self, value):   # only Future.set_result would call this
-        raise AttributeError("a DeliveryFuture is resolved by the producer only")
+    def cancel(self):
+        return False
 
-    # called by kproto.producer.complete_results
+    def _wake(self, error):
+        cond = self._cond
+        with cond:
+            for w in self._waiters:
+                if error is None:
+                    w.add_result(self)
+                else:
+                    w.add_exception(self)
+            cond.notify_all()
+        self._invoke_callbacks()
+
+    # called by kproto.producer.complete_results for a watched, attached future
+    def _outcome_done(self):
+        self._wake(self._exception)
+
+    # called by kproto.producer.complete_results (notify mode)
     def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
         if error is None:
             self.partition = partition
@@ -127,20 +170,12 @@ class DeliveryFuture(concurrent.futures.Future):
                 self.timestamp = log_append_time
             self._offset = base_offset + delta if base_offset >= 0 else -1
         else:
-            self._exception = error
+            self._error = error
         # State first, then look for waiters: a waiter creates the Condition
         # before checking the state, so one of the two always sees the other.
-        self._state = _FINISHED
-        cond = self._cond
-        if cond is not None:
-            with cond:
-                for w in self._waiters:
-                    if error is None:
-                        w.add_result(self)
-                    else:
-                        w.add_exception(self)
-                cond.notify_all()
-            self._invoke_callbacks()
+        self._completed = True
+        if self._cond is not None:
+            self._wake(error)
         if self.on_delivery is not None:
             try:
                 self.on_delivery(error, self._result)
@@ -222,17 +257,14 @@ class Producer:
         else:
             key_b, value_b = core.serialize(topic, key, value)      # outside the lock
         fut = DeliveryFuture(on_delivery)
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ts = int(_time() * 1000) if timestamp_ms is None else timestamp_ms
         with self._lock:
-            self._check_usable()
-            deadline = None
-            while True:
-                try:
-                    core.send(topic, value_b, key_b, partition, headers, ts, now=_now_ms(), handle=fut,
-                              serialized=True)
-                    break
-                except (MetadataPending, BufferExhausted) as e:
-                    deadline = self._block(e, topic, deadline)
+            if self._closing or self._closed or self._fatal is not None:
+                self._check_usable()
+            try:
+                core.append_serialized(topic, value_b, key_b, partition, headers, ts, _monotonic() * 1000.0, fut)
+            except (MetadataPending, BufferExhausted) as e:
+                self._send_blocked(e, topic, value_b, key_b, partition, headers, ts, fut)
             # Wake the network thread only when it has something new to do
             # (a batch opened or filled up); appends to an open batch need nothing.
             acc = core.accumulator
@@ -241,6 +273,16 @@ class Producer:
         if wake:
             self._wake()
         return fut
+
+    def _send_blocked(self, e, topic, value_b, key_b, partition, headers, ts, fut):
+        """send() found no metadata or no buffer space: wait, up to max.block.ms, and retry."""
+        deadline = self._block(e, topic, None)
+        while True:
+            try:
+                self._core.append_serialized(topic, value_b, key_b, partition, headers, ts, _now_ms(), fut)
+                return
+            except (MetadataPending, BufferExhausted) as e2:
+                deadline = self._block(e2, topic, deadline)
 
     def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None,
                   on_delivery=None):

@@ -452,6 +452,34 @@ def test_message_too_large_splits_and_retries():
     assert [h.metadata.offset for h in hs] == list(range(40))
 
 
+def test_message_too_large_split_resolves_attached_handles_through_the_outcome():
+    """Handles without a callback are not kept in the batch but attached to its
+    BatchOutcome (kio's DeliveryFuture): after a split they resolve only when
+    every piece is acknowledged, each to its own record's offset, and a
+    thread waiting on one is woken."""
+    from kio.producer import DeliveryFuture
+    core, kafka, sim = make(enable_idempotence=False, acks=1, linger_ms=10)
+    kafka.inject("t", 0, 10)                                 # MESSAGE_TOO_LARGE once
+    futs = [sim.send(b"r%03d" % i, handle=DeliveryFuture()) for i in range(40)]
+    called = []
+    futs[-1].add_done_callback(lambda f: called.append(f.result().offset))
+    batch = core.accumulator.queues[("t", 0)][0]
+    assert batch.parts == [] and futs[7]._outcome is batch.outcome and futs[7]._delta == 7
+    sim.run_until(lambda: all(f.done() for f in futs))
+    assert core.metrics()["splits"] == 1 and batch.outcome.children is not None
+    assert [f.result(0).offset for f in futs] == list(range(40))
+    assert called == [39]
+
+
+def test_attached_handles_fail_with_their_batch():
+    from kio.producer import DeliveryFuture
+    core, kafka, sim = make(enable_idempotence=False, acks=1, retries=0)
+    kafka.inject("t", 0, 87)                                 # INVALID_RECORD: not retriable
+    futs = [sim.send(b"v%d" % i, handle=DeliveryFuture()) for i in range(3)]
+    sim.run_until(lambda: all(f.done() for f in futs))
+    assert all(f.exception().code == 87 for f in futs)
+
+
 def test_message_too_large_single_record_fails():
     core, kafka, sim = make(enable_idempotence=False, acks=1)
     kafka.inject("t", 0, 10)

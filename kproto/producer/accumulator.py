@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 from kproto.errors import KafkaError
+from kproto.producer.outcome import BatchOutcome
 from kproto.records import BatchBuilder, estimate_size_in_bytes
 
 __all__ = ["iter_parts", "ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError"]
@@ -34,7 +35,9 @@ class RecordTooLargeError(KafkaError, ValueError):
 class ProducerBatch:
     """One batch of one partition and the deliveries waiting on it.
 
-    ``parts`` says who to tell, in record order: a bare handle owns one
+    ``outcome`` is shared by the handles attached to the batch (those with
+    ``notify`` false, see :mod:`kproto.producer.outcome`); ``parts`` lists
+    the handles told one by one, in record order: a bare handle owns one
     record, a ``(handle, count)`` tuple owns ``count`` consecutive records (a
     bulk send). A record's offset delta is the number of records owned by the
     parts before it (:func:`iter_parts`). A bare handle instead of a tuple
@@ -43,7 +46,7 @@ class ProducerBatch:
 
     __slots__ = ("topic", "partition", "builder", "parts", "created_ms", "deadline_ms", "attempts",
                  "retry_after_ms", "reserved", "full", "base_sequence", "producer_id", "epoch",
-                 "done", "in_flight", "drained_ms")
+                 "done", "in_flight", "drained_ms", "outcome")
 
     def __init__(self, topic, partition, builder, now, deadline_ms, reserved):
         self.topic = topic
@@ -62,6 +65,7 @@ class ProducerBatch:
         self.done = False
         self.in_flight = False
         self.drained_ms = None
+        self.outcome = BatchOutcome(topic, partition)
 
     @property
     def tp(self):
@@ -165,8 +169,13 @@ class RecordAccumulator:
             batch = dq[-1]
             if not batch.full:
                 builder = batch.builder
+                n = builder.record_count
                 if builder.append(ts, key, value, headers):
-                    batch.parts.append(handle)
+                    if handle.notify:
+                        batch.parts.append(handle)
+                    else:
+                        handle._outcome = batch.outcome
+                        handle._delta = n
                     return batch
                 batch.full = True
         elif dq is None:
@@ -175,7 +184,11 @@ class RecordAccumulator:
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
-        batch.parts.append(handle)
+        if handle.notify:
+            batch.parts.append(handle)
+        else:
+            handle._outcome = batch.outcome
+            handle._delta = 0
         dq.append(batch)
         return batch
 

@@ -80,6 +80,9 @@ class DeliveryHandle:
     """The outcome of one ``send``: ``done``, ``error``, ``metadata``.
     Drivers subclass it (futures) and override ``_resolved``."""
     __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback")
+    # Kept in its batch and completed one by one (see kproto.producer.outcome
+    # for handles that set this false and read the batch's outcome instead).
+    notify = True
 
     def __init__(self, callback=None):
         self.callback = callback
@@ -137,9 +140,15 @@ class BulkDelivery(DeliveryHandle):
 
 def complete_results(results):
     """Resolve every handle of these BatchResults (drivers call this outside
-    their lock; a handle's ``_resolved`` may run user code)."""
+    their lock; a handle's ``_resolved`` may run user code). Handles attached
+    to a batch's outcome need nothing per record: those somebody waits on
+    registered with :meth:`BatchOutcome.watch` and are woken here."""
     for r in results:
         topic, partition, base, lat, err = r.topic, r.partition, r.base_offset, r.log_append_time, r.error
+        for outcome in r.outcome.finish(base, lat, err):
+            if outcome.watchers is not None:
+                for handle in list(outcome.watchers):
+                    handle._outcome_done()
         delta = 0
         for part in r.parts:            # iter_parts(), inlined: this runs once per record
             if type(part) is tuple:
@@ -281,10 +290,17 @@ class ProducerCore(DriverIO):
 
         Raises MetadataPending (partitions unknown), BufferExhausted (no room:
         retry later), RecordTooLargeError, InvalidPartitionError, SerializationError."""
-        if self.closed or self.sender.fatal_error is not None:
-            self._check_open()
         if not serialized:
             key, value = self.serialize(topic, key, value)
+        return self.append_serialized(topic, value, key, partition, headers,
+                                      now if timestamp_ms is None else timestamp_ms, now, handle)
+
+    def append_serialized(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):
+        """``send`` for a key and value that are already bytes or None, with
+        positional arguments and an explicit timestamp: the per-record path
+        of drivers (every keyword and default costs on each record)."""
+        if self.closed or self.sender.fatal_error is not None:
+            self._check_open()
         parts = self.cluster.partitions.get(topic)      # fast path of partitions_for()
         if not parts:
             if self.partitions_for(topic, now) is None:
@@ -304,7 +320,7 @@ class ProducerCore(DriverIO):
             size = self.accumulator.check_record_size(klen, vlen, headers)
         if handle is None:
             handle = DeliveryHandle()
-        ts = int(now if timestamp_ms is None else timestamp_ms)
+        ts = timestamp_ms if type(timestamp_ms) is int else int(timestamp_ms)
         if self.transactions is not None:
             self.transactions.maybe_add_partition((topic, partition))
         handle.topic = topic

@@ -44,6 +44,7 @@ class BatchResult(NamedTuple):
     log_append_time: int
     error: Optional[BaseException]
     parts: list
+    outcome: object         # the batch's BatchOutcome
 
 
 class Sender:
@@ -254,7 +255,8 @@ class Sender:
             m["errors"][type(err).__name__] = m["errors"].get(type(err).__name__, 0) + 1
             if self.txn is not None:
                 self.txn.on_batch_failed(err)
-        self.results.append(BatchResult(b.topic, b.partition, base_offset, log_append_time, err, b.parts))
+        self.results.append(BatchResult(b.topic, b.partition, base_offset, log_append_time, err, b.parts,
+                                        b.outcome))
 
     def _split(self, b, now):
         """MESSAGE_TOO_LARGE: re-batch the records into halves (at most
@@ -281,6 +283,7 @@ class Sender:
                 a, z = max(lo, s), min(hi, e)
                 if a < z:
                     nb.parts.append(handle if z - a == 1 else (handle, z - a))
+        b.outcome.split([(starts[k], nb.outcome) for k, nb in enumerate(new)])
         # Memory: the original reservation is handed over to the first piece.
         self.acc.incomplete.discard(b)
         for nb in new:
