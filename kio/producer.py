@@ -47,7 +47,8 @@ class KafkaTimeoutError(KafkaError, TimeoutError):
     """max.block.ms ran out waiting for metadata or buffer space."""
 
 
-_time, _monotonic = time.time, time.monotonic
+_time_ns, _monotonic = time.time_ns, time.monotonic
+_new_future = object.__new__
 
 
 def _now_ms():
@@ -256,9 +257,13 @@ class Producer:
             key_b, value_b = key, value                             # nothing to serialize
         else:
             key_b, value_b = core.serialize(topic, key, value)      # outside the lock
-        fut = DeliveryFuture(on_delivery)
-        ts = int(_time() * 1000) if timestamp_ms is None else timestamp_ms
-        with self._lock:
+        # Per-record costs count here: no __init__ call without a callback,
+        # acquire/release instead of a with-block (both cheaper by ~0.1 us).
+        fut = _new_future(DeliveryFuture) if on_delivery is None else DeliveryFuture(on_delivery)
+        ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._closing or self._closed or self._fatal is not None:
                 self._check_usable()
             try:
@@ -270,6 +275,8 @@ class Producer:
             acc = core.accumulator
             wake = acc.wakeup
             acc.wakeup = False
+        finally:
+            lock.release()
         if wake:
             self._wake()
         return fut
