@@ -839,3 +839,28 @@ def test_lz4_bomb_in_a_batch_fast_path():
     (batch,) = read_batches(b.build(), max_decompressed_size=1 << 20)
     with pytest.raises(DecodeError, match="max_decompressed_size"):
         batch.columns()
+
+
+def test_batches_in_a_garbage_cycle_are_collected_without_buffer_errors():
+    # Read batches keep the fetch buffer alive through a Py_buffer. When they
+    # end up in a reference cycle, the garbage collector must free them
+    # cleanly; it once reported "memoryview has 1 exported buffer".
+    import gc
+    import sys
+    b = BatchBuilder(0, 1 << 16)
+    for i in range(3):
+        b.append(i, b"k", b"v%d" % i)
+    raised = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: raised.append(u.exc_value)
+    try:
+        for data in (bytearray(b.build()), memoryview(bytes(b.build()))):
+            batches = read_batches(data)
+            records = list(batches[0].records())
+            cycle = [batches, records, data]
+            cycle.append(cycle)
+            del batches, records, data, cycle
+            gc.collect()
+    finally:
+        sys.unraisablehook = old_hook
+    assert raised == []

@@ -649,11 +649,15 @@ cdef class _Buf:
     def __cinit__(self, obj):
         cdef object mv = memoryview(obj)
         if not mv.c_contiguous:
-            mv = memoryview(mv.tobytes())
+            obj = mv.tobytes()
+            mv = memoryview(obj)
         if mv.ndim != 1 or mv.itemsize != 1 or mv.format != "B":
             mv = mv.cast("B")
         self.mv = mv
-        PyObject_GetBuffer(mv, &self.view, PyBUF_SIMPLE)
+        # The view is taken on the data's owner, not on ``mv``: a memoryview
+        # with an exported buffer cannot be cleared by the garbage collector
+        # (it printed "BufferError: memoryview has 1 exported buffer").
+        PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
         self.has_view = 1
 
     def __dealloc__(self):
