@@ -186,6 +186,35 @@ def test_errors_report_mode_returns_failures_instead_of_failing(spark):
     assert all("KafkaTimeoutError" in msg for *_, msg in report.errors)
 
 
+def test_errors_column_mode_gives_each_row_its_outcome(spark, bootstrap, make_topic):
+    import kio.spark
+    topic = make_topic(2)
+    df = spark.createDataFrame(
+        [(b"k%d" % i, b"v%d" % i, 99 if i == 3 else i % 2) for i in range(8)],
+        "key binary, value binary, partition int")
+    out = kio.spark.write(df, topic=topic, bootstrap_servers=bootstrap, errors="column").collect()
+    assert len(out) == 8
+    bad = [r for r in out if r.error is not None]
+    assert [r.key for r in bad] == [b"k3"] and "not in the range [0, 1]" in bad[0].error
+    assert bad[0].kafka_partition is None and bad[0].kafka_offset is None
+    good = sorted((r.kafka_partition, r.kafka_offset, r.value) for r in out if r.error is None)
+    assert [(p, v) for p, _, v in good] == [(0, b"v0"), (0, b"v2"), (0, b"v4"), (0, b"v6"),
+                                            (1, b"v1"), (1, b"v5"), (1, b"v7")]
+    # the offsets are where the rows really are
+    with Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False) as c:
+        c.assign([TP(topic, 0), TP(topic, 1)])
+        c.seek_to_beginning()
+        got = {}
+        end = time.monotonic() + 20
+        while len(got) < 7 and time.monotonic() < end:
+            for r in c.poll(timeout=0.5):
+                got[(r.partition, r.offset)] = r.value
+    assert got == {(p, o): v for p, o, v in good}
+    with pytest.raises(ValueError, match="one or the other"):
+        kio.spark.write(df, topic=topic, bootstrap_servers=bootstrap, errors="column",
+                        transactional_id_prefix="x")
+
+
 def test_bad_input_is_refused_on_the_driver(spark, bootstrap):
     import kio.spark
     with pytest.raises(ConfigError, match="linger"):

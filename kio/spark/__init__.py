@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from kio.spark.sink import (
-    REPORT_FIELDS, SparkWriteError, producer, report_batches, send_batches, send_batches_transactional,
+    REPORT_FIELDS, RESULT_FIELDS, SparkWriteError, producer, report_batches, send_batches,
+    send_batches_transactional, send_rows,
 )
 
 __all__ = ["write", "register", "producer", "WriteReport", "SparkWriteError", "REPORT_SCHEMA"]
@@ -69,15 +70,29 @@ def write(df, topic: Optional[str] = None, bootstrap_servers=None, *, errors: st
     ``errors="raise"`` (default): a failed delivery fails the Spark task with
     a :class:`SparkWriteError` naming the topic and the cause.
     ``errors="report"``: failures are returned in ``WriteReport.errors``.
+    ``errors="column"``: returns a DataFrame instead - the input rows with
+    ``kafka_partition``, ``kafka_offset`` and ``error`` (null when the row
+    was delivered) appended. It is lazy like any DataFrame: rows are sent
+    when an action runs on it, and again on every action, so persist it or
+    write it out once.
     ``transactional_id_prefix``: each Spark partition is written in one Kafka
     transaction (transactional.id ``<prefix>-<partition>``), so
     read_committed consumers see a partition's rows all together, once per
     successful attempt; errors are then always raised."""
     from kio.spark.sink import _check_columns
     _check_columns(df.columns, topic)
-    if errors not in ("raise", "report"):
-        raise ValueError(f"errors must be 'raise' or 'report', not {errors!r}")
+    if errors not in ("raise", "report", "column"):
+        raise ValueError(f"errors must be 'raise', 'report' or 'column', not {errors!r}")
+    if errors == "column" and transactional_id_prefix is not None:
+        raise ValueError("errors='column' reports each row's own outcome; a transactional write "
+                         "commits or aborts a partition as a whole: use one or the other")
     conf = _producer_config(bootstrap_servers, producer_config)
+    if errors == "column":
+        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+        types = {"int": IntegerType(), "long": LongType(), "string": StringType()}
+        schema = StructType(df.schema.fields + [StructField(name, types[ty]) for name, ty in RESULT_FIELDS])
+        return df.mapInArrow(lambda batches: send_rows(batches, topic, conf, flush_timeout=flush_timeout),
+                             schema)
 
     def task(batches):
         if transactional_id_prefix is not None:

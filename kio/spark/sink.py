@@ -21,11 +21,15 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from kproto.errors import KafkaError
 
-__all__ = ["producer", "send_batches", "send_batches_transactional", "REPORT_FIELDS", "SparkWriteError"]
+__all__ = ["producer", "send_batches", "send_batches_transactional", "send_rows", "REPORT_FIELDS",
+           "RESULT_FIELDS", "SparkWriteError"]
 
 #: one report row per (topic, partition) a task wrote to, or per failure
 REPORT_FIELDS = (("topic", "string"), ("partition", "int"), ("rows", "long"), ("bytes", "long"),
                  ("first_offset", "long"), ("last_offset", "long"), ("error", "string"))
+
+#: what send_rows adds to each input row
+RESULT_FIELDS = (("kafka_partition", "int"), ("kafka_offset", "long"), ("error", "string"))
 
 _KNOWN_COLUMNS = {"value", "key", "topic", "partition", "headers", "timestamp"}
 
@@ -117,6 +121,64 @@ def _task_partition() -> int:
         return 0
     ctx = TaskContext.get()
     return 0 if ctx is None else ctx.partitionId()
+
+
+def _row_columns(rb, topic):
+    """The Kafka columns of one Arrow batch as Python lists (None: absent)."""
+    names = rb.schema.names
+    _check_columns(names, topic)
+
+    def col(name, convert=None):
+        if name not in names:
+            return None
+        return convert(rb.column(name)) if convert else rb.column(name).to_pylist()
+    return (col("value"), col("key"), col("headers", _headers), col("timestamp", _timestamps_ms),
+            col("topic"), col("partition"))
+
+
+def send_rows(batches: Iterable, topic: Optional[str], config: dict, *,
+              flush_timeout: Optional[float] = None) -> Iterator:
+    """Per-row delivery results instead of failing the task: each input
+    batch comes back with RESULT_FIELDS appended - the partition and offset
+    a row was written to, or its error (null when delivered). Rows go
+    through ``send()`` one by one, so each has its own outcome; a row that
+    cannot even be queued (a bad partition, a record too large) gets the
+    error at once. The batch is flushed before it is yielded."""
+    import pyarrow as pa
+    p = producer(config)
+    for rb in batches:
+        values, keys, headers, stamps, topics, parts = _row_columns(rb, topic)
+        outcomes = []
+        for i in range(rb.num_rows):
+            t = topics[i] if topics is not None and topics[i] is not None else topic
+            try:
+                if t is None:
+                    raise ValueError("the row has a null 'topic' and no topic option was given")
+                outcomes.append(p.send(t, values[i], key=None if keys is None else keys[i],
+                                       partition=None if parts is None else parts[i],
+                                       headers=None if headers is None else headers[i],
+                                       timestamp_ms=None if stamps is None else stamps[i]))
+            except Exception as e:  # noqa: BLE001 - the row's error column says it
+                outcomes.append(e)
+        pending = p.flush(flush_timeout)
+        if pending:
+            raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush "
+                                  f"({flush_timeout} s)")
+        partitions, offsets, errors = [], [], []
+        for o in outcomes:
+            exc = o if isinstance(o, BaseException) else o.exception(0)
+            if exc is None:
+                md = o.result(0)
+                partitions.append(md.partition)
+                offsets.append(md.offset)
+                errors.append(None)
+            else:
+                partitions.append(None)
+                offsets.append(None)
+                errors.append(f"{type(exc).__name__}: {exc}")
+        arrays = list(rb.columns) + [pa.array(partitions, pa.int32()), pa.array(offsets, pa.int64()),
+                                     pa.array(errors, pa.string())]
+        yield pa.RecordBatch.from_arrays(arrays, names=rb.schema.names + [n for n, _ in RESULT_FIELDS])
 
 
 def send_batches_transactional(batches: Iterable, topic: Optional[str], config: dict, prefix: str, *,
