@@ -458,9 +458,11 @@ class Producer:
         if now >= deadline:
             if isinstance(exc, MetadataPending):
                 err = self._core.metadata_error(topic)
+                trouble = self._core.client.connection_trouble()
                 raise KafkaTimeoutError(
                     f"topic {topic!r} not present in metadata after {self._max_block_ms} ms"
-                    + (f" (last error: {err})" if err is not None else "")) from None
+                    + (f" (last error: {err})" if err is not None else "")
+                    + (f" (no broker answered: {trouble})" if err is None and trouble else "")) from None
             raise KafkaTimeoutError(
                 f"failed to allocate memory within the configured max blocking time "
                 f"{self._max_block_ms} ms (buffer.memory={self.config.buffer_memory})") from None

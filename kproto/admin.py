@@ -497,7 +497,11 @@ class AdminCore(DriverIO):
         self._submit(call)
 
     def _timeout(self, call, now):
-        last = f"; last error: {call.last_error}" if call.last_error is not None else ""
+        if call.last_error is not None:
+            last = f"; last error: {call.last_error}"
+        else:
+            trouble = self.client.connection_trouble()
+            last = f"; no broker answered ({trouble})" if trouble else ""
         err = AdminTimeoutError(
             f"{call.op.operation} timed out after {call.op.timeout_ms} ms (default.api.timeout.ms "
             f"or timeout_ms): {call.describe()} did not succeed ({call.tries} retries){last}")

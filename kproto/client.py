@@ -88,6 +88,14 @@ class NetworkClient:
             return False
         return now < c.next_connect_time
 
+    def connection_trouble(self) -> Optional[str]:
+        """Why connections are failing, for error messages: the last failure
+        of a connection that never got ready (None when every node answers)."""
+        for c in self.connections.values():
+            if c.connect_failed and c.last_close_reason:
+                return f"{c.host}:{c.port}: {c.last_close_reason}"
+        return None
+
     def ready(self, node, now) -> bool:
         """True if a request can go to ``node`` now; otherwise start connecting
         when the reconnect backoff allows (Java ``NetworkClient.ready``)."""

@@ -25,7 +25,7 @@ def test_demo_against_a_given_broker(bootstrap):
 
 
 def test_demo_unreachable_broker_is_one_clear_line():
-    res = _run("demo", "--bootstrap-server", "127.0.0.1:1", "--records", "10", timeout=60)
+    res = _run("demo", "--bootstrap-server", "127.0.0.1:1", "--records", "10", "--timeout", "3", timeout=60)
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kio demo: error:"), res.stderr

@@ -1,0 +1,112 @@
+"""The ``kio`` command line (also ``python -m kio``).
+
+    kio produce  --bootstrap-server H:P --topic T [--parse-key] [--sync] ...   lines -> records
+    kio consume  --bootstrap-server H:P --topic T [--group G] [--json] ...     records -> lines
+    kio topics   create|list|describe|delete
+    kio groups   list|describe            (describe shows the lag per partition)
+    kio perf     produce|consume          throughput and latency percentiles
+    kio broker                            the local development broker, in the foreground
+    kio demo                              the round trip of the README (starts its own broker)
+
+Errors are printed as one line (the traceback only with ``--debug``); long
+runs show a progress line when stderr is a terminal; Ctrl-C and SIGTERM
+shut down cleanly. Exit codes: see :data:`kio.cli.common.EXIT_CODES_HELP`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from kio.cli import admin, consume, perf, produce
+from kio.cli.common import (
+    EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, interrupts,
+)
+from kproto.errors import ConfigError, KafkaError
+
+__all__ = ["main", "build_parser"]
+
+
+def _cmd_broker(args) -> int:
+    from kio.broker import LocalBroker
+
+    broker = LocalBroker(host=args.host, port=args.port).start()
+    print(f"broker ready on {broker.bootstrap_servers} (memory storage; Ctrl-C stops it)",
+          flush=True)
+    try:
+        while broker.process is not None and broker.process.poll() is None:
+            time.sleep(0.5)
+        print(f"broker exited; log:\n{broker.log_tail()}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        broker.stop()
+
+
+def _cmd_demo(args) -> int:
+    from kio.demo import run_demo
+
+    return run_demo(bootstrap_servers=args.bootstrap_server, records=args.records,
+                    value_size=args.value_size, partitions=args.partitions,
+                    compression=args.compression, timeout=args.timeout)
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...]")
+    common.add_argument("--property", action="append", metavar="KEY=VALUE",
+                        help="any client setting, by its Kafka name (repeatable)")
+    common.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for the broker (metadata, buffer space, flush, "
+                             "admin calls); default 30")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kio", description="Kafka tools built on kproto/kio",
+                                     epilog=EXIT_CODES_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = _common_options()
+    produce.add_parser(sub, common)
+    consume.add_parser(sub, common)
+    admin.add_parsers(sub, common)
+    perf.add_parsers(sub, common)
+
+    p = sub.add_parser("demo", help="produce and consume records against a broker "
+                                    "(starts a local one unless --bootstrap-server is given)")
+    p.add_argument("--bootstrap-server", default=None, help="HOST:PORT of an existing broker")
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--value-size", type=int, default=100)
+    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--compression", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("broker", help="run the pinned local development broker (Tansu) in the foreground")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9092)
+    p.set_defaults(func=_cmd_broker)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    interrupts.install()
+    name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"kio {name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (UsageError, ConfigError) as exc:
+        if args.debug:
+            raise
+        print(f"kio {name}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (KafkaError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"kio {name}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
