@@ -157,3 +157,39 @@ def test_sigterm_flushes_and_reports_undelivered(bootstrap):
     out = ok(kio("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
                  "--max-messages", str(delivered), "--idle-timeout", "3"))
     assert out.splitlines() == [f"r{i}" for i in range(delivered)]
+
+
+def test_broker_command_serves_until_sigterm():
+    from kio.broker import free_port
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "kio", "broker", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        first = proc.stdout.readline().decode()
+        assert first.startswith(f"broker ready on 127.0.0.1:{port}"), first
+        assert ok(kio("topics", "create", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "b1",
+                      "--partitions", "1")) == "created topic b1\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    res = kio("topics", "list", "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "1")
+    assert res.returncode == 1                       # the broker went away with the command
+
+
+def test_progress_line_only_on_a_terminal():
+    import io
+
+    from kio.cli.common import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        p = Progress("produce", every=0.0, stream=stream)
+        p.update(10)
+        p.update(20)
+        p.done()
+    assert pipe.getvalue() == ""
+    assert "produce: 20 records" in tty.getvalue() and tty.getvalue().endswith("\n")
