@@ -14,10 +14,10 @@ except :meth:`select` and :meth:`wake`).
 """
 from __future__ import annotations
 
-import errno
 import selectors
 import socket
 
+from kio._common import connect_error, open_socket
 from kproto.client import Close, Connect
 
 __all__ = ["SocketLoop"]
@@ -106,20 +106,9 @@ class SocketLoop:
 
     def _open(self, a, now):
         self.close_socket(a.node)
-        try:
-            infos = socket.getaddrinfo(a.host, a.port, type=socket.SOCK_STREAM)
-            family, stype, proto, _, addr = infos[0]
-            sock = socket.socket(family, stype, proto)
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            rc = sock.connect_ex(addr)
-        except OSError as e:
-            self.core.disconnected(a.node, now, e)
-            return
-        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
-            sock.close()
-            self.core.disconnected(a.node, now, OSError(rc, f"connect to {a.host}:{a.port}: "
-                                                            f"{errno.errorcode.get(rc, rc)}"))
+        sock, error = open_socket(a.host, a.port)
+        if sock is None:
+            self.core.disconnected(a.node, now, error)
             return
         self.socks[a.node] = sock
         self._connecting.add(a.node)
@@ -147,10 +136,10 @@ class SocketLoop:
         if node in self._connecting:
             if not mask & _WRITE:
                 return
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            err = connect_error(sock)
             self._connecting.discard(node)
-            if err:
-                self._lost(node, now, OSError(err, f"connect failed: {errno.errorcode.get(err, err)}"))
+            if err is not None:
+                self._lost(node, now, err)
                 return
             self.core.connected(node, now)
             self._write(node, sock, now)

@@ -29,12 +29,12 @@ import threading
 import time
 from typing import NamedTuple, Optional
 
+from kio._common import rebalance_calls
 from kio._network import SocketLoop
 from kio.producer import KafkaTimeoutError
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
-from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 from kproto.errors import KafkaError
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionBatch",
@@ -384,23 +384,10 @@ class Consumer:
         with self._lock:
             events, self._app_events = self._app_events, []
             callbacks, self._callbacks = self._callbacks, []
-        error = None
-        revoked = False
-        for ev in events:
+        calls, revoked, error = rebalance_calls(events, self._on_assign, self._on_revoke, self._on_lost)
+        for fn, partitions in calls:
             try:
-                if isinstance(ev, PartitionsRevoked):
-                    revoked = True
-                    if self._on_revoke is not None:
-                        self._on_revoke(list(ev.partitions))
-                elif isinstance(ev, PartitionsLost):
-                    fn = self._on_lost or self._on_revoke
-                    if fn is not None:
-                        fn(list(ev.partitions))
-                elif isinstance(ev, PartitionsAssigned):
-                    if self._on_assign is not None:
-                        self._on_assign(list(ev.partitions))
-                elif isinstance(ev, GroupFatalError):
-                    error = error or ev.error
+                fn(partitions)
             except Exception as e:  # noqa: BLE001 - rethrown after the rebalance may go on
                 log.exception("rebalance listener raised")
                 error = error or e

@@ -1,0 +1,579 @@
+"""Producer, Consumer and Admin for async frameworks, written once.
+
+:mod:`kio.aio` and :mod:`kio.trio` bind these classes to their backend
+(see :mod:`kio._async_engine`). The surface is the threading drivers', made
+awaitable; the cores do the work. Cancellation safety comes from the cores
+never awaiting: every change to a core happens between two awaits, so a
+cancelled ``send``, ``poll`` or ``commit`` either happened completely or
+not at all, and ``close`` runs shielded.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Optional
+
+from kio._async_engine import Engine
+from kio._common import now_ms, rebalance_calls, wall_ms
+from kio.producer import BulkResult, KafkaTimeoutError
+from kproto.admin import AdminCore
+from kproto.cluster import TopicPartition
+from kproto.consumer.core import ConsumerClosedError, ConsumerCore
+from kproto.errors import KafkaError
+from kproto.producer import (
+    BufferExhausted, BulkDelivery, DeliveryHandle, MetadataPending, ProducerClosedError, ProducerCore,
+    complete_results,
+)
+
+__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncAdmin"]
+
+log = logging.getLogger("kio.async")
+
+
+class _Client:
+    """What the three clients share: the backend, the engine, waiting."""
+    backend_class = None          # set by kio.aio / kio.trio
+
+    def _setup(self, core, nursery, recv_size):
+        self._core = core
+        self.config = core.config
+        self._io = self.backend_class(nursery)
+        self._engine = Engine(core, self._io, recv_size=recv_size, after_poll=self._after_poll)
+        self._waiters = 0
+        self._closed = False
+
+    def _after_poll(self) -> bool:
+        return self._waiters > 0
+
+    def _ensure_started(self):
+        if not self._engine.started:
+            self._io.check_can_spawn(type(self).__name__)
+            self._engine.start()
+
+    async def _wait(self, timeout):
+        self._waiters += 1
+        try:
+            await self._engine.wait_changed(timeout)
+        finally:
+            self._waiters -= 1
+        if self._engine.fatal is not None:
+            raise KafkaError(f"the network task failed: {self._engine.fatal!r}") from self._engine.fatal
+
+    async def _wait_done(self, handle, timeout=None, what="the operation"):
+        """Wait until ``handle.done`` (the core enforces its own deadline;
+        ``timeout`` seconds bounds the wait on top of it)."""
+        end = None if timeout is None else now_ms() + timeout * 1000.0
+        self._engine.kick()
+        while not handle.done:
+            left = None if end is None else (end - now_ms()) / 1000.0
+            if left is not None and left <= 0:
+                raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
+            await self._wait(left)
+        return handle
+
+    async def __aenter__(self):
+        await self._io.enter()
+        self._ensure_started()
+        return self
+
+    async def __aexit__(self, *exc):
+        try:
+            await self.close()
+        finally:
+            await self._io.exit(*exc)
+
+
+# == producer ======================================================================================
+
+class AsyncDelivery(DeliveryHandle):
+    """``await handle`` -> RecordMetadata (or raises the delivery error)."""
+    __slots__ = ("_event", "on_delivery")
+    new_event = None              # set per backend
+
+    def __init__(self, on_delivery=None):
+        super().__init__()
+        self._event = None
+        self.on_delivery = on_delivery
+
+    def _resolved(self):
+        if self._event is not None:
+            self._event.set()
+        if self.on_delivery is not None:
+            try:
+                self.on_delivery(self.error, self.metadata)
+            except Exception:  # noqa: BLE001 - a user callback must not kill the network task
+                log.exception("on_delivery callback %r raised", self.on_delivery)
+
+    def __await__(self):
+        if not self.done:
+            if self._event is None:
+                self._event = self.new_event()
+            yield from self._event.wait().__await__()
+        if self.error is not None:
+            raise self.error
+        return self.metadata
+
+
+class AsyncBulkDelivery(BulkDelivery):
+    """``await handle`` -> BulkResult(topic, count, ranges)."""
+    __slots__ = ("_event",)
+    new_event = None
+
+    def __init__(self, total, topic):
+        super().__init__(total)
+        self.topic = topic
+        self._event = None
+        if total == 0:
+            self.done = True
+
+    def _resolved(self):
+        if self._event is not None:
+            self._event.set()
+
+    def __await__(self):
+        if not self.done:
+            if self._event is None:
+                self._event = self.new_event()
+            yield from self._event.wait().__await__()
+        if self.error is not None:
+            raise self.error
+        return BulkResult((self.topic, self.delivered, sorted(self.ranges)))
+
+
+class AsyncProducer(_Client):
+    """``async with Producer(bootstrap_servers=...) as p: md = await (await p.send("t", b"v"))``."""
+    delivery_class = AsyncDelivery
+    bulk_class = AsyncBulkDelivery
+
+    def __init__(self, config: Optional[dict] = None, *, nursery=None, **kwargs):
+        self._setup(ProducerCore(config, **kwargs), nursery, 1 << 18)
+        self._max_block_ms = self.config.max_block_ms
+        self._closing = False
+
+    def _after_poll(self) -> bool:
+        results = self._core.events()
+        if results:
+            complete_results(results)
+        return self._waiters > 0
+
+    def _check_usable(self):
+        if self._closing or self._closed:
+            raise ProducerClosedError("the producer is closed; it takes no more records")
+        if self._engine.fatal is not None:
+            raise ProducerClosedError(f"the producer's network task failed: {self._engine.fatal!r}")
+
+    async def _block(self, exc, topic, deadline):
+        """Wait for the network task to change something; KafkaTimeoutError after max.block.ms."""
+        now = now_ms()
+        if deadline is None:
+            deadline = now + self._max_block_ms
+        if now >= deadline:
+            if isinstance(exc, MetadataPending):
+                trouble = self._core.client.connection_trouble()
+                raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {self._max_block_ms} ms"
+                                        + (f" (no broker answered: {trouble})" if trouble else ""))
+            raise KafkaTimeoutError(f"failed to allocate memory within max.block.ms ({self._max_block_ms} ms)")
+        self._engine.kick()
+        await self._wait((deadline - now) / 1000.0)
+        self._check_usable()
+        return deadline
+
+    async def send(self, topic, value=None, key=None, partition=None, headers=None, timestamp_ms=None,
+                   on_delivery=None):
+        """Queue one record, waiting (up to max.block.ms) only for metadata or
+        buffer space; returns a handle: ``await handle`` for its RecordMetadata."""
+        self._ensure_started()
+        self._check_usable()
+        core = self._core
+        key_b, value_b = core.serialize(topic, key, value)
+        handle = self.delivery_class(on_delivery)
+        ts = wall_ms() if timestamp_ms is None else timestamp_ms
+        deadline = None
+        while True:
+            try:
+                core.append_serialized(topic, value_b, key_b, partition, headers, ts, now_ms(), handle)
+                break
+            except (MetadataPending, BufferExhausted) as e:
+                deadline = await self._block(e, topic, deadline)
+        acc = core.accumulator
+        if acc.wakeup:
+            acc.wakeup = False
+            self._engine.kick()
+        return handle
+
+    async def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None):
+        """Queue many records (sequences or Arrow arrays); ``await`` the returned
+        handle for a BulkResult."""
+        self._ensure_started()
+        core = self._core
+        values, keys = core.serialize_columns(topic, values, keys)
+        handle = self.bulk_class(len(values), topic)
+        wall = wall_ms()
+        ts = wall if timestamp_ms is None else timestamp_ms
+        start, deadline = 0, None
+        while start < len(values):
+            self._check_usable()
+            try:
+                _, n = core.send_many(topic, values, keys, partition, headers, ts, now=now_ms(),
+                                      handle=handle, start=start, default_timestamp_ms=wall)
+                start += n
+                if start < len(values):
+                    raise BufferExhausted("buffer.memory is full")
+            except (MetadataPending, BufferExhausted) as e:
+                deadline = await self._block(e, topic, deadline)
+        self._engine.kick()
+        return handle
+
+    async def flush(self, timeout: Optional[float] = None) -> int:
+        """Send everything now and wait for every acknowledgement; returns
+        how many records are still pending (0 unless ``timeout`` ran out)."""
+        self._ensure_started()
+        end = None if timeout is None else now_ms() + timeout * 1000.0
+        self._core.begin_flush()
+        try:
+            self._engine.kick()
+            while self._core.pending and self._engine.fatal is None:
+                left = None if end is None else (end - now_ms()) / 1000.0
+                if left is not None and left <= 0:
+                    break
+                await self._wait(left)
+            return sum(b.record_count for b in self._core.accumulator.incomplete)
+        finally:
+            self._core.end_flush()
+
+    async def partitions_for(self, topic) -> int:
+        self._ensure_started()
+        deadline = None
+        while True:
+            n = self._core.partitions_for(topic, now_ms())
+            if n is not None:
+                return n
+            deadline = await self._block(MetadataPending(topic), topic, deadline)
+
+    def metrics(self) -> dict:
+        return self._core.metrics()
+
+    # -- transactions -----------------------------------------------------------------------------
+    async def _txn(self, start, timeout):
+        self._ensure_started()
+        self._check_usable()
+        res = start()
+        await self._wait_done(res, self._max_block_ms / 1000.0 if timeout is None else timeout, res.name)
+        if res.error is not None:
+            raise res.error
+
+    async def init_transactions(self, timeout: Optional[float] = None) -> None:
+        await self._txn(self._core.init_transactions, timeout)
+
+    def begin_transaction(self) -> None:
+        self._core.begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: dict, group_id: str,
+                                          timeout: Optional[float] = None) -> None:
+        await self._txn(lambda: self._core.send_offsets_to_transaction(offsets, group_id), timeout)
+
+    async def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        await self._txn(self._core.commit_transaction, timeout)
+
+    async def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        await self._txn(self._core.abort_transaction, timeout)
+
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Flush (up to ``timeout``), fail what is left, stop the network task.
+        Runs to the end even when the calling task is cancelled."""
+        if self._closed:
+            return
+        await self._io.shielded(lambda: self._close(timeout))
+
+    async def _close(self, timeout):
+        if self._closed:
+            return
+        if self._engine.started:
+            remaining = await self.flush(timeout)
+            self._closing = True
+            if remaining:
+                self._core.abort_pending(ProducerClosedError(
+                    f"the producer was closed (timeout={timeout}s) before these records were delivered"))
+            await self._engine.stop()
+        self._closing = True
+        self._core.close(now_ms())
+        complete_results(self._core.events())
+        self._closed = True
+
+
+# == consumer ======================================================================================
+
+class AsyncConsumer(_Client):
+    """``records = await consumer.poll(1.0)``; ``async for record in consumer``.
+    Rebalance listeners may be plain functions or coroutine functions; they
+    run in the task that polls, commits or closes."""
+
+    def __init__(self, config: Optional[dict] = None, *, nursery=None, **kwargs):
+        self._setup(ConsumerCore(config, **kwargs), nursery, 1 << 20)
+        self._listeners = (None, None, None)
+        self._app_events = []
+        self._callbacks = []
+
+    def _after_poll(self) -> bool:
+        core = self._core
+        evs = core.events(ack=False)
+        if evs:
+            self._app_events.extend(evs)
+        core.data_ready = False
+        return self._waiters > 0
+
+    def _check_usable(self):
+        if self._engine.fatal is not None:
+            raise ConsumerClosedError(f"the consumer's network task failed: {self._engine.fatal!r}")
+        if self._closed or self._core.closing:
+            raise ConsumerClosedError("the consumer is closed")
+
+    async def _dispatch(self):
+        if not self._app_events and not self._callbacks:
+            return
+        events, self._app_events = self._app_events, []
+        callbacks, self._callbacks = self._callbacks, []
+        calls, revoked, error = rebalance_calls(events, *self._listeners)
+        for fn, partitions in calls:
+            try:
+                r = fn(partitions)
+                if inspect.isawaitable(r):
+                    await r
+            except Exception as e:  # noqa: BLE001 - rethrown once the rebalance may go on
+                log.exception("rebalance listener raised")
+                error = error or e
+        if revoked:
+            self._core.rebalance_listener_done(now_ms())
+            self._engine.kick()
+        for cb, offsets, err in callbacks:
+            try:
+                r = cb(offsets, err)
+                if inspect.isawaitable(r):
+                    await r
+            except Exception:  # noqa: BLE001
+                log.exception("commit callback %r raised", cb)
+        if error is not None:
+            raise error
+
+    def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
+        import re
+        self._ensure_started()
+        self._check_usable()
+        self._listeners = (on_assign, on_revoke, on_lost)
+        if isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^")):
+            self._core.subscribe_pattern(topics, now_ms())
+        else:
+            self._core.subscribe(topics, now_ms())
+        self._engine.kick()
+
+    def assign(self, partitions) -> None:
+        self._ensure_started()
+        self._check_usable()
+        self._core.assign(partitions, now_ms())
+        self._engine.kick()
+
+    async def unsubscribe(self) -> None:
+        self._core.unsubscribe(now_ms())
+        await self._dispatch()
+        self._engine.kick()
+
+    def assignment(self) -> set:
+        return self._core.assignment()
+
+    def subscription(self) -> set:
+        return self._core.subscription()
+
+    async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> list:
+        return await self._poll(timeout, lambda core: core.drain(max_records))
+
+    async def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
+                         arrow: bool = False) -> list:
+        from kio.consumer import PartitionBatch
+        limit = max_records or (1 << 62)
+        if arrow:
+            from kproto.records.arrow import arrow_columns
+            bufs = await self._poll(timeout, lambda core: core.drain_buffers(limit))
+            return [PartitionBatch(tp.topic, tp.partition, *arrow_columns(cb)) for tp, cb in bufs.items()]
+        cols = await self._poll(timeout, lambda core: core.drain_columns(limit))
+        return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
+
+    async def _poll(self, timeout, take):
+        self._ensure_started()
+        self._check_usable()
+        self._core.poll_called(now_ms())
+        self._engine.kick()
+        end = None if timeout is None else now_ms() + timeout * 1000.0
+        while True:
+            await self._dispatch()
+            self._check_usable()
+            out = take(self._core)
+            if out:
+                self._engine.kick()        # drained partitions can fetch again
+                return out
+            left = None if end is None else (end - now_ms()) / 1000.0
+            if left is not None and left <= 0:
+                return out
+            await self._wait(left)
+
+    def __aiter__(self):
+        return self._records()
+
+    async def _records(self):
+        while not self._closed:
+            for record in await self.poll(1.0):
+                yield record
+
+    async def commit(self, offsets: Optional[dict] = None, asynchronous: bool = False, callback=None,
+                     timeout: Optional[float] = None):
+        """As the threading Consumer's: synchronous by default (returns the
+        committed offsets); ``asynchronous=True`` returns at once and
+        ``callback(offsets, error)`` runs in a later poll/commit/close."""
+        self._ensure_started()
+        self._check_usable()
+        if asynchronous:
+            cb = None if callback is None else (
+                lambda offs, err, callback=callback: self._callbacks.append((callback, offs, err)))
+            self._core.commit_async(offsets, now_ms(), cb)
+            self._engine.kick()
+            return None
+        h = self._core.commit_sync(offsets, now_ms(), None if timeout is None else int(timeout * 1000))
+        await self._wait_done(h)
+        await self._dispatch()
+        return h.result()
+
+    async def committed(self, partitions, timeout: Optional[float] = None) -> dict:
+        self._ensure_started()
+        h = self._core.committed(partitions, now_ms(), None if timeout is None else int(timeout * 1000))
+        await self._wait_done(h)
+        return h.result()
+
+    def seek(self, partition, offset: int) -> None:
+        self._core.seek(partition, offset)
+        self._engine.kick()
+
+    def seek_to_beginning(self, partitions=None) -> None:
+        self._core.seek_to_beginning(partitions)
+        self._engine.kick()
+
+    def seek_to_end(self, partitions=None) -> None:
+        self._core.seek_to_end(partitions)
+        self._engine.kick()
+
+    async def position(self, partition, timeout: Optional[float] = None) -> int:
+        self._ensure_started()
+        tp = TopicPartition(*partition)
+        end = None if timeout is None else now_ms() + timeout * 1000.0
+        self._engine.kick()
+        while self._core.position(tp) is None:
+            left = None if end is None else (end - now_ms()) / 1000.0
+            if left is not None and left <= 0:
+                raise KafkaTimeoutError(f"timed out after {timeout} s waiting for the position of {tp}")
+            await self._wait(left)
+        return self._core.position(tp)
+
+    def pause(self, partitions) -> None:
+        self._core.pause(partitions)
+
+    def resume(self, partitions) -> None:
+        self._core.resume(partitions)
+        self._engine.kick()
+
+    def paused(self) -> set:
+        return self._core.paused()
+
+    def lag(self, partition) -> Optional[int]:
+        return self._core.lag(partition)
+
+    async def _lookup(self, start, timeout):
+        self._ensure_started()
+        self._check_usable()
+        h = start(self._core, now_ms(), None if timeout is None else int(timeout * 1000))
+        await self._wait_done(h)
+        return h.result()
+
+    async def offsets_for_times(self, timestamps: dict, timeout: Optional[float] = None) -> dict:
+        return await self._lookup(lambda core, now, t: core.list_offsets(timestamps, now, t), timeout)
+
+    async def beginning_offsets(self, partitions, timeout: Optional[float] = None) -> dict:
+        res = await self._lookup(lambda core, now, t: core.beginning_offsets(partitions, now, t), timeout)
+        return {tp: None if v is None else v.offset for tp, v in res.items()}
+
+    async def end_offsets(self, partitions, timeout: Optional[float] = None) -> dict:
+        res = await self._lookup(lambda core, now, t: core.end_offsets(partitions, now, t), timeout)
+        return {tp: None if v is None else v.offset for tp, v in res.items()}
+
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Commit (auto-commit), run the revocation listener, leave the group,
+        stop the network task - even when the calling task is cancelled."""
+        if self._closed:
+            return
+        await self._io.shielded(lambda: self._close(timeout))
+
+    async def _close(self, timeout):
+        if self._closed:
+            return
+        if self._engine.started and self._engine.fatal is None:
+            self._core.begin_close(now_ms(), None if timeout is None else int(timeout * 1000))
+            self._engine.kick()
+            while not self._core.close_done and self._engine.fatal is None:
+                await self._dispatch()
+                await self._wait(None)
+            await self._engine.stop()
+        self._closed = True
+        await self._dispatch()
+
+
+# == admin ==========================================================================================
+
+def _admin_operation(name):
+    async def method(self, *args, timeout: Optional[float] = None, raise_errors: bool = True, **kwargs):
+        self._ensure_started()
+        if timeout is not None:
+            kwargs["timeout_ms"] = int(timeout * 1000)
+        handle = getattr(self._core, name)(*args, now=now_ms(), **kwargs)
+        await self._wait_done(handle)
+        return handle.result() if raise_errors else handle
+    method.__name__ = name
+    method.__doc__ = getattr(AdminCore, name).__doc__
+    return method
+
+
+class AsyncAdmin(_Client):
+    """``async with Admin(bootstrap_servers=...) as admin: await admin.list_topics()``."""
+
+    def __init__(self, config: Optional[dict] = None, *, nursery=None, **kwargs):
+        self._setup(AdminCore(config, **kwargs), nursery, 1 << 18)
+
+    async def create_topics(self, topics, *, num_partitions: int = -1, replication_factor: int = -1,
+                            validate_only: bool = False, timeout: Optional[float] = None,
+                            raise_errors: bool = True):
+        from kproto.admin import NewTopic
+        new = [t if isinstance(t, NewTopic) else NewTopic(t, num_partitions, replication_factor)
+               for t in topics]
+        return await _admin_operation("create_topics")(self, new, validate_only=validate_only,
+                                                        timeout=timeout, raise_errors=raise_errors)
+
+    delete_topics = _admin_operation("delete_topics")
+    list_topics = _admin_operation("list_topics")
+    describe_topics = _admin_operation("describe_topics")
+    describe_cluster = _admin_operation("describe_cluster")
+    create_partitions = _admin_operation("create_partitions")
+    describe_configs = _admin_operation("describe_configs")
+    list_consumer_groups = _admin_operation("list_consumer_groups")
+    describe_consumer_groups = _admin_operation("describe_consumer_groups")
+    delete_consumer_groups = _admin_operation("delete_consumer_groups")
+    list_consumer_group_offsets = _admin_operation("list_consumer_group_offsets")
+    consumer_group_lag = _admin_operation("consumer_group_lag")
+    list_offsets = _admin_operation("list_offsets")
+    delete_records = _admin_operation("delete_records")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self._io.shielded(self._close)
+
+    async def _close(self):
+        if self._engine.started:
+            await self._engine.stop()
+        self._core.close(now_ms())
+        self._closed = True

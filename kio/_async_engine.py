@@ -1,0 +1,197 @@
+"""The async drivers' engine: one sans-IO core run by background tasks of an
+async framework, written once for asyncio and trio.
+
+The framework is reached only through a small *backend* (see
+:mod:`kio.aio` and :mod:`kio.trio`)::
+
+    backend.event()                  -> an event: set(), is_set(), await wait()
+    await backend.wait(event, secs)  -> returns when the event is set or secs ran out
+    backend.spawn(fn, *args)         -> a running task; .cancel()
+    await backend.wait_readable(sock) / wait_writable(sock)
+    backend.forget(sock)             -> before closing a socket a task may wait on
+    backend.shielded()               -> a context in which cancellation waits
+
+Sockets are plain non-blocking sockets; the backend only waits for them to
+be ready, then reads and writes happen synchronously (no bytes the core
+handed out are held across an await). Per connection one task reads and one
+writes; the main task runs ``core.poll``, opens and closes connections,
+wakes writers, and sleeps until the core's next deadline or a kick. No
+retries, timeouts or protocol decisions live here: those are the core's.
+"""
+from __future__ import annotations
+
+import logging
+
+from kio._common import connect_error, now_ms, open_socket
+from kproto.client import Close, Connect
+
+__all__ = ["Engine"]
+
+log = logging.getLogger("kio.async")
+
+
+class _Conn:
+    __slots__ = ("sock", "tasks", "want_write")
+
+    def __init__(self):
+        self.sock = None
+        self.tasks = []
+        self.want_write = None
+
+
+class Engine:
+    """Runs ``core`` until :meth:`stop`. ``after_poll()`` is the client's
+    hook (collect results, decide whether waiters must wake); ``changed``
+    is set (and replaced) whenever something an application task may wait
+    for can have changed."""
+
+    def __init__(self, core, backend, recv_size=1 << 20, after_poll=None):
+        self.core = core
+        self.io = backend
+        self.recv_size = recv_size
+        self.after_poll = after_poll
+        self.conns: dict = {}
+        self.kicked = backend.event()
+        self.changed = backend.event()
+        self.stopping = False
+        self.finished = backend.event()
+        self.fatal = None
+        self._main = None
+
+    # -- application side -----------------------------------------------------------------
+    def start(self):
+        if self._main is None:
+            self._main = self.io.spawn(self._run)
+
+    @property
+    def started(self) -> bool:
+        return self._main is not None
+
+    def kick(self):
+        self.kicked.set()
+
+    def notify(self):
+        """Wake every task waiting on ``changed``."""
+        ev, self.changed = self.changed, self.io.event()
+        ev.set()
+
+    async def wait_changed(self, timeout):
+        """Wait until something changed or ``timeout`` seconds (None: 0.5 s) passed."""
+        await self.io.wait(self.changed, 0.5 if timeout is None else max(0.0, min(timeout, 0.5)))
+
+    async def stop(self):
+        """Stop the main task after its last poll; close every socket."""
+        self.stopping = True
+        self.kick()
+        if self._main is not None:
+            await self.finished.wait()
+
+    # -- the main task ------------------------------------------------------------------------
+    async def _run(self):
+        core = self.core
+        try:
+            while True:
+                now = now_ms()
+                for action in core.poll(now):
+                    if isinstance(action, Connect):
+                        self._open(action)
+                    elif isinstance(action, Close):
+                        self._close(action.node)
+                for node in core.nodes_with_output():
+                    conn = self.conns.get(node)
+                    if conn is not None and conn.want_write is not None:
+                        conn.want_write.set()
+                if self.after_poll is not None and self.after_poll():
+                    self.notify()
+                if self.stopping:
+                    break
+                deadline = core.next_deadline(now)
+                timeout = 0.2 if deadline is None else max(0.0, min(0.2, (deadline - now_ms()) / 1000.0))
+                if not self.kicked.is_set():
+                    await self.io.wait(self.kicked, timeout)
+                self.kicked = self.io.event()
+        except BaseException as e:  # noqa: BLE001 - fail the waiters loudly, never hang them
+            if not isinstance(e, Exception):
+                raise
+            log.exception("the async driver's network task failed")
+            self.fatal = e
+        finally:
+            for node in list(self.conns):
+                self._close(node)
+            self.notify()
+            self.finished.set()
+
+    # -- connections ---------------------------------------------------------------------------
+    def _open(self, action):
+        self._close(action.node)
+        sock, error = open_socket(action.host, action.port)
+        if sock is None:
+            self.core.disconnected(action.node, now_ms(), error)
+            self.kick()
+            return
+        conn = self.conns[action.node] = _Conn()
+        conn.sock = sock
+        conn.tasks.append(self.io.spawn(self._connection, action.node, conn))
+
+    def _close(self, node):
+        conn = self.conns.pop(node, None)
+        if conn is None:
+            return
+        for task in conn.tasks:
+            task.cancel()
+        self.io.forget(conn.sock)
+        conn.sock.close()
+
+    def _lost(self, node, conn, exc):
+        if self.conns.get(node) is conn:
+            self._close(node)
+            self.core.disconnected(node, now_ms(), exc)
+            self.kick()
+
+    async def _connection(self, node, conn):
+        """Finish the connect, then read until the connection goes."""
+        sock = conn.sock
+        await self.io.wait_writable(sock)
+        err = connect_error(sock)
+        if err is not None:
+            self._lost(node, conn, err)
+            return
+        conn.want_write = self.io.event()
+        self.core.connected(node, now_ms())
+        conn.tasks.append(self.io.spawn(self._writer, node, conn))
+        self.kick()
+        while self.conns.get(node) is conn:
+            await self.io.wait_readable(sock)
+            try:
+                data = sock.recv(self.recv_size)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as e:
+                self._lost(node, conn, e)
+                return
+            if not data:
+                self._lost(node, conn, None)
+                return
+            self.core.received(node, data, now_ms())
+            self.kick()
+
+    async def _writer(self, node, conn):
+        sock = conn.sock
+        while self.conns.get(node) is conn:
+            data = self.core.output(node)
+            if not data:
+                conn.want_write = self.io.event()
+                await conn.want_write.wait()
+                continue
+            try:
+                n = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._lost(node, conn, e)
+                return
+            if n:
+                self.core.sent(node, n, now_ms())
+                self.kick()
+            else:
+                await self.io.wait_writable(sock)

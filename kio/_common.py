@@ -1,0 +1,69 @@
+"""Pieces every driver (threading, asyncio, trio) shares and that do no I/O."""
+from __future__ import annotations
+
+import errno
+import socket
+import time
+
+from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
+
+__all__ = ["now_ms", "wall_ms", "rebalance_calls", "open_socket", "connect_error"]
+
+
+def now_ms() -> float:
+    """The cores' clock: monotonic milliseconds."""
+    return time.monotonic() * 1000.0
+
+
+def wall_ms() -> int:
+    """Record timestamps: wall-clock milliseconds."""
+    return time.time_ns() // 1000000
+
+
+def rebalance_calls(events, on_assign, on_revoke, on_lost):
+    """What the application's listeners must be told, in order:
+    ([(listener, partitions)], revoked, fatal_error). ``on_lost`` defaults to
+    ``on_revoke`` (Java's onPartitionsLost); ``revoked`` says the core waits
+    for ``rebalance_listener_done`` once they have run."""
+    calls = []
+    revoked = False
+    fatal = None
+    for ev in events:
+        if isinstance(ev, PartitionsRevoked):
+            revoked = True
+            if on_revoke is not None:
+                calls.append((on_revoke, list(ev.partitions)))
+        elif isinstance(ev, PartitionsLost):
+            fn = on_lost or on_revoke
+            if fn is not None:
+                calls.append((fn, list(ev.partitions)))
+        elif isinstance(ev, PartitionsAssigned):
+            if on_assign is not None:
+                calls.append((on_assign, list(ev.partitions)))
+        elif isinstance(ev, GroupFatalError):
+            fatal = fatal or ev.error
+    return calls, revoked, fatal
+
+
+def open_socket(host, port):
+    """A non-blocking TCP socket with its connect started: (socket, None),
+    or (None, OSError) when it failed at once."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, stype, proto, _, addr = infos[0]
+        sock = socket.socket(family, stype, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        rc = sock.connect_ex(addr)
+    except OSError as e:
+        return None, e
+    if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+        sock.close()
+        return None, OSError(rc, f"connect to {host}:{port}: {errno.errorcode.get(rc, rc)}")
+    return sock, None
+
+
+def connect_error(sock):
+    """After the socket became writable: the connect's error, or None."""
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    return OSError(err, f"connect failed: {errno.errorcode.get(err, err)}") if err else None

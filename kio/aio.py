@@ -1,0 +1,141 @@
+"""asyncio drivers: ``kio.aio.Producer``, ``Consumer`` and ``Admin``.
+
+    async with kio.aio.Producer(bootstrap_servers="127.0.0.1:9092") as p:
+        handle = await p.send("t", b"v")      # waits for buffer space only
+        metadata = await handle               # waits for the acknowledgement
+
+    async with kio.aio.Consumer(bootstrap_servers=..., group_id="g") as c:
+        c.subscribe(["t"])
+        async for record in c: ...
+
+The clients are :mod:`kio._async_clients`, shared with :mod:`kio.trio`;
+this module is only how asyncio waits: one task runs the core, sockets are
+watched with ``loop.add_reader``/``add_writer``. Use a client from the
+event loop that created its first task (asyncio objects are loop-bound).
+"""
+from __future__ import annotations
+
+import asyncio
+
+from kio import _async_clients as clients
+
+__all__ = ["Producer", "Consumer", "Admin"]
+
+
+def _wake(fut):
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Event:
+    """asyncio.Event without its lock and task per wait: waiters are bare
+    futures, and a timed wait (:meth:`AsyncioBackend.wait`) needs no task."""
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self):
+        self._set = False
+        self._waiters = []
+
+    def is_set(self):
+        return self._set
+
+    def set(self):
+        if not self._set:
+            self._set = True
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                _wake(fut)
+
+    def _future(self):
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        return fut
+
+    async def wait(self):
+        if not self._set:
+            await self._future()
+
+
+class AsyncioBackend:
+    event = Event
+
+    def __init__(self, nursery=None):
+        self._tasks = set()          # strong references: the loop keeps only weak ones
+
+    def check_can_spawn(self, what):
+        asyncio.get_running_loop()   # raises a clear RuntimeError outside a running loop
+
+    async def enter(self):
+        pass
+
+    async def exit(self, *exc):
+        pass
+
+    async def wait(self, event, timeout):
+        if event.is_set():
+            return
+        fut = event._future()
+        timer = asyncio.get_running_loop().call_later(timeout, _wake, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+
+    def spawn(self, fn, *args):
+        task = asyncio.get_running_loop().create_task(fn(*args))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _ready(self, sock, add, remove):
+        loop = asyncio.get_running_loop()
+        fd = sock.fileno()
+        fut = loop.create_future()
+        add(fd, _wake, fut)
+        try:
+            await fut
+        finally:
+            if sock.fileno() == fd:          # not closed (and the number reused) meanwhile
+                remove(fd)
+
+    async def wait_readable(self, sock):
+        loop = asyncio.get_running_loop()
+        await self._ready(sock, loop.add_reader, loop.remove_reader)
+
+    async def wait_writable(self, sock):
+        loop = asyncio.get_running_loop()
+        await self._ready(sock, loop.add_writer, loop.remove_writer)
+
+    def forget(self, sock):
+        loop = asyncio.get_running_loop()
+        fd = sock.fileno()
+        if fd >= 0:
+            loop.remove_reader(fd)
+            loop.remove_writer(fd)
+
+    async def shielded(self, fn):
+        return await asyncio.shield(fn())
+
+
+class _Delivery(clients.AsyncDelivery):
+    __slots__ = ()
+    new_event = Event
+
+
+class _BulkDelivery(clients.AsyncBulkDelivery):
+    __slots__ = ()
+    new_event = Event
+
+
+class Producer(clients.AsyncProducer):
+    backend_class = AsyncioBackend
+    delivery_class = _Delivery
+    bulk_class = _BulkDelivery
+
+
+class Consumer(clients.AsyncConsumer):
+    backend_class = AsyncioBackend
+
+
+class Admin(clients.AsyncAdmin):
+    backend_class = AsyncioBackend

@@ -1,0 +1,97 @@
+"""trio drivers: ``kio.trio.Producer``, ``Consumer`` and ``Admin``, trio-native.
+
+    async with kio.trio.Producer(bootstrap_servers="127.0.0.1:9092") as p:   # opens a nursery
+        handle = await p.send("t", b"v")
+        metadata = await handle
+
+    async with trio.open_nursery() as nursery:                               # or bring your own
+        p = kio.trio.Producer(bootstrap_servers=..., nursery=nursery)
+        ...
+        await p.close()
+
+The clients are :mod:`kio._async_clients`, shared with :mod:`kio.aio`; this
+module is only how trio waits (``trio.lowlevel.wait_readable`` and friends,
+trio events, cancel scopes) - no asyncio anywhere. Background tasks run in
+the client's nursery. Cancellation is safe: a cancelled ``send``, ``poll``
+or ``commit`` leaves the client consistent, and ``close`` is shielded.
+"""
+from __future__ import annotations
+
+import trio
+
+from kio import _async_clients as clients
+
+__all__ = ["Producer", "Consumer", "Admin"]
+
+
+class TrioBackend:
+    event = trio.Event
+
+    def __init__(self, nursery=None):
+        self.nursery = nursery
+        self._own = None             # the nursery manager opened by ``async with``
+
+    def check_can_spawn(self, what):
+        if self.nursery is None:
+            raise RuntimeError(f"kio.trio.{what} runs its network task in a nursery: use "
+                               f"'async with kio.trio.{what}(...)' or pass nursery=")
+
+    async def enter(self):
+        if self.nursery is None:
+            self._own = trio.open_nursery()
+            self.nursery = await self._own.__aenter__()
+
+    async def exit(self, *exc):
+        if self._own is not None:
+            own, self._own = self._own, None
+            await own.__aexit__(*exc)
+
+    async def wait(self, event, timeout):
+        with trio.move_on_after(timeout):
+            await event.wait()
+
+    def spawn(self, fn, *args):
+        scope = trio.CancelScope()
+
+        async def run():
+            with scope:
+                await fn(*args)
+        self.nursery.start_soon(run)
+        return scope
+
+    async def wait_readable(self, sock):
+        await trio.lowlevel.wait_readable(sock)
+
+    async def wait_writable(self, sock):
+        await trio.lowlevel.wait_writable(sock)
+
+    def forget(self, sock):
+        trio.lowlevel.notify_closing(sock)
+
+    async def shielded(self, fn):
+        with trio.CancelScope(shield=True):
+            return await fn()
+
+
+class _Delivery(clients.AsyncDelivery):
+    __slots__ = ()
+    new_event = trio.Event
+
+
+class _BulkDelivery(clients.AsyncBulkDelivery):
+    __slots__ = ()
+    new_event = trio.Event
+
+
+class Producer(clients.AsyncProducer):
+    backend_class = TrioBackend
+    delivery_class = _Delivery
+    bulk_class = _BulkDelivery
+
+
+class Consumer(clients.AsyncConsumer):
+    backend_class = TrioBackend
+
+
+class Admin(clients.AsyncAdmin):
+    backend_class = TrioBackend
