@@ -854,7 +854,8 @@ def test_batches_in_a_garbage_cycle_are_collected_without_buffer_errors():
     old_hook = sys.unraisablehook
     sys.unraisablehook = lambda u: raised.append(u.exc_value)
     try:
-        for data in (bytearray(b.build()), memoryview(bytes(b.build()))):
+        whole = bytearray(b"xx" + bytes(b.build()) + b"yy")
+        for data in (bytearray(b.build()), memoryview(bytes(b.build())), memoryview(whole)[2:-2]):
             batches = read_batches(data)
             records = list(batches[0].records())
             cycle = [batches, records, data]

@@ -641,29 +641,30 @@ def build_control_batch(bint commit, int64_t producer_id, int producer_epoch,
 # reader
 
 cdef class _Buf:
-    """Holds one Py_buffer of the fetch data; every batch keeps it alive."""
-    cdef Py_buffer view
-    cdef bint has_view
+    """The fetch data every batch of a response keeps alive: a memoryview and
+    a raw pointer into it.
+
+    No Py_buffer is held: ``mv`` holds its own export of the data (so a
+    bytearray cannot be resized under the pointer), and a second, long-lived
+    export - on ``mv`` or on the data's owner - made the garbage collector
+    fail to clear them when batches ended up in a reference cycle
+    ("BufferError: memoryview has 1 exported buffer")."""
+    cdef const unsigned char* data
+    cdef Py_ssize_t size
     cdef readonly object mv        # 1-D unsigned byte memoryview of the data
 
     def __cinit__(self, obj):
+        cdef Py_buffer view
         cdef object mv = memoryview(obj)
         if not mv.c_contiguous:
-            obj = mv.tobytes()
-            mv = memoryview(obj)
+            mv = memoryview(mv.tobytes())
         if mv.ndim != 1 or mv.itemsize != 1 or mv.format != "B":
             mv = mv.cast("B")
         self.mv = mv
-        # The view is taken on the data's owner, not on ``mv``: a memoryview
-        # with an exported buffer cannot be cleared by the garbage collector
-        # (it printed "BufferError: memoryview has 1 exported buffer").
-        PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
-        self.has_view = 1
-
-    def __dealloc__(self):
-        if self.has_view:
-            PyBuffer_Release(&self.view)
-            self.has_view = 0
+        PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE)
+        self.data = <const unsigned char*>view.buf
+        self.size = view.len
+        PyBuffer_Release(&view)
 
 
 cdef struct _Rec:
@@ -1085,7 +1086,7 @@ cdef class RecordBatch:
         cdef Py_ssize_t plen
         cdef int codec
         cdef object data
-        base = <const unsigned char*>self._buf.view.buf + self._start
+        base = self._buf.data + self._start
         plen = self.size_in_bytes - BATCH_OVERHEAD
         if self.record_count < 0:
             raise DecodeError(f"record batch: negative record count {self.record_count}")
@@ -1322,7 +1323,7 @@ cdef class _RecordIter:
 
 cdef RecordBatch _new_batch(_Buf buf, Py_ssize_t start, Py_ssize_t size,
                             bint check_crc, Py_ssize_t max_decompressed):
-    cdef const unsigned char* p = <const unsigned char*>buf.view.buf + start
+    cdef const unsigned char* p = buf.data + start
     cdef RecordBatch b = RecordBatch.__new__(RecordBatch)
     b._buf = buf
     b._start = start
@@ -1363,8 +1364,8 @@ def parse_batches(buffer, bint check_crc=True,
     a DecodeError. Magic 0/1 entries come back as legacy.LegacyBatch objects.
     """
     cdef _Buf buf = _Buf(buffer)
-    cdef const unsigned char* p = <const unsigned char*>buf.view.buf
-    cdef Py_ssize_t n = buf.view.len
+    cdef const unsigned char* p = buf.data
+    cdef Py_ssize_t n = buf.size
     cdef Py_ssize_t pos = 0, size
     cdef int32_t length
     cdef int magic
