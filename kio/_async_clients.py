@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from typing import Optional
 
 from kio._async_engine import Engine
@@ -22,12 +23,13 @@ from kproto.consumer.core import ConsumerClosedError, ConsumerCore
 from kproto.errors import KafkaError
 from kproto.producer import (
     BufferExhausted, BulkDelivery, DeliveryHandle, MetadataPending, ProducerClosedError, ProducerCore,
-    complete_results,
+    RecordMetadata, complete_results,
 )
 
 __all__ = ["AsyncProducer", "AsyncConsumer", "AsyncAdmin"]
 
 log = logging.getLogger("kio.async")
+_time_ns, _monotonic = time.time_ns, time.monotonic
 
 
 class _Client:
@@ -85,12 +87,48 @@ class _Client:
 
 # == producer ======================================================================================
 
-class AsyncDelivery(DeliveryHandle):
-    """``await handle`` -> RecordMetadata (or raises the delivery error)."""
-    __slots__ = ("_event", "on_delivery")
+class AsyncDelivery:
+    """``await handle`` -> RecordMetadata (or raises the delivery error).
+
+    Attached to its batch's shared outcome (:mod:`kproto.producer.outcome`):
+    acknowledging a batch costs nothing per record, and a handle that is
+    awaited registers itself to be woken."""
+    __slots__ = ("topic", "partition", "timestamp", "_outcome", "_delta", "_event")
+    notify = False
     new_event = None              # set per backend
 
-    def __init__(self, on_delivery=None):
+    def __init__(self):
+        self._outcome = None
+        self._event = None
+
+    @property
+    def done(self) -> bool:
+        return self._outcome is not None and self._outcome.done
+
+    def _outcome_done(self):
+        self._event.set()
+
+    def __await__(self):
+        outcome = self._outcome
+        if not outcome.done:
+            if self._event is None:
+                self._event = self.new_event()
+                outcome.watch(self)
+            yield from self._event.wait().__await__()
+        offset, log_append_time, error = outcome.offset_of(self._delta)
+        if error is not None:
+            raise error
+        return RecordMetadata(self.topic, self.partition, offset,
+                              log_append_time if log_append_time >= 0 else self.timestamp)
+
+
+class AsyncCallbackDelivery(DeliveryHandle):
+    """A record sent with ``on_delivery``: completed one by one, the callback
+    runs in the network task; ``await handle`` works the same."""
+    __slots__ = ("_event", "on_delivery")
+    new_event = None
+
+    def __init__(self, on_delivery):
         super().__init__()
         self._event = None
         self.on_delivery = on_delivery
@@ -98,11 +136,10 @@ class AsyncDelivery(DeliveryHandle):
     def _resolved(self):
         if self._event is not None:
             self._event.set()
-        if self.on_delivery is not None:
-            try:
-                self.on_delivery(self.error, self.metadata)
-            except Exception:  # noqa: BLE001 - a user callback must not kill the network task
-                log.exception("on_delivery callback %r raised", self.on_delivery)
+        try:
+            self.on_delivery(self.error, self.metadata)
+        except Exception:  # noqa: BLE001 - a user callback must not kill the network task
+            log.exception("on_delivery callback %r raised", self.on_delivery)
 
     def __await__(self):
         if not self.done:
@@ -143,12 +180,14 @@ class AsyncBulkDelivery(BulkDelivery):
 class AsyncProducer(_Client):
     """``async with Producer(bootstrap_servers=...) as p: md = await (await p.send("t", b"v"))``."""
     delivery_class = AsyncDelivery
+    callback_delivery_class = AsyncCallbackDelivery
     bulk_class = AsyncBulkDelivery
 
     def __init__(self, config: Optional[dict] = None, *, nursery=None, **kwargs):
         self._setup(ProducerCore(config, **kwargs), nursery, 1 << 18)
         self._max_block_ms = self.config.max_block_ms
         self._closing = False
+        self._plain = self._core.key_serializer is None and self._core.value_serializer is None
 
     def _after_poll(self) -> bool:
         results = self._core.events()
@@ -182,19 +221,29 @@ class AsyncProducer(_Client):
                    on_delivery=None):
         """Queue one record, waiting (up to max.block.ms) only for metadata or
         buffer space; returns a handle: ``await handle`` for its RecordMetadata."""
-        self._ensure_started()
-        self._check_usable()
+        if self._engine._main is None:
+            self._ensure_started()
+        if self._closing or self._closed or self._engine.fatal is not None:
+            self._check_usable()
         core = self._core
-        key_b, value_b = core.serialize(topic, key, value)
-        handle = self.delivery_class(on_delivery)
-        ts = wall_ms() if timestamp_ms is None else timestamp_ms
-        deadline = None
-        while True:
-            try:
-                core.append_serialized(topic, value_b, key_b, partition, headers, ts, now_ms(), handle)
-                break
-            except (MetadataPending, BufferExhausted) as e:
-                deadline = await self._block(e, topic, deadline)
+        # Per-record costs count here: no serializer call for plain bytes,
+        # clocks read inline.
+        if self._plain and type(value) is bytes and (key is None or type(key) is bytes):
+            key_b, value_b = key, value
+        else:
+            key_b, value_b = core.serialize(topic, key, value)
+        handle = self.delivery_class() if on_delivery is None else self.callback_delivery_class(on_delivery)
+        ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
+        try:
+            core.append_serialized(topic, value_b, key_b, partition, headers, ts, _monotonic() * 1000.0, handle)
+        except (MetadataPending, BufferExhausted) as e:
+            deadline = await self._block(e, topic, None)
+            while True:
+                try:
+                    core.append_serialized(topic, value_b, key_b, partition, headers, ts, now_ms(), handle)
+                    break
+                except (MetadataPending, BufferExhausted) as e2:
+                    deadline = await self._block(e2, topic, deadline)
         acc = core.accumulator
         if acc.wakeup:
             acc.wakeup = False

@@ -122,6 +122,11 @@ class _Delivery(clients.AsyncDelivery):
     new_event = Event
 
 
+class _CallbackDelivery(clients.AsyncCallbackDelivery):
+    __slots__ = ()
+    new_event = Event
+
+
 class _BulkDelivery(clients.AsyncBulkDelivery):
     __slots__ = ()
     new_event = Event
@@ -130,6 +135,7 @@ class _BulkDelivery(clients.AsyncBulkDelivery):
 class Producer(clients.AsyncProducer):
     backend_class = AsyncioBackend
     delivery_class = _Delivery
+    callback_delivery_class = _CallbackDelivery
     bulk_class = _BulkDelivery
 
 

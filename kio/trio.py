@@ -78,6 +78,11 @@ class _Delivery(clients.AsyncDelivery):
     new_event = trio.Event
 
 
+class _CallbackDelivery(clients.AsyncCallbackDelivery):
+    __slots__ = ()
+    new_event = trio.Event
+
+
 class _BulkDelivery(clients.AsyncBulkDelivery):
     __slots__ = ()
     new_event = trio.Event
@@ -86,6 +91,7 @@ class _BulkDelivery(clients.AsyncBulkDelivery):
 class Producer(clients.AsyncProducer):
     backend_class = TrioBackend
     delivery_class = _Delivery
+    callback_delivery_class = _CallbackDelivery
     bulk_class = _BulkDelivery
 
 
