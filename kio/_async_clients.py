@@ -26,7 +26,7 @@ from kproto.producer import (
     RecordMetadata, complete_results,
 )
 
-__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncAdmin"]
+__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncAdmin", "bind"]
 
 log = logging.getLogger("kio.async")
 _time_ns, _monotonic = time.time_ns, time.monotonic
@@ -72,6 +72,15 @@ class _Client:
                 raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
             await self._wait(left)
         return handle
+
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Finish the client's work (see ``_close``: flush, commit and leave
+        the group...) and stop its network task; ``timeout`` bounds the
+        flush or commit. Runs to the end even when the calling task is
+        cancelled."""
+        if self._closed:
+            return
+        await self._io.shielded(lambda: self._close(timeout))
 
     async def __aenter__(self):
         await self._io.enter()
@@ -122,7 +131,26 @@ class AsyncDelivery:
                               log_append_time if log_append_time >= 0 else self.timestamp)
 
 
-class AsyncCallbackDelivery(DeliveryHandle):
+class _AwaitDone:
+    """``await handle``: wait for ``done`` (an event made on first await and
+    set by ``_resolved``), then raise the error or return ``_value()``."""
+    __slots__ = ()
+
+    def _resolved(self):
+        if self._event is not None:
+            self._event.set()
+
+    def __await__(self):
+        if not self.done:
+            if self._event is None:
+                self._event = self.new_event()
+            yield from self._event.wait().__await__()
+        if self.error is not None:
+            raise self.error
+        return self._value()
+
+
+class AsyncCallbackDelivery(_AwaitDone, DeliveryHandle):
     """A record sent with ``on_delivery``: completed one by one, the callback
     runs in the network task; ``await handle`` works the same."""
     __slots__ = ("_event", "on_delivery")
@@ -134,24 +162,17 @@ class AsyncCallbackDelivery(DeliveryHandle):
         self.on_delivery = on_delivery
 
     def _resolved(self):
-        if self._event is not None:
-            self._event.set()
+        _AwaitDone._resolved(self)
         try:
             self.on_delivery(self.error, self.metadata)
         except Exception:  # noqa: BLE001 - a user callback must not kill the network task
             log.exception("on_delivery callback %r raised", self.on_delivery)
 
-    def __await__(self):
-        if not self.done:
-            if self._event is None:
-                self._event = self.new_event()
-            yield from self._event.wait().__await__()
-        if self.error is not None:
-            raise self.error
+    def _value(self):
         return self.metadata
 
 
-class AsyncBulkDelivery(BulkDelivery):
+class AsyncBulkDelivery(_AwaitDone, BulkDelivery):
     """``await handle`` -> BulkResult(topic, count, ranges)."""
     __slots__ = ("_event",)
     new_event = None
@@ -163,17 +184,7 @@ class AsyncBulkDelivery(BulkDelivery):
         if total == 0:
             self.done = True
 
-    def _resolved(self):
-        if self._event is not None:
-            self._event.set()
-
-    def __await__(self):
-        if not self.done:
-            if self._event is None:
-                self._event = self.new_event()
-            yield from self._event.wait().__await__()
-        if self.error is not None:
-            raise self.error
+    def _value(self):
         return BulkResult((self.topic, self.delivered, sorted(self.ranges)))
 
 
@@ -327,14 +338,8 @@ class AsyncProducer(_Client):
     async def abort_transaction(self, timeout: Optional[float] = None) -> None:
         await self._txn(self._core.abort_transaction, timeout)
 
-    async def close(self, timeout: Optional[float] = None) -> None:
-        """Flush (up to ``timeout``), fail what is left, stop the network task.
-        Runs to the end even when the calling task is cancelled."""
-        if self._closed:
-            return
-        await self._io.shielded(lambda: self._close(timeout))
-
     async def _close(self, timeout):
+        """Flush (up to ``timeout``), fail what is left, stop the network task."""
         if self._closed:
             return
         if self._engine.started:
@@ -551,14 +556,9 @@ class AsyncConsumer(_Client):
         res = await self._lookup(lambda core, now, t: core.end_offsets(partitions, now, t), timeout)
         return {tp: None if v is None else v.offset for tp, v in res.items()}
 
-    async def close(self, timeout: Optional[float] = None) -> None:
-        """Commit (auto-commit), run the revocation listener, leave the group,
-        stop the network task - even when the calling task is cancelled."""
-        if self._closed:
-            return
-        await self._io.shielded(lambda: self._close(timeout))
-
     async def _close(self, timeout):
+        """Commit (auto-commit), run the revocation listener, leave the group,
+        stop the network task."""
         if self._closed:
             return
         if self._engine.started and self._engine.fatal is None:
@@ -616,13 +616,26 @@ class AsyncAdmin(_Client):
     list_offsets = _admin_operation("list_offsets")
     delete_records = _admin_operation("delete_records")
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        await self._io.shielded(self._close)
-
-    async def _close(self):
+    async def _close(self, timeout):
         if self._engine.started:
             await self._engine.stop()
         self._core.close(now_ms())
         self._closed = True
+
+
+def bind(module: str, backend_class, event_class):
+    """The Producer, Consumer and Admin classes of one framework: these
+    clients with its backend and its event type (for :mod:`kio.aio` and
+    :mod:`kio.trio`)."""
+    def make(name, base, **attrs):
+        ns = {"__module__": module, "__qualname__": name, **attrs}
+        if "__slots__" in vars(base):
+            ns["__slots__"] = ()          # handles stay without a __dict__: one small object per record
+        return type(name, (base,), ns)
+    producer = make("Producer", AsyncProducer, backend_class=backend_class,
+                    delivery_class=make("Delivery", AsyncDelivery, new_event=event_class),
+                    callback_delivery_class=make("CallbackDelivery", AsyncCallbackDelivery,
+                                                 new_event=event_class),
+                    bulk_class=make("BulkDelivery", AsyncBulkDelivery, new_event=event_class))
+    return (producer, make("Consumer", AsyncConsumer, backend_class=backend_class),
+            make("Admin", AsyncAdmin, backend_class=backend_class))

@@ -117,31 +117,4 @@ class AsyncioBackend:
         return await asyncio.shield(fn())
 
 
-class _Delivery(clients.AsyncDelivery):
-    __slots__ = ()
-    new_event = Event
-
-
-class _CallbackDelivery(clients.AsyncCallbackDelivery):
-    __slots__ = ()
-    new_event = Event
-
-
-class _BulkDelivery(clients.AsyncBulkDelivery):
-    __slots__ = ()
-    new_event = Event
-
-
-class Producer(clients.AsyncProducer):
-    backend_class = AsyncioBackend
-    delivery_class = _Delivery
-    callback_delivery_class = _CallbackDelivery
-    bulk_class = _BulkDelivery
-
-
-class Consumer(clients.AsyncConsumer):
-    backend_class = AsyncioBackend
-
-
-class Admin(clients.AsyncAdmin):
-    backend_class = AsyncioBackend
+Producer, Consumer, Admin = clients.bind(__name__, AsyncioBackend, Event)

@@ -73,31 +73,4 @@ class TrioBackend:
             return await fn()
 
 
-class _Delivery(clients.AsyncDelivery):
-    __slots__ = ()
-    new_event = trio.Event
-
-
-class _CallbackDelivery(clients.AsyncCallbackDelivery):
-    __slots__ = ()
-    new_event = trio.Event
-
-
-class _BulkDelivery(clients.AsyncBulkDelivery):
-    __slots__ = ()
-    new_event = trio.Event
-
-
-class Producer(clients.AsyncProducer):
-    backend_class = TrioBackend
-    delivery_class = _Delivery
-    callback_delivery_class = _CallbackDelivery
-    bulk_class = _BulkDelivery
-
-
-class Consumer(clients.AsyncConsumer):
-    backend_class = TrioBackend
-
-
-class Admin(clients.AsyncAdmin):
-    backend_class = TrioBackend
+Producer, Consumer, Admin = clients.bind(__name__, TrioBackend, trio.Event)
