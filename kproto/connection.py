@@ -746,6 +746,11 @@ class Connection:
             if permanent:
                 self.state = ConnectionState.CLOSED
             return
+        if self.state in (ConnectionState.CONNECTING, ConnectionState.HANDSHAKE,
+                          ConnectionState.AUTHENTICATING):
+            # It never got ready (a refused connect, a server that is not Kafka):
+            # a connection failure, as Java counts it, and what error messages report.
+            self.connect_failed = True
         where = f"node {self.node_id}" + (f" ({self.host}:{self.port})" if self.host is not None else "")
         pending = []
         seen = set()
