@@ -214,6 +214,8 @@ class AsyncProducer(_Client):
 
     async def _block(self, exc, topic, deadline):
         """Wait for the network task to change something; KafkaTimeoutError after max.block.ms."""
+        if self._core.client.auth_error is not None:
+            raise self._core.client.auth_error     # wrong credentials: waiting will not help
         now = now_ms()
         if deadline is None:
             deadline = now + self._max_block_ms
@@ -460,6 +462,8 @@ class AsyncConsumer(_Client):
         while True:
             await self._dispatch()
             self._check_usable()
+            if self._core.client.auth_error is not None:
+                raise self._core.client.auth_error
             out = take(self._core)
             if out:
                 self._engine.kick()        # drained partitions can fetch again

@@ -175,6 +175,8 @@ class Consumer:
                 if self._wakeup:
                     self._wakeup = False
                     raise WakeupError("poll() was interrupted by wakeup()")
+                if self._core.client.auth_error is not None:
+                    raise self._core.client.auth_error     # as Java's poll(): not a silent retry loop
                 if not self._app_events and not self._callbacks:
                     out = take(self._core)
                     if out:

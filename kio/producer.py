@@ -449,6 +449,8 @@ class Producer:
         """Wait (lock held) for the network thread to change something; raise
         KafkaTimeoutError after max.block.ms."""
         now = time.monotonic()
+        if self._core.client.auth_error is not None:
+            raise self._core.client.auth_error     # wrong credentials: waiting will not help
         if threading.current_thread() is self._thread:
             # Waiting here would stop the very thread that makes progress.
             raise KafkaTimeoutError(f"send() from a delivery callback cannot wait for "

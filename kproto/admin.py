@@ -42,7 +42,9 @@ from typing import Any, NamedTuple, Optional
 from kproto import error_codes
 from kproto.client import DriverIO, network_for
 from kproto.cluster import TopicPartition
-from kproto.config import COMMON, INT, BOOL, ConfigDef, Config, Setting, in_range, require_bootstrap
+from kproto.config import (
+    BOOL, COMMON, INT, Config, ConfigDef, Setting, check_security, in_range, require_bootstrap,
+)
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.errors import (
@@ -64,7 +66,7 @@ ADMIN_CONFIG = ConfigDef(COMMON + [
             "how long an admin operation may take, retries included"),
     Setting("metadata.max.idle.ms", INT, 300000, in_range(5000), "accepted for symmetry; unused"),
     Setting("allow.auto.create.topics", BOOL, False, doc="admin Metadata requests never create topics"),
-], checks=[require_bootstrap])
+], checks=[require_bootstrap, check_security])
 
 
 def parse_admin_config(conf=None, **kwargs) -> Config:
@@ -423,7 +425,12 @@ class AdminCore(DriverIO):
         return call.node
 
     def _run_calls(self, now):
+        auth_error = self.client.auth_error
         for call in list(self._calls):
+            if auth_error is not None:          # wrong credentials: fail now, not at the deadline
+                self._calls.remove(call)
+                self._fail_call(call, auth_error)
+                continue
             if call.op.done or all(call.op.items[k].done for k in call.keys):
                 self._calls.remove(call)
                 continue

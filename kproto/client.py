@@ -29,6 +29,8 @@ from typing import Callable, NamedTuple, Optional
 
 from kproto.cluster import ClusterMetadata
 from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState
+from kproto.errors import AuthenticationError
+from kproto.sasl import authenticator_for
 
 __all__ = ["NetworkClient", "Connect", "Close"]
 
@@ -48,8 +50,14 @@ class NetworkClient:
     def __init__(self, cluster: ClusterMetadata, *, client_id="kio", request_timeout_ms=30000,
                  max_in_flight=5, reconnect_backoff_ms=50, reconnect_backoff_max_ms=1000,
                  connections_max_idle_ms=540000, connection_setup_timeout_ms=10000, rng=None,
-                 on_metadata: Optional[Callable] = None):
+                 on_metadata: Optional[Callable] = None, authenticator_factory: Optional[Callable] = None):
         self.cluster = cluster
+        # SASL: one authenticator per connection (kproto.sasl.authenticator_for)
+        self.authenticator_factory = authenticator_factory
+        # The last authentication failure, until a connection authenticates:
+        # cores fail what waits on the broker with it instead of retrying until
+        # their timeouts (wrong credentials do not fix themselves).
+        self.auth_error = None
         self.client_id = client_id
         self.conn_config = dict(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                 max_in_flight=max_in_flight, reconnect_backoff_ms=reconnect_backoff_ms,
@@ -73,7 +81,9 @@ class NetworkClient:
             addr = self.cluster.node_address(node)
             if addr is None:
                 return None
-            c = self.connections[node] = Connection(node, addr[0], addr[1], **self.conn_config)
+            auth = self.authenticator_factory() if self.authenticator_factory is not None else None
+            c = self.connections[node] = Connection(node, addr[0], addr[1], authenticator=auth,
+                                                    **self.conn_config)
         return c
 
     def is_ready(self, node) -> bool:
@@ -225,13 +235,17 @@ class NetworkClient:
             self.progress += 1
         for ev in events:
             if isinstance(ev, ConnectionClosed):
+                if isinstance(ev.error, AuthenticationError):
+                    self.auth_error = ev.error
                 if ev.node_id == getattr(self._metadata_in_flight, "node_id", None):
                     self._metadata_in_flight = None
                 self.cluster.request_update()
                 if not from_driver:
                     self._actions.append(Close(ev.node_id, ev.reason))
-            elif isinstance(ev, ConnectionReady) and self.on_ready is not None:
-                self.on_ready(ev.node_id)
+            elif isinstance(ev, ConnectionReady):
+                self.auth_error = None
+                if self.on_ready is not None:
+                    self.on_ready(ev.node_id)
 
     # -- the loop ----------------------------------------------------------------------------
     def poll(self, now) -> list:
@@ -314,5 +328,6 @@ def network_for(cfg, *, rng, max_in_flight, allow_auto_topic_creation, cluster_c
         max_in_flight=max_in_flight, reconnect_backoff_ms=cfg.reconnect_backoff_ms,
         reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
         connections_max_idle_ms=cfg.connections_max_idle_ms,
-        connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=rng)
+        connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=rng,
+        authenticator_factory=authenticator_for(cfg))
     return cluster, client

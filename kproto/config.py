@@ -108,10 +108,10 @@ class Setting:
     ``convert`` (optional) replaces the type's converter (e.g. acks "all" -> -1);
     ``nullable`` allows None."""
 
-    __slots__ = ("name", "type", "default", "validator", "doc", "convert", "nullable")
+    __slots__ = ("name", "type", "default", "validator", "doc", "convert", "nullable", "sensitive")
 
     def __init__(self, name, type=ANY, default=None, validator=None, doc="", convert=None,
-                 nullable=False):
+                 nullable=False, sensitive=False):
         self.name = normalize_name(name)
         self.type = type
         self.default = default
@@ -119,6 +119,7 @@ class Setting:
         self.doc = doc
         self.convert = convert
         self.nullable = nullable or default is None
+        self.sensitive = sensitive          # a secret: never shown in reprs or error texts
 
     def parse(self, value):
         if value is None:
@@ -130,7 +131,8 @@ class Setting:
             if self.validator is not None:
                 self.validator(v)
         except (ValueError, TypeError) as e:
-            raise ConfigError(f"invalid value {value!r} for {self.name}: {e}"
+            shown = "(hidden)" if self.sensitive else repr(value)
+            raise ConfigError(f"invalid value {shown} for {self.name}: {e}"
                               + (f" ({self.doc})" if self.doc else "")) from None
         return v
 
@@ -163,7 +165,12 @@ class Config:
         return dict(self._values)
 
     def __repr__(self):
-        return "Config(%s)" % ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items()))
+        settings = self.definition.settings
+
+        def shown(k, v):
+            s = settings.get(k)
+            return "'(hidden)'" if s is not None and s.sensitive and v is not None else repr(v)
+        return "Config(%s)" % ", ".join(f"{k}={shown(k, v)}" for k, v in sorted(self._values.items()))
 
 
 class ConfigDef:
@@ -242,8 +249,24 @@ COMMON = [
     Setting("metadata.max.age.ms", INT, 300000, in_range(0), "refresh metadata at least this often"),
     Setting("connections.max.idle.ms", INT, 540000, in_range(-1), "close idle connections after this"),
     Setting("socket.connection.setup.timeout.ms", INT, 10000, in_range(1), "how long a connect may take"),
-    Setting("security.protocol", STR, "PLAINTEXT", one_of("PLAINTEXT"), "only PLAINTEXT for now"),
+    Setting("security.protocol", STR, "PLAINTEXT", one_of("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
+            "PLAINTEXT or SASL_PLAINTEXT (TLS: not yet)"),
+    Setting("sasl.mechanism", STR, "GSSAPI",
+            one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (Java's default GSSAPI is not supported)"),
+    Setting("sasl.username", STR, None, doc="SASL user (PLAIN, SCRAM)"),
+    Setting("sasl.password", STR, None, doc="SASL password (PLAIN, SCRAM)", sensitive=True),
+    Setting("sasl.jaas.config", STR, None, doc="Java form of the credentials: "
+            "...PlainLoginModule required username=\"u\" password=\"p\";", sensitive=True),
+    Setting("sasl.oauthbearer.token.provider", ANY, None, convert=callable_or_none("the token provider"),
+            doc="OAUTHBEARER: a callable returning the token (or (token, extensions))"),
 ]
+
+
+def check_security(values, explicit):
+    if values.get("security.protocol") in ("SSL", "SASL_SSL"):
+        raise ConfigError(f"security.protocol={values['security.protocol']}: TLS is not supported yet "
+                          f"(PLAINTEXT or SASL_PLAINTEXT)")
 
 
 def require_bootstrap(values, explicit):

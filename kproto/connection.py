@@ -282,11 +282,16 @@ class SaslAuthenticator(Authenticator):
     """
 
     def __init__(self, mechanism):
-        self.mechanism = mechanism
+        # A SaslMechanism, or a factory of them: mechanisms hold the state of
+        # one exchange, so a connection that reconnects needs a fresh one.
+        self._factory = None if isinstance(mechanism, SaslMechanism) else mechanism
+        self.mechanism = mechanism if self._factory is None else None
         self.session_lifetime_ms = 0
         self.broker_mechanisms = None
 
     def start(self, conn):
+        if self._factory is not None:
+            self.mechanism = self._factory()
         # v0 of SaslHandshake means raw tokens without SaslAuthenticate (pre KIP-152): not supported.
         conn.versions.pick("SaslHandshake", min_version=1)
         conn.versions.pick("SaslAuthenticate")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kproto.config import (
     ANY, BOOL, COMMON, INT, STR, ConfigDef, ConfigError, Setting, callable_or_none, in_range, one_of,
-    require_bootstrap,
+    check_security, require_bootstrap,
 )
 
 __all__ = ["CONSUMER_CONFIG", "parse_consumer_config"]
@@ -76,7 +76,7 @@ CONSUMER_CONFIG = ConfigDef(COMMON + [
     Setting("value.deserializer", ANY, None, convert=callable_or_none("value.deserializer"),
             doc="callable turning value bytes into a value"),
     Setting("exclude.internal.topics", BOOL, True, doc="pattern subscriptions skip internal topics"),
-], checks=[require_bootstrap, _check_group])
+], checks=[require_bootstrap, check_security, _check_group])
 
 
 

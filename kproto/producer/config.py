@@ -5,7 +5,7 @@ from kproto import compression as _compression
 from kproto.errors import UnsupportedCodecError
 from kproto.config import (
     ANY, BOOL, COMMON, INT, STR, ConfigDef, ConfigError, Setting, callable_or_none, in_range,
-    require_bootstrap,
+    check_security, require_bootstrap,
 )
 
 __all__ = ["PRODUCER_CONFIG", "parse_producer_config"]
@@ -102,7 +102,7 @@ PRODUCER_CONFIG = ConfigDef(COMMON + [
     Setting("metadata.max.idle.ms", INT, 300000, in_range(5000),
             "forget topics that had no records for this long"),
     Setting("allow.auto.create.topics", BOOL, True, doc="let Metadata requests create topics"),
-], checks=[require_bootstrap, _check_idempotence, _check_timeouts])
+], checks=[require_bootstrap, check_security, _check_idempotence, _check_timeouts])
 
 
 def parse_producer_config(conf=None, **kwargs):

@@ -1,0 +1,205 @@
+"""SASL mechanisms for the connection's authentication step.
+
+PLAIN (RFC 4616), SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677) and
+OAUTHBEARER (RFC 7628, token from a callback), at the token level of
+:class:`kproto.connection.SaslMechanism`. :func:`authenticator_for` builds
+the connection authenticator from a client config (``security.protocol``
+SASL_PLAINTEXT, ``sasl.mechanism``, ``sasl.username`` / ``sasl.password``
+or ``sasl.jaas.config``, ``sasl.oauthbearer.token.provider``); each
+connection attempt gets a fresh mechanism.
+
+Credentials never appear in reprs, logs or error texts: mechanisms keep them
+in private attributes, and failures name the mechanism and the user only.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+import unicodedata
+from typing import Callable, Optional
+
+from kproto.connection import SaslAuthenticator, SaslMechanism
+from kproto.errors import AuthenticationError, ConfigError
+
+__all__ = ["PlainMechanism", "ScramMechanism", "OAuthBearerMechanism", "authenticator_for",
+           "parse_jaas_config", "MECHANISMS"]
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+class PlainMechanism(SaslMechanism):
+    name = "PLAIN"
+
+    def __init__(self, username: str, password: str):
+        self.username = username
+        self._password = password
+
+    def initial_response(self) -> bytes:
+        self.complete = True
+        return b"\0" + self.username.encode() + b"\0" + self._password.encode()
+
+    def evaluate_challenge(self, challenge):
+        return None
+
+    def __repr__(self):
+        return f"<PlainMechanism user={self.username!r}>"
+
+
+def _saslname(name: str) -> str:
+    # RFC 5802 5.1: ',' and '=' in the user name are escaped.
+    return name.replace("=", "=3D").replace(",", "=2C")
+
+
+def _saslprep(s: str) -> str:
+    # The common part of SASLprep (RFC 4013): map non-ASCII spaces to a space,
+    # drop commonly-mapped-to-nothing characters, NFKC normalise.
+    s = "".join(" " if unicodedata.category(c) == "Zs" else c for c in s
+                if c not in "\u00ad\u180b\u180c\u180d\u200b\u2060\ufe00\ufe0f\u034f")
+    return unicodedata.normalize("NFKC", s)
+
+
+class ScramMechanism(SaslMechanism):
+    """SCRAM-SHA-256 / SCRAM-SHA-512 client. ``nonce`` may be given (tests,
+    RFC vectors); otherwise 24 random bytes, base64."""
+
+    def __init__(self, username: str, password: str, hash_name: str = "sha256", nonce: Optional[str] = None):
+        if hash_name not in ("sha256", "sha512"):
+            raise ConfigError(f"SCRAM hash must be sha256 or sha512, not {hash_name!r}")
+        self.name = f"SCRAM-SHA-{hash_name[3:]}"
+        self.username = username
+        self._password = _saslprep(password).encode()
+        self._hash = hash_name
+        self._nonce = nonce or base64.b64encode(os.urandom(24)).decode()
+        self._first_bare = None
+        self._server_signature = None
+        self._step = 0
+
+    def __repr__(self):
+        return f"<ScramMechanism {self.name} user={self.username!r}>"
+
+    def _hmac(self, key, msg):
+        return hmac.new(key, msg, self._hash).digest()
+
+    def initial_response(self) -> bytes:
+        self._first_bare = f"n={_saslname(self.username)},r={self._nonce}"
+        self._step = 1
+        return ("n,," + self._first_bare).encode()
+
+    def evaluate_challenge(self, challenge):
+        text = bytes(challenge).decode("utf-8", "replace")
+        if self._step == 1:
+            return self._client_final(text)
+        if self._step == 2:
+            self._verify_server_final(text)
+            return None
+        raise AuthenticationError(f"{self.name}: unexpected challenge after the exchange ended")
+
+    def _client_final(self, server_first: str) -> bytes:
+        fields = dict(kv.split("=", 1) for kv in server_first.split(",") if "=" in kv)
+        if "e" in fields:
+            raise AuthenticationError(f"{self.name} authentication of {self.username!r} failed: {fields['e']}")
+        try:
+            nonce, salt, iterations = fields["r"], base64.b64decode(fields["s"]), int(fields["i"])
+        except (KeyError, ValueError) as e:
+            raise AuthenticationError(f"{self.name}: malformed server-first-message ({e!r})") from None
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
+            raise AuthenticationError(f"{self.name}: the server nonce does not extend the client's")
+        if iterations < 4096:
+            raise AuthenticationError(f"{self.name}: the server asked for {iterations} iterations, "
+                                      f"fewer than the minimum 4096")
+        salted = hashlib.pbkdf2_hmac(self._hash, self._password, salt, iterations)
+        client_key = self._hmac(salted, b"Client Key")
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        without_proof = f"c=biws,r={nonce}"
+        auth_message = f"{self._first_bare},{server_first},{without_proof}".encode()
+        signature = self._hmac(stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        self._server_signature = self._hmac(self._hmac(salted, b"Server Key"), auth_message)
+        self._step = 2
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def _verify_server_final(self, server_final: str) -> None:
+        fields = dict(kv.split("=", 1) for kv in server_final.split(",") if "=" in kv)
+        if "e" in fields:
+            raise AuthenticationError(f"{self.name} authentication of {self.username!r} failed: {fields['e']}")
+        try:
+            given = base64.b64decode(fields["v"])
+        except (KeyError, ValueError):
+            raise AuthenticationError(f"{self.name}: malformed server-final-message") from None
+        if not hmac.compare_digest(given, self._server_signature):
+            raise AuthenticationError(f"{self.name}: the server signature is wrong - the server does "
+                                      f"not know the password; not trusting it")
+        self.complete = True
+        self._step = 3
+
+
+class OAuthBearerMechanism(SaslMechanism):
+    """RFC 7628 initial client response with a token from ``token_provider()``
+    (a string, or (token, extensions dict))."""
+    name = "OAUTHBEARER"
+
+    def __init__(self, token_provider: Callable):
+        self._provider = token_provider
+
+    def initial_response(self) -> bytes:
+        got = self._provider()
+        token, extensions = (got if isinstance(got, tuple) else (got, {}))
+        if not token:
+            raise AuthenticationError("OAUTHBEARER: the token provider returned no token")
+        ext = "".join(f"{k}={v}\x01" for k, v in sorted((extensions or {}).items()))
+        return f"n,,\x01auth=Bearer {token}\x01{ext}\x01".encode()
+
+    def evaluate_challenge(self, challenge):
+        if challenge:
+            # RFC 7628 3.2.2: an error JSON; the client answers with a lone 0x01.
+            self.error_details = bytes(challenge).decode("utf-8", "replace")
+            return b"\x01"
+        self.complete = True
+        return None
+
+    def __repr__(self):
+        return "<OAuthBearerMechanism>"
+
+
+_JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def parse_jaas_config(text: str) -> dict:
+    """username/password (and other options) of a PlainLoginModule or
+    ScramLoginModule ``sasl.jaas.config`` line, as the Java client reads it."""
+    if "LoginModule" not in text:
+        raise ConfigError("sasl.jaas.config must name a login module "
+                          "(org.apache.kafka.common.security.plain.PlainLoginModule required ...)")
+    return {k: v.replace('\\"', '"') for k, v in _JAAS.findall(text)}
+
+
+def authenticator_for(cfg) -> Optional[Callable]:
+    """A factory of connection authenticators for this config, or None (no SASL)."""
+    if cfg.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return None
+    if cfg.security_protocol == "SASL_SSL":
+        raise ConfigError("security.protocol=SASL_SSL: TLS is not supported yet; SASL_PLAINTEXT is")
+    mech = cfg.sasl_mechanism
+    if mech == "OAUTHBEARER":
+        provider = cfg.sasl_oauthbearer_token_provider
+        if provider is None:
+            raise ConfigError("sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token.provider "
+                              "(a callable returning the token)")
+        return lambda: SaslAuthenticator(lambda: OAuthBearerMechanism(provider))
+    user, password = cfg.sasl_username, cfg.sasl_password
+    if cfg.sasl_jaas_config:
+        options = parse_jaas_config(cfg.sasl_jaas_config)
+        user, password = options.get("username", user), options.get("password", password)
+    if user is None or password is None:
+        raise ConfigError(f"sasl.mechanism={mech} needs sasl.username and sasl.password "
+                          f"(or sasl.jaas.config)")
+    if mech == "PLAIN":
+        return lambda: SaslAuthenticator(lambda: PlainMechanism(user, password))
+    if mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        hash_name = "sha256" if mech == "SCRAM-SHA-256" else "sha512"
+        return lambda: SaslAuthenticator(lambda: ScramMechanism(user, password, hash_name))
+    raise ConfigError(f"sasl.mechanism={mech} is not supported (Kerberos needs a GSSAPI library): "
+                      f"use one of {', '.join(MECHANISMS)}")
