@@ -21,8 +21,10 @@ retries, timeouts or protocol decisions live here: those are the core's.
 from __future__ import annotations
 
 import logging
+import ssl
 
 from kio._common import connect_error, now_ms, open_socket
+from kio._tls import context_for, tls_error
 from kproto.client import Close, Connect
 
 __all__ = ["Engine"]
@@ -57,6 +59,7 @@ class Engine:
         self.finished = backend.event()
         self.fatal = None
         self._main = None
+        self.tls = context_for(core.config)      # security.protocol SSL / SASL_SSL
 
     # -- application side -----------------------------------------------------------------
     def start(self):
@@ -131,7 +134,7 @@ class Engine:
             return
         conn = self.conns[action.node] = _Conn()
         conn.sock = sock
-        conn.tasks.append(self.io.spawn(self._connection, action.node, conn))
+        conn.tasks.append(self.io.spawn(self._connection, action.node, conn, action.host, action.port))
 
     def _close(self, node):
         conn = self.conns.pop(node, None)
@@ -148,14 +151,18 @@ class Engine:
             self.core.disconnected(node, now_ms(), exc)
             self.kick()
 
-    async def _connection(self, node, conn):
-        """Finish the connect, then read until the connection goes."""
+    async def _connection(self, node, conn, host, port):
+        """Finish the connect (and the TLS handshake), then read until the connection goes."""
         sock = conn.sock
         await self.io.wait_writable(sock)
         err = connect_error(sock)
         if err is not None:
             self._lost(node, conn, err)
             return
+        if self.tls is not None:
+            sock = conn.sock = self.tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+            if not await self._handshake(node, conn, host, port):
+                return
         conn.want_write = self.io.event()
         self.core.connected(node, now_ms())
         conn.tasks.append(self.io.spawn(self._writer, node, conn))
@@ -164,8 +171,13 @@ class Engine:
             await self.io.wait_readable(sock)
             try:
                 data = sock.recv(self.recv_size)
-            except (BlockingIOError, InterruptedError):
+                while data and self.tls is not None and sock.pending():   # decrypted, select() won't tell
+                    data += sock.recv(sock.pending())
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue
+            except ssl.SSLError as e:
+                self._lost(node, conn, tls_error(e, host, port))
+                return
             except OSError as e:
                 self._lost(node, conn, e)
                 return
@@ -174,6 +186,23 @@ class Engine:
                 return
             self.core.received(node, data, now_ms())
             self.kick()
+
+    async def _handshake(self, node, conn, host, port) -> bool:
+        sock = conn.sock
+        while True:
+            try:
+                sock.do_handshake()
+                return True
+            except ssl.SSLWantReadError:
+                await self.io.wait_readable(sock)
+            except ssl.SSLWantWriteError:
+                await self.io.wait_writable(sock)
+            except ssl.SSLError as e:
+                self._lost(node, conn, tls_error(e, host, port))
+                return False
+            except OSError as e:
+                self._lost(node, conn, e)
+                return False
 
     async def _writer(self, node, conn):
         sock = conn.sock
@@ -185,9 +214,12 @@ class Engine:
                 continue
             try:
                 n = sock.send(data)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
                 n = 0
-            except OSError as e:
+            except ssl.SSLWantReadError:
+                await self.io.wait_readable(sock)
+                continue
+            except OSError as e:             # a TLS failure here surfaces on the reader's next recv
                 self._lost(node, conn, e)
                 return
             if n:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import selectors
 import socket
+import ssl
 
 from kio._common import connect_error, open_socket
+from kio._tls import context_for, tls_error
 from kproto.client import Close, Connect
 
 __all__ = ["SocketLoop"]
@@ -38,6 +40,11 @@ class SocketLoop:
         self.socks: dict = {}            # node -> socket
         self._connecting: set = set()
         self._interest: dict = {}        # node -> registered event mask
+        # TLS (security.protocol SSL / SASL_SSL): sockets are wrapped once
+        # connected; _handshaking maps a node to what its handshake waits for.
+        self.tls = context_for(core.config)
+        self._handshaking: dict = {}
+        self._addr: dict = {}            # node -> (host, port), for TLS names and errors
 
     # -- any thread ------------------------------------------------------------------
     def wake(self) -> None:
@@ -61,14 +68,18 @@ class SocketLoop:
     def write_all(self, now) -> None:
         for node in self.core.nodes_with_output():
             sock = self.socks.get(node)
-            if sock is not None and node not in self._connecting:
+            if sock is not None and node not in self._connecting and node not in self._handshaking:
                 self._write(node, sock, now)
 
     def update_interest(self) -> None:
         pending = set(self.core.nodes_with_output())
         for node, sock in self.socks.items():
-            want = _WRITE if node in self._connecting else (
-                _READ | (_WRITE if node in pending else 0))
+            if node in self._connecting:
+                want = _WRITE
+            elif node in self._handshaking:
+                want = self._handshaking[node]
+            else:
+                want = _READ | (_WRITE if node in pending else 0)
             if self._interest.get(node) != want:
                 self._sel.modify(sock, want, node)
                 self._interest[node] = want
@@ -111,6 +122,7 @@ class SocketLoop:
             self.core.disconnected(a.node, now, error)
             return
         self.socks[a.node] = sock
+        self._addr[a.node] = (a.host, a.port)
         self._connecting.add(a.node)
         self._sel.register(sock, _WRITE, a.node)
         self._interest[a.node] = _WRITE
@@ -118,6 +130,7 @@ class SocketLoop:
     def close_socket(self, node):
         sock = self.socks.pop(node, None)
         self._connecting.discard(node)
+        self._handshaking.pop(node, None)
         self._interest.pop(node, None)
         if sock is not None:
             try:
@@ -141,14 +154,27 @@ class SocketLoop:
             if err is not None:
                 self._lost(node, now, err)
                 return
+            if self.tls is not None:
+                self._start_tls(node, sock, now)
+                return
             self.core.connected(node, now)
             self._write(node, sock, now)
+            return
+        if node in self._handshaking:
+            self._handshake(node, sock, now)
             return
         if mask & _READ:
             try:
                 data = sock.recv(self.recv_size)
-            except (BlockingIOError, InterruptedError):
+                # TLS: records already decrypted inside the SSL object do not
+                # wake select() again - take them now.
+                while data and self.tls is not None and sock.pending():
+                    data += sock.recv(sock.pending())
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 data = None
+            except ssl.SSLError as e:
+                self._lost(node, now, tls_error(e, *self._addr.get(node, (None, None))))
+                return
             except OSError as e:
                 self._lost(node, now, e)
                 return
@@ -160,13 +186,45 @@ class SocketLoop:
         if mask & _WRITE and self.socks.get(node) is sock:
             self._write(node, sock, now)
 
+    def _start_tls(self, node, sock, now):
+        host, _ = self._addr[node]
+        self._sel.unregister(sock)
+        tls_sock = self.tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+        self.socks[node] = tls_sock
+        self._sel.register(tls_sock, _WRITE, node)
+        self._interest[node] = _WRITE
+        self._handshaking[node] = _WRITE
+        self._handshake(node, tls_sock, now)
+
+    def _handshake(self, node, sock, now):
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._handshaking[node] = _READ
+            return
+        except ssl.SSLWantWriteError:
+            self._handshaking[node] = _WRITE
+            return
+        except ssl.SSLError as e:
+            self._lost(node, now, tls_error(e, *self._addr[node]))
+            return
+        except OSError as e:
+            self._lost(node, now, e)
+            return
+        del self._handshaking[node]
+        self.core.connected(node, now)
+        self._write(node, sock, now)
+
     def _write(self, node, sock, now):
         data = self.core.output(node)
         if not data:
             return
         try:
             n = sock.send(data)
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return
+        except ssl.SSLError as e:
+            self._lost(node, now, tls_error(e, *self._addr.get(node, (None, None))))
             return
         except OSError as e:
             self._lost(node, now, e)

@@ -250,7 +250,13 @@ COMMON = [
     Setting("connections.max.idle.ms", INT, 540000, in_range(-1), "close idle connections after this"),
     Setting("socket.connection.setup.timeout.ms", INT, 10000, in_range(1), "how long a connect may take"),
     Setting("security.protocol", STR, "PLAINTEXT", one_of("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
-            "PLAINTEXT or SASL_PLAINTEXT (TLS: not yet)"),
+            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+    Setting("ssl.cafile", STR, None, doc="PEM file of the CAs to trust (default: the system's)"),
+    Setting("ssl.certfile", STR, None, doc="PEM client certificate (chain), for brokers that require one"),
+    Setting("ssl.keyfile", STR, None, doc="PEM private key of ssl.certfile (default: inside ssl.certfile)"),
+    Setting("ssl.key.password", STR, None, doc="password of ssl.keyfile", sensitive=True),
+    Setting("ssl.endpoint.identification.algorithm", STR, "https", one_of("https", ""),
+            "'https' checks the broker's host name against its certificate; '' turns that off"),
     Setting("sasl.mechanism", STR, "GSSAPI",
             one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
             "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (Java's default GSSAPI is not supported)"),
@@ -264,9 +270,13 @@ COMMON = [
 
 
 def check_security(values, explicit):
-    if values.get("security.protocol") in ("SSL", "SASL_SSL"):
-        raise ConfigError(f"security.protocol={values['security.protocol']}: TLS is not supported yet "
-                          f"(PLAINTEXT or SASL_PLAINTEXT)")
+    tls = values.get("security.protocol") in ("SSL", "SASL_SSL")
+    given = [k for k in ("ssl.cafile", "ssl.certfile", "ssl.keyfile") if values.get(k)]
+    if given and not tls:
+        raise ConfigError(f"{given[0]} is set but security.protocol is {values.get('security.protocol')}: "
+                          f"use SSL or SASL_SSL")
+    if values.get("ssl.keyfile") and not values.get("ssl.certfile"):
+        raise ConfigError("ssl.keyfile needs ssl.certfile")
 
 
 def require_bootstrap(values, explicit):

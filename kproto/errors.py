@@ -116,6 +116,12 @@ class AuthenticationError(BrokerError):
     """SASL authentication failed or was done wrong (codes 33, 34, 58)."""
 
 
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed: the server's certificate did not verify, the
+    host name did not match, or the server refused our certificate."""
+    name = "SSL_AUTHENTICATION_FAILED"
+
+
 class UnknownBrokerError(BrokerError):
     """An error code this client does not know (newer broker than our table).
 

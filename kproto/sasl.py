@@ -180,8 +180,6 @@ def authenticator_for(cfg) -> Optional[Callable]:
     """A factory of connection authenticators for this config, or None (no SASL)."""
     if cfg.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         return None
-    if cfg.security_protocol == "SASL_SSL":
-        raise ConfigError("security.protocol=SASL_SSL: TLS is not supported yet; SASL_PLAINTEXT is")
     mech = cfg.sasl_mechanism
     if mech == "OAUTHBEARER":
         provider = cfg.sasl_oauthbearer_token_provider

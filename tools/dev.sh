@@ -23,6 +23,12 @@ ensure_debian_packages() {
     fi
 }
 
+ensure_stunnel() {
+    # The TLS tests put Debian's stunnel4 in front of the (plaintext) test broker.
+    command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1 || ensure_debian_packages stunnel4
+    command -v openssl >/dev/null 2>&1 || ensure_debian_packages openssl      # the tests make their certificates
+}
+
 ensure_java() {
     # PySpark (the spark extra) runs on a JVM: Java 17 from Debian if none is there.
     command -v java >/dev/null 2>&1 || ensure_debian_packages openjdk-17-jre-headless
@@ -50,6 +56,7 @@ case "$cmd" in
         ;;
     test)
         ensure_java
+        ensure_stunnel
         ensure_venv
         install_project "test,spark"
         # pytest exits 5 when it collects no test: that fails this command too.

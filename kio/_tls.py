@@ -1,0 +1,48 @@
+"""TLS for the drivers: the ssl.SSLContext a client config asks for, and
+TLS failures as one clear error.
+
+The core only carries the settings (``security.protocol`` SSL or SASL_SSL,
+``ssl.cafile``, ``ssl.certfile``, ``ssl.keyfile``, ``ssl.key.password``,
+``ssl.endpoint.identification.algorithm``); sockets are the drivers'.
+Verification is on by default against the system's CAs, with host name
+checks, as in the Java client.
+"""
+from __future__ import annotations
+
+import ssl
+from typing import Optional
+
+from kproto.errors import ConfigError, SslAuthenticationError
+
+__all__ = ["context_for", "tls_error"]
+
+
+def context_for(cfg) -> Optional[ssl.SSLContext]:
+    """The client's SSLContext, or None for PLAINTEXT / SASL_PLAINTEXT."""
+    if cfg.security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.ssl_cafile)
+        if cfg.ssl_certfile:
+            ctx.load_cert_chain(cfg.ssl_certfile, cfg.ssl_keyfile, cfg.ssl_key_password)
+    except (OSError, ssl.SSLError) as e:
+        # The message names the file, never the key password.
+        raise ConfigError(f"TLS settings: {e.__class__.__name__}: {getattr(e, 'strerror', None) or e}"
+                          + (f" ({e.filename})" if getattr(e, "filename", None) else "")) from None
+    ctx.check_hostname = cfg.ssl_endpoint_identification_algorithm == "https"
+    return ctx
+
+
+def tls_error(exc: ssl.SSLError, host, port) -> SslAuthenticationError:
+    """What a failed TLS exchange with host:port means, in one line."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        hint = (" - is ssl.cafile the CA that signed the broker's certificate?"
+                if "certificate" in (exc.verify_message or "") and "hostname" not in (exc.verify_message or "")
+                else "")
+        return SslAuthenticationError(f"TLS with {host}:{port}: the broker's certificate did not verify: "
+                                      f"{exc.verify_message}{hint}")
+    reason = getattr(exc, "reason", None) or str(exc)
+    if "CERTIFICATE_REQUIRED" in str(reason).upper():
+        return SslAuthenticationError(f"TLS with {host}:{port}: the broker requires a client certificate "
+                                      f"(set ssl.certfile and ssl.keyfile)")
+    return SslAuthenticationError(f"TLS with {host}:{port} failed: {reason}")
