@@ -228,6 +228,10 @@ class ReconnectBackoff:
 
 # --- authentication hook ----------------------------------------------------------
 
+#: The pseudo API name of a raw SASL token (SaslHandshake v0) in authenticator steps.
+RAW_SASL_TOKEN = "raw SASL token"
+
+
 class Authenticator:
     """Interface of the authentication step run between ApiVersions and READY.
 
@@ -292,7 +296,11 @@ class SaslAuthenticator(Authenticator):
     def start(self, conn):
         if self._factory is not None:
             self.mechanism = self._factory()
-        # v0 of SaslHandshake means raw tokens without SaslAuthenticate (pre KIP-152): not supported.
+        # A broker without SaslAuthenticate (before KIP-152) takes SaslHandshake
+        # v0 and then the raw tokens.
+        self.raw = conn.versions.broker_range("SaslAuthenticate") is None
+        if self.raw:
+            return ("SaslHandshake", {"mechanism": self.mechanism.name}, 0)
         conn.versions.pick("SaslHandshake", min_version=1)
         conn.versions.pick("SaslAuthenticate")
         return ("SaslHandshake", {"mechanism": self.mechanism.name})
@@ -305,7 +313,18 @@ class SaslAuthenticator(Authenticator):
                 raise error_codes.error_for_code(
                     code, context=f"SASL mechanism {self.mechanism.name} "
                                   f"(broker enables {', '.join(self.broker_mechanisms) or 'none'})")
-            return ("SaslAuthenticate", {"auth_bytes": self.mechanism.initial_response()})
+            token = self.mechanism.initial_response()
+            return (RAW_SASL_TOKEN, token) if self.raw else ("SaslAuthenticate", {"auth_bytes": token})
+        if api_name == RAW_SASL_TOKEN:
+            if self.mechanism.complete:
+                return None
+            token = self.mechanism.evaluate_challenge(body)
+            if token is None:
+                if not self.mechanism.complete:
+                    raise AuthenticationError(
+                        f"SASL {self.mechanism.name}: the mechanism produced no token but is not complete")
+                return None
+            return (RAW_SASL_TOKEN, token)
         if api_name == "SaslAuthenticate":
             code = body.get("error_code", 0)
             if code:
@@ -390,6 +409,7 @@ class Connection:
         self._stream_queued = 0              # total bytes ever queued this session
         self._stream_sent = 0                # total bytes reported written
         self._awaiting = collections.deque()  # requests expecting a response, FIFO
+        self._raw_deadline = None             # SaslHandshake v0: a raw SASL token awaits its answer
         self._unwritten = collections.deque()  # requests not yet completely written
         self._noresp_in_flight = 0           # expect_response=False requests not yet written
         self._apiversions_attempts = 0
@@ -610,6 +630,10 @@ class Connection:
             self._run_callbacks(done)
             return events
         for payload in frames:
+            if self._raw_deadline is not None:
+                if not self._handle_raw_token(payload, now, events, done):
+                    break
+                continue
             if not self._handle_frame(payload, now, events, done):
                 break
         self._run_callbacks(done)
@@ -699,9 +723,31 @@ class Connection:
         if next_request is None:
             self._become_ready(now, events)
             return
+        if next_request[0] == RAW_SASL_TOKEN:
+            self._send_raw_token(next_request[1], now)
+            return
         api_name, body = next_request[0], next_request[1]
         version = next_request[2] if len(next_request) > 2 else None
         self._enqueue(api_name, body, now, version, True, None, None, internal=True)
+
+    def _send_raw_token(self, token, now):
+        # SaslHandshake v0 (before KIP-152): SASL tokens go as bare size-prefixed
+        # frames, without request headers, and come back the same way.
+        data = len(token).to_bytes(4, "big", signed=True) + bytes(token)
+        self._out.append(data)
+        self._out_pending += len(data)
+        self._stream_queued += len(data)
+        self._raw_deadline = now + self.request_timeout_ms
+        self.last_activity = now
+
+    def _handle_raw_token(self, payload, now, events, done):
+        self._raw_deadline = None
+        try:
+            self._auth_step(self.authenticator.on_response(self, RAW_SASL_TOKEN, bytes(payload)), now, events)
+        except KafkaError as e:
+            self._fail_connection(f"handshake with node {self.node_id} failed: {e}", e, now, events, done)
+            return False
+        return self.state is not ConnectionState.DISCONNECTED
 
     def _become_ready(self, now, events):
         self.state = ConnectionState.READY
@@ -823,6 +869,11 @@ class Connection:
                     f"{self.connection_setup_timeout_ms} ms")
                 self._fail_connection(str(err), err, now, events, done)
             return events
+        if self._raw_deadline is not None and now >= self._raw_deadline:
+            err = RequestTimedOutError(f"node {self.node_id} did not answer a SASL token within "
+                                       f"{self.request_timeout_ms} ms")
+            self._fail_connection(str(err), err, now, events, done)
+            return events
         expired = self._oldest_expired(now)
         if expired is not None:
             err = RequestTimedOutError(
@@ -845,7 +896,7 @@ class Connection:
         """The earliest time ``check_timeouts`` has something to do, or None."""
         if self.state is ConnectionState.CONNECTING and self.connect_started_at is not None:
             return self.connect_started_at + self.connection_setup_timeout_ms
-        best = None
+        best = self._raw_deadline
         for q in (self._awaiting, self._unwritten):
             for req in q:
                 if best is None or req.deadline < best:

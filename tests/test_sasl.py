@@ -166,8 +166,8 @@ def test_config_errors_and_secrets_stay_hidden():
         authenticator_for(parse_producer_config({**base, "sasl.username": "u", "sasl.password": "p"}))
     with pytest.raises(ConfigError, match="token.provider"):
         authenticator_for(parse_producer_config({**base, "sasl.mechanism": "OAUTHBEARER"}))
-    with pytest.raises(ConfigError, match="TLS is not supported yet"):
-        parse_producer_config({"bootstrap.servers": "h:1", "security.protocol": "SSL"})
+    with pytest.raises(ConfigError, match="ssl.keyfile needs ssl.certfile"):
+        parse_producer_config({"bootstrap.servers": "h:1", "security.protocol": "SSL", "ssl.keyfile": "k"})
     with pytest.raises(ConfigError, match="sasl.mechanism"):
         parse_producer_config({**base, "sasl.mechanism": "plain-ish"})
     cfg = parse_producer_config({**base, "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "u",
@@ -200,3 +200,69 @@ def test_wrong_credentials_fail_the_core_fast_not_a_retry_loop():
     h = admin.list_topics(now=0)
     admin.poll(1)
     assert h.done and h.error is client.auth_error
+
+
+# -- SaslHandshake v0: raw tokens, for brokers before KIP-152 ------------------------------------------
+
+def _v0_broker(mechanism):
+    broker = ScriptedBroker(sasl_mechanisms=[mechanism])
+    del broker.versions["SaslAuthenticate"]
+    broker.versions["SaslHandshake"] = (0, 0)
+    return broker
+
+
+def _exchange(conn, broker, now=0):
+    data = bytes(conn.data_to_send())
+    conn.bytes_sent(len(data), now)
+    return conn.receive_data(broker.receive(data), now)
+
+
+def _raw(token):
+    return len(token).to_bytes(4, "big") + token
+
+
+def test_v0_raw_token_handshake_plain_and_scram():
+    from kproto.connection import SaslAuthenticator
+    broker = _v0_broker("PLAIN")
+    conn = Connection(1, authenticator=SaslAuthenticator(lambda: PlainMechanism("u", "pw")))
+    conn.start_connect(0)
+    conn.connection_made(0)
+    _exchange(conn, broker)                                    # ApiVersions
+    _exchange(conn, broker)                                    # SaslHandshake v0
+    assert [r.version for r in broker.requests_of("SaslHandshake")] == [0]
+    sent = bytes(conn.data_to_send())
+    assert sent == _raw(b"\0u\0pw")                            # a bare frame, no request header
+    conn.bytes_sent(len(sent), 0)
+    assert of(conn.receive_data(_raw(b""), 0), ConnectionReady) and conn.is_ready
+
+    server = ScramServer("sha512", {"alice": "pw"})
+    broker = _v0_broker("SCRAM-SHA-512")
+    conn = Connection(1, authenticator=SaslAuthenticator(lambda: ScramMechanism("alice", "pw", "sha512")))
+    conn.start_connect(0)
+    conn.connection_made(0)
+    _exchange(conn, broker)
+    _exchange(conn, broker)
+    events = []
+    for _ in range(2):
+        sent = bytes(conn.data_to_send())
+        conn.bytes_sent(len(sent), 0)
+        answer, code = server.step(sent[4:])
+        assert code == 0
+        events = conn.receive_data(_raw(answer), 0)
+    assert of(events, ConnectionReady)
+
+
+def test_v0_raw_token_without_answer_times_out():
+    from kproto.connection import SaslAuthenticator
+    broker = _v0_broker("PLAIN")
+    conn = Connection(1, request_timeout_ms=500,
+                      authenticator=SaslAuthenticator(lambda: PlainMechanism("u", "pw")))
+    conn.start_connect(0)
+    conn.connection_made(0)
+    _exchange(conn, broker)
+    _exchange(conn, broker)
+    sent = bytes(conn.data_to_send())
+    conn.bytes_sent(len(sent), 0)
+    assert conn.next_deadline(0) == 500 and conn.check_timeouts(499) == []
+    (closed,) = of(conn.check_timeouts(500), ConnectionClosed)
+    assert "SASL token" in str(closed.error)
