@@ -104,6 +104,37 @@ def test_skips_paused_unpositioned_and_unknown_leaders():
     assert [list(r.offsets) for r in reqs] == [[TP0]]
 
 
+@pytest.mark.parametrize("path", ["records", "lists", "arrow"])
+def test_paused_partitions_keep_fetched_records_until_resumed(path):
+    """Records fetched before pause() are not handed out while paused, nor
+    dropped or fetched twice: they come after resume() (Java keeps them)."""
+    pos, f = make()
+    pos.assign([TP0, TP2])
+    pos.seek(TP0, 0)
+    pos.seek(TP2, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 3)}, TP2: {"records": batch(0, 2)}}))
+    pos.pause([TP0])                               # the fetch was already answered
+
+    def drain():
+        if path == "records":
+            out = {}
+            for r in f.drain():
+                out.setdefault(TopicPartition(r.topic, r.partition), []).append(r.offset)
+            return out
+        return {tp: list(cols[0]) for tp, cols in drain_cols(f, path).items()}
+
+    assert drain() == {TP2: [0, 1]}
+    assert not f.has_buffered()                    # nothing poll() may return now
+    assert pos.state(TP0).position == 0
+    assert [list(r.offsets) for r in requests(f)] == [[TP2]]   # TP0's data is still buffered
+    assert drain() == {}
+    pos.resume([TP0])
+    assert f.has_buffered()
+    assert drain() == {TP0: [0, 1, 2]}
+    assert pos.state(TP0).position == 3
+
+
 def test_v13_uses_topic_ids_and_needs_them():
     pos, f = make()
     pos.assign([TP0])

@@ -246,7 +246,19 @@ class Fetcher:
 
     # -- handing out records -----------------------------------------------------
     def has_buffered(self) -> bool:
-        return bool(self._buffered)
+        """Records poll() could hand out now (paused partitions' do not count)."""
+        paused = self.positions.is_paused
+        return any(not paused(b.tp) for b in self._buffered)
+
+    def _set_aside_paused(self, kept: list) -> bool:
+        """Move the head buffer aside when its partition is paused; True if
+        it did. Java keeps a paused partition's fetched records and returns
+        them after resume(): nothing is dropped and nothing fetched twice
+        (fetch_requests skips partitions with buffered data)."""
+        if self.positions.is_paused(self._buffered[0].tp):
+            kept.append(self._buffered.popleft())
+            return True
+        return False
 
     def _raise_pending_error(self):
         if self._errors:
@@ -260,14 +272,20 @@ class Fetcher:
         self._raise_pending_error()
         limit = max_records or self.max_poll_records
         out: list = []
-        while self._buffered and len(out) < limit:
-            buf = self._buffered[0]
-            if not self.positions.is_assigned(buf.tp):
-                self._buffered.popleft()
-                continue
-            self._drain_one(buf, out, limit)
-            if buf.record_iter is None and buf.next_batch >= len(buf.batches):
-                self._buffered.popleft()
+        kept: list = []
+        try:
+            while self._buffered and len(out) < limit:
+                buf = self._buffered[0]
+                if not self.positions.is_assigned(buf.tp):
+                    self._buffered.popleft()
+                    continue
+                if self._set_aside_paused(kept):
+                    continue
+                self._drain_one(buf, out, limit)
+                if buf.record_iter is None and buf.next_batch >= len(buf.batches):
+                    self._buffered.popleft()
+        finally:
+            self._buffered.extendleft(reversed(kept))
         return out
 
     def _drain_one(self, buf: _Buffered, out: list, limit: int) -> None:
@@ -368,11 +386,20 @@ class Fetcher:
         record-by-record drain() can resume it too."""
         self._raise_pending_error()
         limit = max_records or self.max_poll_records
+        kept: list = []
+        try:
+            self._walk_columnar(limit, take, kept)
+        finally:
+            self._buffered.extendleft(reversed(kept))
+
+    def _walk_columnar(self, limit, take, kept) -> None:
         count = 0
         while self._buffered and count < limit:
             buf = self._buffered[0]
             if not self.positions.is_assigned(buf.tp):
                 self._buffered.popleft()
+                continue
+            if self._set_aside_paused(kept):
                 continue
             st = self.positions.state(buf.tp)
             if buf.record_iter is not None:

@@ -122,6 +122,10 @@ class Positions:
     def paused(self):
         return [tp for tp, st in self._parts.items() if st.paused]
 
+    def is_paused(self, tp) -> bool:
+        st = self._parts.get(tp)
+        return st is not None and st.paused
+
     def fetchable(self):
         """Assigned, not paused, with a known position."""
         return [tp for tp, st in self._parts.items()
