@@ -123,6 +123,38 @@ def test_expired_in_flight_batch_bumps_epoch():
     assert h2.error is None and core.idempotence.epoch == 1
 
 
+def test_batch_expiring_while_waiting_for_a_retry_does_not_block_its_partition():
+    """A sequenced batch that expires in the queue (between retries) leaves a
+    gap: the epoch is bumped and later batches of the partition go out,
+    instead of waiting behind the dead batch until they expire too."""
+    core, kafka, sim = make(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=2000,
+                            retry_backoff_ms=300, retry_backoff_max_ms=300)
+    warm = sim.send(b"warm")
+    sim.run_until(lambda: warm.done)
+    kafka.inject("t", 0, *[19] * 1000)             # NOT_ENOUGH_REPLICAS: retriable, again and again
+    h = sim.send(b"doomed")
+    sim.run_until(lambda: h.done)
+    assert isinstance(h.error, DeliveryTimeoutError) and "waiting for a retry" in str(h.error)
+    kafka.injected.clear()
+    h2 = sim.send(b"after")
+    sim.run_until(lambda: h2.done, max_ms=5000)
+    assert h2.error is None and kafka.values() == [b"warm", b"after"]
+    assert core.idempotence.epoch == 1                     # a new epoch: sequences restart at 0
+    assert batches_sent(kafka)[-1][:3] == (1001, 1, 0)
+
+
+def test_expired_in_flight_batch_is_finished_once():
+    core, kafka, sim = make(linger_ms=0, request_timeout_ms=2000, delivery_timeout_ms=2500)
+    kafka.hold = True
+    h = sim.send(b"lost")
+    sim.run_until(lambda: h.done)                          # the retry expired in flight
+    assert "in flight" in str(h.error)
+    assert len(core.sender.in_flight) == 1                 # its request is still out
+    sim.advance(1000)
+    assert core.metrics()["records_failed"] == 1           # failed once, not on every pass
+    assert core.metrics()["epoch_bumps"] == 1
+
+
 def test_sequence_wraps_to_zero_after_int32_max():
     core, kafka, sim = make(linger_ms=0)
     h = sim.send(b"first")

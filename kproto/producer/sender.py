@@ -107,7 +107,7 @@ class Sender:
     def _next_expiry(self):
         best = self.acc.next_expiry()
         for b in self.in_flight.values():
-            if best is None or b.deadline_ms < best:
+            if not b.done and (best is None or b.deadline_ms < best):
                 best = b.deadline_ms
         return best
 
@@ -301,8 +301,15 @@ class Sender:
 
     def _expire(self, now):
         for b in self.acc.expired(now):
+            if self.idem is not None:
+                # A batch that was sent before (it waits for a retry) holds a
+                # sequence: the partition now has a gap, and its later batches
+                # must not wait behind it forever (Java: handleFailedBatch).
+                self.idem.on_failure(b)
             self._finish(b, self._timeout_error(b, now, False), -1, -1)
-        for b in [b for b in self.in_flight.values() if b.deadline_ms <= now]:
+        # An expired in-flight batch stays in in_flight (done) until its
+        # request comes back, so an epoch bump waits for that request.
+        for b in [b for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]:
             if self.idem is not None:
                 self.idem.on_expired_in_flight(b)
             self._finish(b, self._timeout_error(b, now, True), -1, -1)
