@@ -22,6 +22,7 @@ line; the child exits when its stdin closes, so it never outlives the tests.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import random
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 
-__all__ = ["FaultProxy"]
+__all__ = ["FaultProxy", "proxied_broker"]
 
 
 class FaultProxy:
@@ -137,6 +138,24 @@ class FaultProxy:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+@contextlib.contextmanager
+def proxied_broker():
+    """A test broker of its own behind a FaultProxy; it advertises the
+    proxy's port, so all client traffic crosses the proxy. Yields
+    (bootstrap servers, proxy)."""
+    from kio.broker import LocalBroker, free_port
+    broker_port = free_port()
+    proxy = FaultProxy(("127.0.0.1", broker_port)).start()
+    try:
+        broker = LocalBroker(port=broker_port, advertised_port=proxy.port).start()
+        try:
+            yield f"127.0.0.1:{proxy.port}", proxy
+        finally:
+            broker.stop()
+    finally:
+        proxy.stop()
 
 
 # == the child process ==================================================================================

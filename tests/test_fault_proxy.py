@@ -11,25 +11,29 @@ from kio import Admin, Consumer, KafkaTimeoutError, Producer, TopicPartition as 
 from kio.broker import LocalBroker, free_port
 
 
-def echo_server():
+def serve(handle):
+    """A loopback server running handle(conn) for each connection, in threads."""
     srv = socket.create_server(("127.0.0.1", 0))
 
+    def accept_loop():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept_loop, daemon=True).start()
+    return srv
+
+
+def echo_server():
     def echo(conn):
         try:
             for data in iter(lambda: conn.recv(100), b""):
                 conn.sendall(data)
         except OSError:             # the proxy reset the connection: expected here
             pass
-
-    def serve():
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-    threading.Thread(target=serve, daemon=True).start()
-    return srv
+    return serve(echo)
 
 
 def test_proxy_forwards_and_cuts():
@@ -75,18 +79,11 @@ def test_an_answer_truncated_mid_frame_is_retried_and_delivered_once():
 
 
 def test_a_server_that_is_not_kafka_gives_a_clear_error_in_time():
-    srv = socket.create_server(("127.0.0.1", 0))
-
-    def serve():
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            conn.recv(1000)
-            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-            conn.close()
-    threading.Thread(target=serve, daemon=True).start()
+    def http_400(conn):
+        conn.recv(1000)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        conn.close()
+    srv = serve(http_400)
     bootstrap = "127.0.0.1:%d" % srv.getsockname()[1]
     start = time.monotonic()
     with pytest.raises(KafkaTimeoutError, match="look like an HTTP response"):

@@ -8,10 +8,9 @@ import time
 
 import pytest
 
-from fault_proxy import FaultProxy
+from fault_proxy import proxied_broker
 from kio import Consumer, Producer, TopicPartition as TP
 from kio.admin import Admin
-from kio.broker import LocalBroker, free_port
 
 PARTITIONS = 6
 RECORDS = 200_000
@@ -20,14 +19,8 @@ RECORDS = 200_000
 @pytest.fixture(scope="module")
 def proxied():
     """(bootstrap through the proxy, proxy) on a broker of its own."""
-    broker_port = free_port()
-    proxy = FaultProxy(("127.0.0.1", broker_port)).start()
-    broker = LocalBroker(port=broker_port, advertised_port=proxy.port).start()
-    try:
-        yield f"127.0.0.1:{proxy.port}", proxy
-    finally:
-        proxy.stop()
-        broker.stop()
+    with proxied_broker() as bootstrap_and_proxy:
+        yield bootstrap_and_proxy
 
 
 def make_topic(bootstrap):
@@ -74,39 +67,37 @@ def read_back(bootstrap, topic, expected_at_least):
     return out
 
 
-def test_idempotent_producer_writes_every_record_exactly_once_in_order(proxied):
-    bootstrap, proxy = proxied
-    topic = make_topic(bootstrap)
-    cuts_before = proxy.cuts
-    failures = produce_under_cuts(bootstrap, proxy, topic, acks="all", enable_idempotence=True)
-    cuts = proxy.cuts - cuts_before
-    assert failures == []
-    got = read_back(bootstrap, topic, RECORDS)
+def tally(got):
+    """(received, lost, duplicated, reordered) of what read_back returned."""
     seqs = [s for p in range(PARTITIONS) for s in got[p]]
     lost = RECORDS - len(set(seqs))
     duplicated = len(seqs) - len(set(seqs))
     reordered = sum(1 for p in range(PARTITIONS) for a, b in zip(got[p], got[p][1:]) if b <= a)
-    print(f"\nidempotent: sent {RECORDS}, received {len(seqs)}, lost {lost}, duplicated {duplicated}, "
+    return len(seqs), lost, duplicated, reordered
+
+
+def produce_and_read_back(proxied, label, **config):
+    bootstrap, proxy = proxied
+    topic = make_topic(bootstrap)
+    cuts_before = proxy.cuts
+    failures = produce_under_cuts(bootstrap, proxy, topic, acks="all", **config)
+    cuts = proxy.cuts - cuts_before
+    assert failures == []
+    got = read_back(bootstrap, topic, RECORDS)
+    received, lost, duplicated, reordered = tally(got)
+    print(f"\n{label}: sent {RECORDS}, received {received}, lost {lost}, duplicated {duplicated}, "
           f"reordered {reordered}, connections cut {cuts}")
     assert cuts >= 5, "the proxy did not cut anything: the test proves nothing"
+    return got, lost, duplicated, reordered
+
+
+def test_idempotent_producer_writes_every_record_exactly_once_in_order(proxied):
+    got, lost, duplicated, reordered = produce_and_read_back(proxied, "idempotent", enable_idempotence=True)
     assert (lost, duplicated, reordered) == (0, 0, 0)
     assert all(got[p] == list(range(p, RECORDS, PARTITIONS)) for p in range(PARTITIONS))
 
 
 def test_non_idempotent_acks_all_loses_nothing(proxied):
-    bootstrap, proxy = proxied
-    topic = make_topic(bootstrap)
-    cuts_before = proxy.cuts
-    failures = produce_under_cuts(bootstrap, proxy, topic, acks="all", enable_idempotence=False,
-                                  max_in_flight_requests_per_connection=5)
-    cuts = proxy.cuts - cuts_before
-    assert failures == []
-    got = read_back(bootstrap, topic, RECORDS)
-    seqs = [s for p in range(PARTITIONS) for s in got[p]]
-    lost = RECORDS - len(set(seqs))
-    duplicated = len(seqs) - len(set(seqs))
-    reordered = sum(1 for p in range(PARTITIONS) for a, b in zip(got[p], got[p][1:]) if b <= a)
-    print(f"\nacks=all, no idempotence: sent {RECORDS}, received {len(seqs)}, lost {lost}, "
-          f"duplicated {duplicated}, reordered {reordered}, connections cut {cuts}")
-    assert cuts >= 5
+    _, lost, _, _ = produce_and_read_back(proxied, "acks=all, no idempotence", enable_idempotence=False,
+                                          max_in_flight_requests_per_connection=5)
     assert lost == 0

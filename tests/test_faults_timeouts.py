@@ -6,9 +6,8 @@ import time
 
 import pytest
 
-from fault_proxy import FaultProxy
+from fault_proxy import proxied_broker
 from kio import Consumer, KafkaTimeoutError, Producer, TopicPartition as TP
-from kio.broker import LocalBroker, free_port
 from kproto.errors import KafkaError
 
 SLACK = 2.5
@@ -16,14 +15,8 @@ SLACK = 2.5
 
 @pytest.fixture
 def proxied():
-    broker_port = free_port()
-    proxy = FaultProxy(("127.0.0.1", broker_port)).start()
-    broker = LocalBroker(port=broker_port, advertised_port=proxy.port).start()
-    try:
-        yield f"127.0.0.1:{proxy.port}", proxy
-    finally:
-        proxy.stop()
-        broker.stop()
+    with proxied_broker() as bootstrap_and_proxy:
+        yield bootstrap_and_proxy
 
 
 def elapsed_since(start):

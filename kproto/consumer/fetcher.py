@@ -250,15 +250,22 @@ class Fetcher:
         paused = self.positions.is_paused
         return any(not paused(b.tp) for b in self._buffered)
 
-    def _set_aside_paused(self, kept: list) -> bool:
-        """Move the head buffer aside when its partition is paused; True if
-        it did. Java keeps a paused partition's fetched records and returns
-        them after resume(): nothing is dropped and nothing fetched twice
-        (fetch_requests skips partitions with buffered data)."""
-        if self.positions.is_paused(self._buffered[0].tp):
-            kept.append(self._buffered.popleft())
-            return True
-        return False
+    def _next_head(self, kept: list):
+        """The oldest buffered fetch poll() may hand out now, or None. A
+        revoked partition's data is dropped; a paused partition's is moved
+        to ``kept``, which the caller puts back in front: Java keeps a paused
+        partition's fetched records and returns them after resume(), so
+        nothing is dropped and nothing fetched twice (fetch_requests skips
+        partitions with buffered data)."""
+        while self._buffered:
+            buf = self._buffered[0]
+            if not self.positions.is_assigned(buf.tp):
+                self._buffered.popleft()
+            elif self.positions.is_paused(buf.tp):
+                kept.append(self._buffered.popleft())
+            else:
+                return buf
+        return None
 
     def _raise_pending_error(self):
         if self._errors:
@@ -274,13 +281,10 @@ class Fetcher:
         out: list = []
         kept: list = []
         try:
-            while self._buffered and len(out) < limit:
-                buf = self._buffered[0]
-                if not self.positions.is_assigned(buf.tp):
-                    self._buffered.popleft()
-                    continue
-                if self._set_aside_paused(kept):
-                    continue
+            while len(out) < limit:
+                buf = self._next_head(kept)
+                if buf is None:
+                    break
                 self._drain_one(buf, out, limit)
                 if buf.record_iter is None and buf.next_batch >= len(buf.batches):
                     self._buffered.popleft()
@@ -394,13 +398,10 @@ class Fetcher:
 
     def _walk_columnar(self, limit, take, kept) -> None:
         count = 0
-        while self._buffered and count < limit:
-            buf = self._buffered[0]
-            if not self.positions.is_assigned(buf.tp):
-                self._buffered.popleft()
-                continue
-            if self._set_aside_paused(kept):
-                continue
+        while count < limit:
+            buf = self._next_head(kept)
+            if buf is None:
+                break
             st = self.positions.state(buf.tp)
             if buf.record_iter is not None:
                 batch = buf.current               # a drain stopped inside this batch
