@@ -247,6 +247,42 @@ def test_group_by_partition_matches_murmur2_per_row_and_sends_null_keys_to_the_s
         group_by_partition(keys, values, 0, 1, 0, 0)
 
 
+def test_group_by_partition_takes_any_buffer_and_checks_its_bounds():
+    from kproto.producer.partitioner import group_by_partition
+    keys = [b"a", bytearray(b"b"), memoryview(b"c"), None]
+    values = (b"1", bytearray(b"22"), None, b"4444")              # a tuple works too
+    groups, sizes = group_by_partition(keys, values, 0, 4, 3, 1)
+    rows = {p: g[0] for p, g in groups.items()}
+    for r, k in enumerate(keys):
+        p = 1 if k is None else murmur2_partition(bytes(k), 3)
+        assert r in rows[p]
+    assert sum(sizes.values()) == 3 + 1 + 2 + 4
+    with pytest.raises(ValueError, match="outside"):
+        group_by_partition(keys, values, 0, 5, 3, 1)
+    with pytest.raises(ValueError, match="null_key_partition"):
+        group_by_partition(keys, values, 0, 4, 3, 3)
+    with pytest.raises(TypeError):
+        group_by_partition([1], [b"v"], 0, 1, 3, 0)                 # an int is no key
+
+
+def test_all_bytes_or_none():
+    from kproto.producer.partitioner import all_bytes_or_none
+    assert all_bytes_or_none([b"a", None, b""]) and all_bytes_or_none(())
+    assert not all_bytes_or_none([b"a", "s"]) and not all_bytes_or_none([bytearray(b"x")])
+
+
+def test_send_many_takes_arrow_string_and_binary_columns():
+    pa = pytest.importorskip("pyarrow")
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}), linger_ms=0)
+    sim.send(b"warm")
+    h, n = core.send_many("t", pa.array(["é", None, "c"]), keys=pa.array([b"k1", b"k2", b"k3"]),
+                          now=sim.now)
+    sim.run_until(lambda: h.done)
+    assert n == 3 and h.error is None
+    got = {r.key: r.value for p in range(3) for r in kafka.logs.get(("t", p), []) if r.key is not None}
+    assert got == {b"k1": "é".encode(), b"k2": None, b"k3": b"c"}
+
+
 def test_to_positive_clears_sign_bit_like_java():
     assert to_positive(-1) == 0x7FFFFFFF
     assert to_positive(-2147483648) == 0

@@ -20,6 +20,7 @@ import threading
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from kproto.errors import KafkaError
+from kproto.producer.core import arrow_as_binary
 
 __all__ = ["producer", "send_batches", "send_batches_transactional", "send_rows", "REPORT_FIELDS",
            "RESULT_FIELDS", "SparkWriteError"]
@@ -230,8 +231,9 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
         # bytes for the report, from Arrow (exact per batch; a batch split by
         # topic/partition columns shares them out by row count)
         value_bytes = pc.sum(pc.binary_length(value_col)).as_py() or 0
-        values = value_col.to_pylist()
-        keys = rb.column("key").to_pylist() if "key" in names else None
+        # string columns are cast to binary (zero-copy): bytes straight from Arrow
+        values = arrow_as_binary(value_col).to_pylist()
+        keys = arrow_as_binary(rb.column("key")).to_pylist() if "key" in names else None
         headers = _headers(rb.column("headers")) if "headers" in names else None
         stamps = _timestamps_ms(rb.column("timestamp")) if "timestamp" in names else None
         topics = rb.column("topic").to_pylist() if "topic" in names else None

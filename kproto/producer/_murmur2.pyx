@@ -7,6 +7,10 @@ keyed send, so it runs on the key's bytes with no Python object per step;
 ``group_by_partition`` does a whole column of keys at once for send_many.
 """
 from libc.stdint cimport int32_t, uint32_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.list cimport PyList_Append
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 
 cdef uint32_t _M = 0x5bd1e995
 cdef uint32_t _SEED = 0x9747b28c
@@ -57,33 +61,84 @@ def murmur2_partition(const unsigned char[::1] key not None, int num_partitions)
     return _partition_of(key, num_partitions)
 
 
+cdef inline int _key_partition(object key, int n) except -1:
+    """The murmur2 partition of a non-null key: bytes without a copy, any
+    other buffer through a memoryview."""
+    if PyBytes_CheckExact(key):
+        return (_murmur2(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+                & 0x7FFFFFFF) % n
+    return _partition_of(key, n)
+
+
+cdef inline Py_ssize_t _size(object v) except -1:
+    if v is None:
+        return 0
+    if PyBytes_CheckExact(v):
+        return PyBytes_GET_SIZE(v)
+    return len(v)
+
+
 def group_by_partition(keys, values, Py_ssize_t start, Py_ssize_t end, int num_partitions,
                        int null_key_partition):
     """Rows start..end-1 grouped by the murmur2 partition of their key (rows
     with a null key go to ``null_key_partition``, the sticky choice):
     {partition: (rows, keys, values)} with the rows in order within each
     group, and {partition: key+value bytes}."""
-    cdef dict groups = {}
-    cdef dict sizes = {}
-    cdef Py_ssize_t r
+    cdef object kseq, vseq
+    cdef Py_ssize_t r, n
     cdef int p
     cdef object key, value
-    cdef tuple g
+    cdef list rows_p, keys_p, values_p
+    cdef dict groups = {}
+    cdef dict sizes = {}
+    cdef Py_ssize_t* size_of
+    cdef list lists
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be positive, not {num_partitions}")
-    for r in range(start, end):
-        key = keys[r]
-        value = values[r]
-        if key is None:
-            p = null_key_partition
-        else:
-            p = _partition_of(key, num_partitions)
-        g = groups.get(p)
-        if g is None:
-            g = groups[p] = ([], [], [])
-            sizes[p] = 0
-        (<list>g[0]).append(r)
-        (<list>g[1]).append(key)
-        (<list>g[2]).append(value)
-        sizes[p] = <Py_ssize_t>sizes[p] + (0 if key is None else len(key)) + (0 if value is None else len(value))
+    kseq = PySequence_Fast(keys, "keys must be a sequence")
+    vseq = PySequence_Fast(values, "values must be a sequence")
+    n = min(PySequence_Fast_GET_SIZE(kseq), PySequence_Fast_GET_SIZE(vseq))
+    if start < 0 or end > n or start > end:
+        raise ValueError(f"rows {start}..{end} are outside the {n} keys and values")
+    if not 0 <= null_key_partition < num_partitions:
+        raise ValueError(f"null_key_partition {null_key_partition} is not in [0, {num_partitions})")
+    # Per partition: three lists (rows, keys, values) and a byte count, in
+    # plain arrays indexed by partition - no dict lookup per row.
+    lists = [None] * (3 * num_partitions)
+    size_of = <Py_ssize_t*>PyMem_Calloc(num_partitions, sizeof(Py_ssize_t))
+    if size_of == NULL:
+        raise MemoryError()
+    try:
+        for r in range(start, end):
+            key = <object>PySequence_Fast_GET_ITEM(kseq, r)
+            value = <object>PySequence_Fast_GET_ITEM(vseq, r)
+            p = null_key_partition if key is None else _key_partition(key, num_partitions)
+            rows_p = lists[3 * p]
+            if rows_p is None:
+                rows_p = lists[3 * p] = []
+                lists[3 * p + 1] = []
+                lists[3 * p + 2] = []
+            PyList_Append(rows_p, r)
+            PyList_Append(<list>lists[3 * p + 1], key)
+            PyList_Append(<list>lists[3 * p + 2], value)
+            size_of[p] += _size(key) + _size(value)
+        for p in range(num_partitions):
+            if lists[3 * p] is not None:
+                groups[p] = (lists[3 * p], lists[3 * p + 1], lists[3 * p + 2])
+                sizes[p] = size_of[p]
+    finally:
+        PyMem_Free(size_of)
     return groups, sizes
+
+
+def all_bytes_or_none(seq):
+    """True when every item of the list/tuple is exactly bytes or None (the
+    common case send_many checks before anything else)."""
+    cdef object fast = PySequence_Fast(seq, "expected a sequence")
+    cdef Py_ssize_t i, n = PySequence_Fast_GET_SIZE(fast)
+    cdef object v
+    for i in range(n):
+        v = <object>PySequence_Fast_GET_ITEM(fast, i)
+        if v is not None and not PyBytes_CheckExact(v):
+            return False
+    return True

@@ -31,7 +31,7 @@ from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, Reco
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
 from kproto.producer.partitioner import (
-    InvalidPartitionError, StickyPartitioner, group_by_partition, murmur2_partition,
+    InvalidPartitionError, StickyPartitioner, all_bytes_or_none, group_by_partition, murmur2_partition,
 )
 from kproto.producer.sender import BatchResult, DeliveryTimeoutError, Sender
 from kproto.producer.transactions import (
@@ -517,7 +517,7 @@ class ProducerCore(DriverIO):
 
 
 def _pylist(seq):
-    return seq.to_pylist() if hasattr(seq, "to_pylist") else seq
+    return arrow_as_binary(seq).to_pylist() if hasattr(seq, "to_pylist") else seq
 
 
 def _headers(headers):
@@ -565,11 +565,24 @@ def _bulk_timestamps(timestamp_ms, n, default):
 def _column(seq, what):
     """A list of bytes/None from a sequence or an Arrow array."""
     if hasattr(seq, "to_pylist"):
-        seq = seq.to_pylist()
-    for v in seq:
-        if type(v) is not bytes and v is not None:
-            return [v.encode("utf-8") if isinstance(v, str) else _bytes_or_fail(v, what) for v in seq]
-    return seq
+        seq = arrow_as_binary(seq).to_pylist()
+    if type(seq) not in (list, tuple):
+        seq = list(seq)
+    if all_bytes_or_none(seq):              # the common case, checked in C
+        return seq
+    return [v.encode("utf-8") if isinstance(v, str) else _bytes_or_fail(v, what) for v in seq]
+
+
+def arrow_as_binary(arr):
+    """Arrow string columns as binary (a zero-copy cast: UTF-8 bytes already),
+    so to_pylist makes bytes and nothing is encoded again per value."""
+    import pyarrow as pa
+    t = arr.type
+    if pa.types.is_string(t):
+        return arr.cast(pa.binary())
+    if pa.types.is_large_string(t):
+        return arr.cast(pa.large_binary())
+    return arr
 
 
 def _bytes_or_fail(v, what):

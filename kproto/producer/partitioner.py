@@ -13,7 +13,9 @@ from __future__ import annotations
 import random
 
 from kproto.errors import KafkaError
-from kproto.producer._murmur2 import group_by_partition, murmur2, murmur2_partition  # noqa: F401 (re-exported)
+from kproto.producer._murmur2 import (  # noqa: F401 (re-exported)
+    all_bytes_or_none, group_by_partition, murmur2, murmur2_partition,
+)
 
 __all__ = ["murmur2", "to_positive", "murmur2_partition", "group_by_partition", "StickyPartitioner",
            "InvalidPartitionError"]
