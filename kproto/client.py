@@ -86,9 +86,9 @@ class NetworkClient:
                                                     **self.conn_config)
         return c
 
-    def is_ready(self, node) -> bool:
+    def is_ready(self, node, now=None) -> bool:
         c = self.connections.get(node)
-        return c is not None and c.can_send()
+        return c is not None and c.can_send(now)
 
     def is_unavailable(self, node, now) -> bool:
         """The last connection attempt to ``node`` failed and its reconnect
@@ -114,8 +114,10 @@ class NetworkClient:
         c = self._conn(node)
         if c is None:
             return False
-        if c.can_send():
+        if c.can_send(now):
             return True
+        if c.is_throttled(now):
+            return False
         if c.can_connect(now):
             c.start_connect(now)
             self._actions.append(Connect(node, c.host, c.port))
@@ -129,6 +131,8 @@ class NetworkClient:
         d = c.connection_delay(now)
         if d is not None:
             return d
+        if c.is_throttled(now):
+            return c.throttled_until - now
         return 0 if c.can_send() else self.request_timeout_ms
 
     def is_connecting(self, node) -> bool:
@@ -149,7 +153,7 @@ class NetworkClient:
         best, best_load, connectable = None, None, None
         for node in candidates:
             c = self.connections.get(node)
-            if c is not None and c.can_send():
+            if c is not None and c.can_send(now):
                 load = c.in_flight_count
                 if best is None or load < best_load:
                     best, best_load = node, load

@@ -70,7 +70,11 @@ Semantics kept from Java:
 Deliberate difference: Java allows a new request only once the previous one
 is completely written (its Selector holds one Send per channel);
 here requests queue in ``data_to_send`` and only ``max_in_flight`` limits them.
-Response ``throttle_time_ms`` is not enforced here (see ``last_throttle_time_ms``).
+Quotas (KIP-219): a broker answers a request that violated a quota at once
+with ``throttle_time_ms`` and expects the client to hold back; from the API
+versions in :data:`CLIENT_THROTTLES_FROM` on (older ones were throttled by
+the broker before answering) ``can_send(now)`` is false until that time has
+passed, as Java's ``NetworkClient.maybeThrottle`` mutes the node.
 """
 import collections
 import enum
@@ -103,6 +107,20 @@ def client_software_version():
     """The version sent as client_software_version in ApiVersions v3+."""
     import kproto
     return kproto.__version__
+
+
+#: API -> first version whose response asks the *client* to throttle (the
+#: official definitions say "Starting in version N, on quota violation,
+#: brokers send out responses before throttling"; Produce and DescribeCluster
+#: as in Java's ProduceResponse/DescribeClusterResponse.shouldClientThrottle).
+CLIENT_THROTTLES_FROM = {
+    "Produce": 6, "Fetch": 8, "ListOffsets": 3, "Metadata": 6, "OffsetCommit": 4, "OffsetFetch": 4,
+    "FindCoordinator": 2, "JoinGroup": 3, "Heartbeat": 2, "LeaveGroup": 2, "SyncGroup": 2,
+    "DescribeGroups": 2, "ListGroups": 2, "ApiVersions": 2, "CreateTopics": 3, "DeleteTopics": 2,
+    "DeleteRecords": 1, "InitProducerId": 1, "AddPartitionsToTxn": 1, "AddOffsetsToTxn": 1, "EndTxn": 1,
+    "TxnOffsetCommit": 1, "DescribeConfigs": 2, "CreatePartitions": 1, "DeleteGroups": 1,
+    "DescribeCluster": 0,
+}
 
 
 class ConnectionState(enum.Enum):
@@ -387,6 +405,7 @@ class Connection:
         self.last_error = None           # why the connection last closed
         self.last_close_reason = None
         self.last_throttle_time_ms = 0
+        self.throttled_until = None      # KIP-219: no request to this node before then
 
         # Reconnect bookkeeping (Java ClusterConnectionStates).
         self.failed_attempts = 0
@@ -435,9 +454,15 @@ class Connection:
         """Bytes queued but not yet reported written."""
         return self._out_pending
 
-    def can_send(self):
-        """READY and below max_in_flight: ``send`` will accept a request."""
-        return self.state is ConnectionState.READY and self.in_flight_count < self.max_in_flight
+    def can_send(self, now=None):
+        """READY and below max_in_flight: ``send`` will accept a request.
+        With ``now``, also false while the broker asked us to throttle."""
+        if self.state is not ConnectionState.READY or self.in_flight_count >= self.max_in_flight:
+            return False
+        return now is None or not self.is_throttled(now)
+
+    def is_throttled(self, now) -> bool:
+        return self.throttled_until is not None and now < self.throttled_until
 
     # -- reconnect backoff --------------------------------------------------------
     @property
@@ -673,11 +698,19 @@ class Connection:
         while self._unwritten and self._unwritten[0]._seq <= req._seq:
             self._mark_written(self._unwritten.popleft(), now, events, done)
         if isinstance(body, dict) and "throttle_time_ms" in body:
-            self.last_throttle_time_ms = body["throttle_time_ms"]
+            self._maybe_throttle(req, body["throttle_time_ms"], now)
         if req.internal:
             return self._handle_internal(req, body, now, events, done)
         self._complete(req, body, now, events, done)
         return True
+
+    def _maybe_throttle(self, req, throttle_ms, now):
+        self.last_throttle_time_ms = throttle_ms
+        since = CLIENT_THROTTLES_FROM.get(req.api.name)
+        if throttle_ms > 0 and since is not None and req.version >= since:
+            until = now + throttle_ms
+            if self.throttled_until is None or until > self.throttled_until:
+                self.throttled_until = until
 
     def _decode(self, req, payload):
         # (messages.decode_response also reads the v0 answer a broker gives to
@@ -897,6 +930,8 @@ class Connection:
         if self.state is ConnectionState.CONNECTING and self.connect_started_at is not None:
             return self.connect_started_at + self.connection_setup_timeout_ms
         best = self._raw_deadline
+        if now is not None and self.is_throttled(now):
+            best = self.throttled_until
         for q in (self._awaiting, self._unwritten):
             for req in q:
                 if best is None or req.deadline < best:

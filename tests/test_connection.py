@@ -296,6 +296,34 @@ def test_in_flight_limit():
     assert len(events) == 1 and conn.can_send()
 
 
+@pytest.mark.parametrize("version, throttled", [(9, True), (5, False)])
+def test_quota_throttle_time_holds_back_new_requests(version, throttled):
+    """KIP-219: from Produce v6 on the broker answers at once and the client
+    waits throttle_time_ms before its next request to that node; older
+    versions were already held back by the broker."""
+    conn, broker = ready()
+    broker.on("Produce", lambda r: {"responses": [], "throttle_time_ms": 300})
+    conn.send("Produce", {"acks": 1, "timeout_ms": 1000, "topic_data": []}, 10, version=version)
+    pump(conn, broker, 20)
+    assert conn.last_throttle_time_ms == 300
+    assert conn.can_send() is True                     # without a time: readiness only
+    assert conn.can_send(20) is not throttled and conn.can_send(319) is not throttled
+    assert conn.can_send(320)
+    assert conn.next_deadline(20) == (320 if throttled else None)
+
+
+def test_throttled_node_is_not_ready_in_the_network_client():
+    from kproto.client import NetworkClient
+    from kproto.cluster import ClusterMetadata
+    client = NetworkClient(ClusterMetadata([("h1", 9092)]))
+    conn, broker = ready()
+    client.connections[-1] = conn
+    conn.throttled_until = 500
+    assert not client.ready(-1, 100) and client.connection_delay(-1, 100) == 400
+    assert client.least_loaded_node(100) == -1 and not client.is_ready(-1, 100)
+    assert client.ready(-1, 500) and client.connection_delay(-1, 500) == 0
+
+
 def test_callbacks_run_on_completion_and_failure():
     conn, broker = ready()
     seen = []

@@ -283,6 +283,27 @@ def test_send_many_takes_arrow_string_and_binary_columns():
     assert got == {b"k1": "é".encode(), b"k2": None, b"k3": b"c"}
 
 
+def test_quota_throttle_delays_the_next_produce_request():
+    kafka = FakeKafka()
+    orig = kafka.brokers[1].handlers["Produce"]
+
+    def throttled(req):
+        reply = orig(req)
+        reply["throttle_time_ms"] = 400
+        return reply
+    kafka.brokers[1].on("Produce", throttled)
+    core, kafka, sim = make(kafka, linger_ms=0)
+    first = sim.send(b"a")
+    sim.run_until(lambda: first.done)
+    t_answer = sim.now
+    second = sim.send(b"b")
+    sim.advance(100)
+    assert len(kafka.produce_requests) == 1            # the node is throttled
+    sim.run_until(lambda: second.done)
+    assert second.error is None and kafka.values() == [b"a", b"b"]
+    assert sim.now >= t_answer + 400
+
+
 def test_to_positive_clears_sign_bit_like_java():
     assert to_positive(-1) == 0x7FFFFFFF
     assert to_positive(-2147483648) == 0

@@ -184,3 +184,22 @@ def test_generated_files_are_up_to_date_and_marked():
         current = (schema_dir / name).read_text(encoding="utf-8")
         assert current.splitlines()[0] == HEADER_LINE, name
         assert current == text, f"kproto/schema/{name} is stale: run python tools/gen_schema.py"
+
+
+def test_client_throttle_versions_match_the_official_definitions():
+    """CLIENT_THROTTLES_FROM (KIP-219) against the definitions' own words:
+    "Starting in version N, on quota violation, brokers send out responses
+    before throttling". Produce and DescribeCluster do not say it in their
+    files; the table follows Java's shouldClientThrottle for those two."""
+    from kproto.connection import CLIENT_THROTTLES_FROM
+    pattern = re.compile(r"Starting in version (\d+), on quota violation,?\s*(?://\s*)?brokers send out",
+                         re.S)
+    stated = {}
+    for api in CLIENT_THROTTLES_FROM:
+        text = (PROTOCOL_DIR / f"{api}Response.json").read_text()
+        m = pattern.search(text)
+        if m:
+            stated[api] = int(m.group(1))
+    assert set(CLIENT_THROTTLES_FROM) - set(stated) == {"Produce", "DescribeCluster"}
+    assert {api: CLIENT_THROTTLES_FROM[api] for api in stated} == stated
+    assert set(CLIENT_THROTTLES_FROM) <= EXPECTED_APIS
