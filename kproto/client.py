@@ -116,8 +116,6 @@ class NetworkClient:
             return False
         if c.can_send(now):
             return True
-        if c.is_throttled(now):
-            return False
         if c.can_connect(now):
             c.start_connect(now)
             self._actions.append(Connect(node, c.host, c.port))

@@ -50,8 +50,12 @@ def murmur2(const unsigned char[::1] data not None):
     return _murmur2(&data[0] if data.shape[0] else NULL, data.shape[0])
 
 
+cdef inline int _partition(const unsigned char* data, Py_ssize_t length, int n) noexcept nogil:
+    return (_murmur2(data, length) & 0x7FFFFFFF) % n
+
+
 cdef inline int _partition_of(const unsigned char[::1] key, int n) except -1:
-    return (_murmur2(&key[0] if key.shape[0] else NULL, key.shape[0]) & 0x7FFFFFFF) % n
+    return _partition(&key[0] if key.shape[0] else NULL, key.shape[0], n)
 
 
 def murmur2_partition(const unsigned char[::1] key not None, int num_partitions):
@@ -65,8 +69,7 @@ cdef inline int _key_partition(object key, int n) except -1:
     """The murmur2 partition of a non-null key: bytes without a copy, any
     other buffer through a memoryview."""
     if PyBytes_CheckExact(key):
-        return (_murmur2(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
-                & 0x7FFFFFFF) % n
+        return _partition(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), n)
     return _partition_of(key, n)
 
 
@@ -88,7 +91,7 @@ def group_by_partition(keys, values, Py_ssize_t start, Py_ssize_t end, int num_p
     cdef Py_ssize_t r, n
     cdef int p
     cdef object key, value
-    cdef list rows_p, keys_p, values_p
+    cdef list rows_p
     cdef dict groups = {}
     cdef dict sizes = {}
     cdef Py_ssize_t* size_of

@@ -564,8 +564,7 @@ def _bulk_timestamps(timestamp_ms, n, default):
 
 def _column(seq, what):
     """A list of bytes/None from a sequence or an Arrow array."""
-    if hasattr(seq, "to_pylist"):
-        seq = arrow_as_binary(seq).to_pylist()
+    seq = _pylist(seq)
     if type(seq) not in (list, tuple):
         seq = list(seq)
     if all_bytes_or_none(seq):              # the common case, checked in C

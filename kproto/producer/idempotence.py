@@ -177,13 +177,10 @@ class IdempotenceManager:
                 p.last_acked = last
 
     def on_failure(self, batch):
-        """A batch with a sequence failed for good: the partition has a gap."""
-        self._forget(batch)
-        if batch.has_sequence and batch.producer_id == self.producer_id:
-            self.request_epoch_bump()
-
-    def on_expired_in_flight(self, batch):
-        # The broker may or may not have written it: sequence state is unknown.
+        """A batch failed for good (an error, or it expired queued or in
+        flight). If it had a sequence, the broker may or may not have written
+        it: the partition's sequence state is unknown, so the epoch is bumped
+        and later batches do not wait behind it."""
         self._forget(batch)
         if batch.has_sequence and batch.producer_id == self.producer_id:
             self.request_epoch_bump()

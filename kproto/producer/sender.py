@@ -300,19 +300,16 @@ class Sender:
             self.idem.request_epoch_bump()
 
     def _expire(self, now):
-        for b in self.acc.expired(now):
-            if self.idem is not None:
-                # A batch that was sent before (it waits for a retry) holds a
-                # sequence: the partition now has a gap, and its later batches
-                # must not wait behind it forever (Java: handleFailedBatch).
-                self.idem.on_failure(b)
-            self._finish(b, self._timeout_error(b, now, False), -1, -1)
         # An expired in-flight batch stays in in_flight (done) until its
         # request comes back, so an epoch bump waits for that request.
-        for b in [b for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]:
+        expired = [(b, False) for b in self.acc.expired(now)]
+        expired += [(b, True) for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]
+        for b, in_flight in expired:
             if self.idem is not None:
-                self.idem.on_expired_in_flight(b)
-            self._finish(b, self._timeout_error(b, now, True), -1, -1)
+                # A batch sent before (in flight, or waiting for a retry) leaves
+                # a gap in its partition's sequences (Java: handleFailedBatch).
+                self.idem.on_failure(b)
+            self._finish(b, self._timeout_error(b, now, in_flight), -1, -1)
 
     def _timeout_error(self, b, now, in_flight):
         where = "in flight" if in_flight else ("waiting for a retry" if b.attempts else "in the accumulator")
