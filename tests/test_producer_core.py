@@ -235,13 +235,14 @@ def test_group_by_partition_matches_murmur2_per_row_and_sends_null_keys_to_the_s
     from kproto.producer.partitioner import group_by_partition
     keys = [b"k%d" % i if i % 5 else None for i in range(100)] + [b""]
     values = [b"v" * i for i in range(100)] + [None]
-    groups, sizes = group_by_partition(keys, values, 3, 101, 7, 4)
+    groups, sizes, largest = group_by_partition(keys, values, 3, 101, 7, 4)
     want = {}
     for r in range(3, 101):
         want.setdefault(4 if keys[r] is None else murmur2_partition(keys[r], 7), []).append(r)
     assert groups == {p: (rows, [keys[r] for r in rows], [values[r] for r in rows]) for p, rows in want.items()}
     assert sizes == {p: sum(len(keys[r] or b"") + len(values[r] or b"") for r in rows)
                      for p, rows in want.items()}
+    assert largest == max(len(keys[r] or b"") + len(values[r] or b"") for r in range(3, 101))
     assert murmur2(b"") == murmur2(bytearray())
     with pytest.raises(ValueError):
         group_by_partition(keys, values, 0, 1, 0, 0)
@@ -251,12 +252,12 @@ def test_group_by_partition_takes_any_buffer_and_checks_its_bounds():
     from kproto.producer.partitioner import group_by_partition
     keys = [b"a", bytearray(b"b"), memoryview(b"c"), None]
     values = (b"1", bytearray(b"22"), None, b"4444")              # a tuple works too
-    groups, sizes = group_by_partition(keys, values, 0, 4, 3, 1)
+    groups, sizes, largest = group_by_partition(keys, values, 0, 4, 3, 1)
     rows = {p: g[0] for p, g in groups.items()}
     for r, k in enumerate(keys):
         p = 1 if k is None else murmur2_partition(bytes(k), 3)
         assert r in rows[p]
-    assert sum(sizes.values()) == 3 + 1 + 2 + 4
+    assert sum(sizes.values()) == 3 + 1 + 2 + 4 and largest == 4
     with pytest.raises(ValueError, match="outside"):
         group_by_partition(keys, values, 0, 5, 3, 1)
     with pytest.raises(ValueError, match="null_key_partition"):
@@ -641,6 +642,33 @@ def test_keyed_send_many_larger_than_buffer_memory_resumes_in_order_and_loses_no
         want = [values[i] for i in range(600) if murmur2_partition(keys[i], 3) == p]
         assert [v for v in kafka.values("t", p) if v != b"warm"] == want
 
+
+
+def test_keyed_send_many_under_memory_pressure_keeps_appending_in_chunks_not_row_by_row():
+    # Regression: once buffer.memory was nearly full, the keyed path shrank
+    # its chunk to one row and kept it there, so every row became its own
+    # part of a batch (one completion each) - ten times the CPU per record.
+    # Now it waits for memory instead and appends whole per-partition runs.
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}), buffer_memory=64 * 1024, batch_size=4096,
+                            linger_ms=100000, max_request_size=4096)
+    sim.send(b"warm")
+    values = [b"%05d" % i + b"x" * 95 for i in range(6000)]
+    keys = [b"k%d" % i for i in range(6000)]
+    bulk, start = core.send_many("t", values, keys=keys, now=sim.now)
+    calls = 1
+    while start < 6000:
+        calls += 1
+        assert calls < 1000
+        sim.advance(10)                                     # batches go out, memory comes back
+        _, got = core.send_many("t", values, keys=keys, now=sim.now, handle=bulk, start=start)
+        start += got
+    sim.run_until(lambda: bulk.done)
+    assert bulk.error is None and bulk.delivered == 6000
+    # runs of rows, not single rows (it was about one part per row)
+    assert len(bulk.ranges) <= 6000 // 10, len(bulk.ranges)
+    for p in range(3):
+        want = [values[i] for i in range(6000) if murmur2_partition(keys[i], 3) == p]
+        assert [v for v in kafka.values("t", p) if v != b"warm"] == want
 
 def test_in_flight_requests_never_exceed_the_limit():
     core, kafka, sim = make(FakeKafka(partitions={"t": 8}), linger_ms=0,

@@ -86,9 +86,10 @@ def group_by_partition(keys, values, Py_ssize_t start, Py_ssize_t end, int num_p
     """Rows start..end-1 grouped by the murmur2 partition of their key (rows
     with a null key go to ``null_key_partition``, the sticky choice):
     {partition: (rows, keys, values)} with the rows in order within each
-    group, and {partition: key+value bytes}."""
+    group, {partition: key+value bytes}, and the key+value bytes of the
+    largest row (what bounds the room a batch may leave unused)."""
     cdef object kseq, vseq
-    cdef Py_ssize_t r, n
+    cdef Py_ssize_t r, n, row_size, largest = 0
     cdef int p
     cdef object key, value
     cdef list rows_p
@@ -124,14 +125,17 @@ def group_by_partition(keys, values, Py_ssize_t start, Py_ssize_t end, int num_p
             PyList_Append(rows_p, r)
             PyList_Append(<list>lists[3 * p + 1], key)
             PyList_Append(<list>lists[3 * p + 2], value)
-            size_of[p] += _size(key) + _size(value)
+            row_size = _size(key) + _size(value)
+            size_of[p] += row_size
+            if row_size > largest:
+                largest = row_size
         for p in range(num_partitions):
             if lists[3 * p] is not None:
                 groups[p] = (lists[3 * p], lists[3 * p + 1], lists[3 * p + 2])
                 sizes[p] = size_of[p]
     finally:
         PyMem_Free(size_of)
-    return groups, sizes
+    return groups, sizes, largest
 
 
 def all_bytes_or_none(seq):

@@ -161,6 +161,14 @@ class RecordAccumulator:
             return dq, dq[-1]
         return dq, None
 
+    def open_room(self, tp):
+        """What the open last batch of ``tp`` still takes (BatchBuilder.room);
+        0 when there is none."""
+        dq = self.queues.get(tp)
+        if dq and not dq[-1].full:
+            return dq[-1].builder.room
+        return 0
+
     def append(self, topic, partition, ts, key, value, headers, handle, now, size_hint=0):
         """Append one record; returns the batch (its ``parts`` get the handle).
         Raises BufferExhausted when a new batch is needed and memory is spent."""

@@ -28,6 +28,7 @@ from typing import Optional
 from kproto.client import DriverIO, network_for
 from kproto.errors import KafkaError
 from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
+from kproto.records import RECORD_BATCH_OVERHEAD
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
 from kproto.producer.partitioner import (
@@ -369,37 +370,43 @@ class ProducerCore(DriverIO):
 
     def _send_many_keyed(self, topic, values, keys, headers, ts, handle, now, start, n):
         """Keyed send_many: rows go to murmur2 partitions, taken in chunks
-        whose worst-case memory is checked before anything is appended, so
-        progress is always a prefix of the rows (the driver resumes from
-        ``start`` once memory is back) and a partition's rows stay in order."""
+        whose memory is bounded before anything is appended, so progress is
+        always a prefix of the rows (the driver resumes from ``start`` once
+        memory is back) and a partition's rows stay in order."""
         acc = self.accumulator
-        batch_size = acc.batch_size
-        chunk = 4096
+        chunk = _KEYED_CHUNK
         i = start
         total = len(values)
         while i < total:
             j = min(total, i + chunk)
             if self.user_partitioner is None:
-                groups, sizes = group_by_partition(keys, values, i, j, n,
-                                                   self._partition(topic, None, None, n))
+                groups, sizes, largest = group_by_partition(keys, values, i, j, n,
+                                                            self._partition(topic, None, None, n))
             else:
-                groups, sizes = {}, {}
+                groups, sizes, largest = {}, {}, 0
                 for r in range(i, j):
                     p = self._partition(topic, keys[r], None, n)
                     g = groups.setdefault(p, ([], [], []))
                     g[0].append(r)
                     g[1].append(keys[r])
                     g[2].append(values[r])
-                    sizes[p] = sizes.get(p, 0) + len(keys[r] or b"") + len(values[r] or b"")
-            extra = 64 * (j - i)               # record overheads, generously
+                    size = len(keys[r] or b"") + len(values[r] or b"")
+                    sizes[p] = sizes.get(p, 0) + size
+                    largest = max(largest, size)
+            header_bytes = largest_headers = 0
             if headers is not None:
-                extra += sum(len(hk) + len(hv or b"") + 8 for r in range(i, j) for hk, hv in headers[r] or ())
-            # Worst case: every group opens new batches, each reserving at
-            # least batch.size (and a large record its own size).
-            need = extra + sum(b + (b // batch_size + 2) * batch_size for b in sizes.values())
+                for r in range(i, j):
+                    h = sum(4 * len(hk) + len(hv or b"") + 10 for hk, hv in headers[r] or ())
+                    header_bytes += h
+                    largest_headers = max(largest_headers, h)
+            need = self._keyed_memory_bound(topic, groups, sizes, largest + largest_headers, header_bytes)
             if acc.used_memory + need > acc.buffer_memory:
-                if j - i > 1:
-                    chunk = max(1, chunk // 8)
+                # A chunk that needs more than half the buffer would stall the
+                # pipeline (it waits for nearly every batch to complete): take
+                # fewer rows. Otherwise wait for the memory in-flight batches
+                # give back, rather than crawl on in tiny chunks.
+                if j - i > 1 and need > acc.buffer_memory // 2:
+                    chunk = max(1, chunk // 2)
                     continue
                 if acc.used_memory:
                     acc.waiting_for_memory = True
@@ -420,7 +427,30 @@ class ProducerCore(DriverIO):
                         f"keyed send_many: batches refused {len(idx) - got} rows despite the memory check"))
                     return total - start
             i = j
+            chunk = min(_KEYED_CHUNK, chunk * 2)
         return i - start
+
+    def _keyed_memory_bound(self, topic, groups, sizes, largest, header_bytes):
+        """An upper bound of the buffer.memory that appending these groups
+        takes: per partition, the new batches (batch.size each) its rows need
+        beyond what its open batch still holds. A batch refuses a record only
+        when less room than that record is left, so each batch but the last
+        holds at least its capacity minus the largest record."""
+        acc = self.accumulator
+        batch_size = acc.batch_size
+        largest += _MAX_RECORD_OVERHEAD
+        per_batch = batch_size - RECORD_BATCH_OVERHEAD - largest
+        need = 0
+        for p, rows in groups.items():
+            count = len(rows[0])
+            pending = sizes[p] + count * _MAX_RECORD_OVERHEAD + header_bytes
+            room = acc.open_room((topic, p))
+            if pending <= room:
+                continue
+            pending -= max(0, room - largest)
+            batches = count if per_batch < 1 else min(count, -(-pending // per_batch))
+            need += batches * batch_size
+        return need
 
     # -- transactions (transactional.id set) ------------------------------------------------
     def _txn(self):
@@ -519,6 +549,13 @@ class ProducerCore(DriverIO):
 def _pylist(seq):
     return arrow_as_binary(seq).to_pylist() if hasattr(seq, "to_pylist") else seq
 
+
+
+#: rows a keyed send_many groups by partition at a time
+_KEYED_CHUNK = 4096
+#: a record's bytes beyond its key, value and header bytes: length, attributes,
+#: timestamp and offset deltas, key and value lengths, header count (varints)
+_MAX_RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
 
 def _headers(headers):
     """[(str, bytes|str|None), ...] (or a dict) -> what the batch builder takes."""

@@ -532,6 +532,13 @@ cdef class BatchBuilder:
             return 1.0
         return len(self._payload) / <double>(self.pos - BATCH_OVERHEAD)
 
+    @property
+    def room(self):
+        """Uncompressed record bytes (with their record overheads) the batch
+        still takes before it refuses one; an empty batch takes its first
+        record whatever its size."""
+        return max(0, self._limit - self.pos)
+
     def size_in_bytes(self):
         """Size of the built batch if known, else the uncompressed size so far
         (an upper bound for compressed batches)."""
