@@ -271,3 +271,63 @@ def test_transactional_write_per_spark_partition(spark, bootstrap, make_topic):
     again = kio.spark.write(rows_df(spark, 10, with_headers=False), topic=topic, bootstrap_servers=bootstrap,
                             transactional_id_prefix="tx-" + topic)
     assert again.rows == 10
+
+
+def _produce_one_record_per_batch(bootstrap, topic, partitions, first, count):
+    # One record per batch: Tansu answers ListOffsets LATEST with the last
+    # batch's base offset + 1, the log end only when batches hold one record.
+    from kio import Producer
+    with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
+        for i in range(first, first + count):
+            p.send(topic, b"s%d" % i, key=b"%d" % i, partition=i % partitions).result(10)
+
+
+def test_stream_read_resumes_from_sparks_checkpoint_with_max_offsets_per_trigger(spark, bootstrap, make_topic,
+                                                                              tmp_path):
+    topic = make_topic(2)
+    _produce_one_record_per_batch(bootstrap, topic, 2, 0, 120)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run(**trigger):
+        stream = (spark.readStream.format("kio-kafka").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", "25").load())
+        q = (stream.selectExpr("value", "partition", "offset").writeStream.format("parquet")
+             .option("path", out).option("checkpointLocation", checkpoint).trigger(**trigger).start())
+        return q
+
+    # Trigger.AvailableNow: every record there at the start, 25 per micro-batch at most
+    q = run(availableNow=True)
+    assert q.awaitTermination(120), "the availableNow query did not finish"
+    assert q.exception() is None
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 120 and max(sizes) <= 26 and len(sizes) >= 5, sizes
+    got = spark.read.parquet(out).collect()
+    assert sorted(r.value for r in got) == sorted(b"s%d" % i for i in range(120))
+
+    # More records, the same checkpoint: only the new ones are read, once
+    _produce_one_record_per_batch(bootstrap, topic, 2, 120, 60)
+    q = run(processingTime="100 milliseconds")
+    try:
+        q.processAllAvailable()
+        _produce_one_record_per_batch(bootstrap, topic, 2, 180, 20)   # while it runs
+        q.processAllAvailable()
+        assert q.exception() is None
+    finally:
+        q.stop()
+    got = spark.read.parquet(out).collect()
+    assert sorted(r.value for r in got) == sorted(b"s%d" % i for i in range(200))
+    for p in (0, 1):
+        assert sorted(r.offset for r in got if r.partition == p) == list(range(100))
+
+
+def test_stream_read_refuses_batch_only_options(spark, bootstrap, make_topic, tmp_path):
+    topic = make_topic(1)
+    stream = (spark.readStream.format("kio-kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("endingOffsets", "latest").load())
+    q = stream.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
+    try:
+        with pytest.raises(Exception, match="endingOffsets is for batch reads"):
+            q.awaitTermination(60)
+    finally:
+        q.stop()

@@ -50,3 +50,101 @@ def test_consumer_config_takes_kafka_prefixed_options():
     assert conf == {"bootstrap.servers": "h:1", "fetch.max.bytes": "10", "enable.auto.commit": "false"}
     with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
         consumer_config({"subscribe": "t"})
+
+
+# -- streaming ------------------------------------------------------------------------------
+from kio.spark.offsets import (  # noqa: E402
+    DataLossError, offsets_from_json, offsets_to_json, stream_initial, stream_latest, stream_options,
+    stream_ranges,
+)
+
+
+def first_of(tps):
+    return {tp: FIRST[tp] for tp in tps}
+
+
+def last_of(tps):
+    return {tp: LAST[tp] for tp in tps}
+
+
+ORDERS = [TP("orders", 0), TP("orders", 1)]
+
+
+def test_stream_offsets_round_trip_in_sparks_json_shape():
+    pos = {TP("orders", 1): 30, TP("orders", 0): 5, TP("audit", 0): 7}
+    assert offsets_to_json(pos) == {"audit": {"0": 7}, "orders": {"0": 5, "1": 30}}
+    assert offsets_from_json(offsets_to_json(pos)) == pos
+
+
+def test_stream_starts_at_latest_by_default_and_takes_earliest_or_json():
+    assert stream_initial({}, ORDERS, first_of, last_of) == {TP("orders", 0): 50, TP("orders", 1): 30}
+    assert stream_initial(normalize({"startingOffsets": "earliest"}), ORDERS, first_of, last_of) == \
+        {TP("orders", 0): 5, TP("orders", 1): 0}
+    spec = normalize({"startingOffsets": '{"orders": {"0": 20, "1": -1}}'})
+    assert stream_initial(spec, ORDERS, first_of, last_of) == {TP("orders", 0): 20, TP("orders", 1): 30}
+
+
+def test_stream_latest_reads_everything_and_new_partitions_from_their_beginning():
+    start = {TP("orders", 0): 10}
+    end = stream_latest(start, ORDERS + [TP("audit", 0)], first_of, last_of)
+    assert end == {TP("orders", 0): 50, TP("orders", 1): 30, TP("audit", 0): 7}
+    assert stream_ranges(start, end, first_of) == [
+        OffsetRange("audit", 0, 0, 7), OffsetRange("orders", 0, 10, 50), OffsetRange("orders", 1, 0, 30)]
+    # nothing new: the same offsets, no ranges
+    assert stream_latest(end, ORDERS + [TP("audit", 0)], first_of, last_of) == end
+    assert stream_ranges(end, end, first_of) == []
+
+
+def test_max_offsets_per_trigger_shares_the_batch_by_backlog_and_always_moves_on():
+    start = {TP("orders", 0): 10, TP("orders", 1): 0}           # backlogs 40 and 30
+    end = stream_latest(start, ORDERS, first_of, last_of, max_rows=7)
+    assert end == {TP("orders", 0): 14, TP("orders", 1): 3}
+    # a backlog too small for a whole share still gets one record
+    end = stream_latest({TP("orders", 0): 10, TP("orders", 1): 29}, ORDERS, first_of, last_of, max_rows=4)
+    assert end == {TP("orders", 0): 13, TP("orders", 1): 30}
+    # repeated micro-batches reach the end and never overshoot it
+    pos, batches = start, 0
+    while True:
+        nxt = stream_latest(pos, ORDERS, first_of, last_of, max_rows=7)
+        if nxt == pos:
+            break
+        assert sum(r.end - r.start for r in stream_ranges(pos, nxt, first_of)) <= 8
+        pos, batches = nxt, batches + 1
+    assert pos == {TP("orders", 0): 50, TP("orders", 1): 30} and batches >= 10
+
+
+def test_available_now_stops_at_the_offsets_it_began_with():
+    target = {TP("orders", 0): 20, TP("orders", 1): 30}
+    end = stream_latest({TP("orders", 0): 10}, ORDERS + [TP("audit", 0)], first_of, last_of, target=target)
+    assert end == {TP("orders", 0): 20, TP("orders", 1): 30}        # audit came later: left out
+
+
+def test_lost_records_fail_the_stream_unless_fail_on_data_loss_is_false():
+    start = {TP("orders", 0): 2, TP("orders", 1): 0}               # orders-0 now begins at 5
+    end = {TP("orders", 0): 50, TP("orders", 1): 30}
+    with pytest.raises(DataLossError, match=r"orders-0: offsets \[2, 50\) are no longer in Kafka"):
+        stream_ranges(start, end, first_of)
+    assert stream_ranges(start, end, first_of, fail_on_data_loss=False)[0] == OffsetRange("orders", 0, 5, 50)
+    # offsets that went back (a topic deleted and created again) are data loss too
+    gone_back = stream_latest({TP("orders", 1): 99}, ORDERS, first_of, last_of)
+    with pytest.raises(DataLossError, match=r"orders-1: offsets \[99, 30\)"):
+        stream_ranges({TP("orders", 1): 99}, gone_back, first_of)
+    assert OffsetRange("orders", 1, 0, 30) in stream_ranges({TP("orders", 1): 99}, gone_back, first_of,
+                                                            fail_on_data_loss=False)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"endingOffsets": "latest"}, "endingOffsets is for batch reads"),
+    ({"maxOffsetsPerTrigger": "0"}, "must be a positive integer"),
+    ({"maxOffsetsPerTrigger": "lots"}, "must be a positive integer"),
+    ({"minOffsetsPerTrigger": "5"}, "minOffsetsPerTrigger is not supported"),
+    ({"failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
+])
+def test_bad_stream_options_are_clear_errors(options, message):
+    with pytest.raises(ConfigError, match=message):
+        stream_options(normalize(options))
+
+
+def test_stream_options_defaults_and_values():
+    assert stream_options({}) == (None, True)
+    assert stream_options(normalize({"maxOffsetsPerTrigger": "500", "failOnDataLoss": "False"})) == (500, False)

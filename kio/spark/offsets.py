@@ -7,17 +7,23 @@ source accepts them, resolved against the cluster on the driver.
 Topics are chosen by exactly one of ``subscribe`` ("t1,t2"),
 ``subscribePattern`` (a regex matched against the whole name) and
 ``assign`` (JSON ``{"topic": [0, 1]}``).
+
+Streams (``readStream``) take ``startingOffsets`` ("latest" by default),
+``maxOffsetsPerTrigger`` and ``failOnDataLoss`` (true by default), as
+Spark's Kafka source does; their offsets are checkpointed by Spark.
 """
 from __future__ import annotations
 
 import json
 import re
-from typing import List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from kproto.cluster import TopicPartition
-from kproto.errors import ConfigError
+from kproto.errors import ConfigError, KafkaError
 
-__all__ = ["OffsetRange", "plan_ranges", "consumer_config", "normalize", "option", "EARLIEST", "LATEST"]
+__all__ = ["OffsetRange", "plan_ranges", "consumer_config", "normalize", "option", "EARLIEST", "LATEST",
+           "offsets_to_json", "offsets_from_json", "stream_options", "stream_initial", "stream_latest",
+           "stream_ranges", "DataLossError", "topic_partitions"]
 
 EARLIEST, LATEST = -2, -1
 
@@ -72,7 +78,7 @@ def _spec(options: dict, name: str, default: str, allowed: tuple):
     return out
 
 
-def _topic_partitions(options: dict, list_topics) -> List[TopicPartition]:
+def topic_partitions(options: dict, list_topics) -> List[TopicPartition]:
     """``list_topics()`` -> {topic: partition count} of the cluster."""
     chosen = [k for k in ("subscribe", "subscribePattern", "assign") if option(options, k)]
     if len(chosen) != 1:
@@ -103,7 +109,7 @@ def plan_ranges(options: dict, list_topics, beginning_offsets, end_offsets) -> L
 
     ``options`` as :func:`normalize` returns them; ``beginning_offsets(tps)``
     / ``end_offsets(tps)`` -> {tp: offset}."""
-    tps = _topic_partitions(options, list_topics)
+    tps = topic_partitions(options, list_topics)
     start_spec = _spec(options, "startingOffsets", "earliest", ("earliest", "latest"))
     end_spec = _spec(options, "endingOffsets", "latest", ("latest",))
     if start_spec == "latest" and end_spec == "latest":
@@ -130,3 +136,115 @@ def plan_ranges(options: dict, list_topics, beginning_offsets, end_offsets) -> L
             ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
     return ranges
 
+
+
+# -- streaming (readStream) ----------------------------------------------------------------
+# A stream's offsets are what Spark checkpoints: JSON {"topic": {"0": 42}},
+# the next offset to read per partition, as Spark's own Kafka source writes.
+
+def offsets_to_json(positions: Dict[TopicPartition, int]) -> dict:
+    out: dict = {}
+    for tp in sorted(positions):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(positions[tp])
+    return out
+
+
+def offsets_from_json(spec: dict) -> Dict[TopicPartition, int]:
+    return {TopicPartition(t, int(p)): int(off) for t, parts in spec.items() for p, off in parts.items()}
+
+
+def stream_options(options: dict) -> Tuple[Optional[int], bool]:
+    """(maxOffsetsPerTrigger or None, failOnDataLoss) of a streaming read;
+    options only a batch read takes are refused, as Spark's Kafka source does."""
+    if option(options, "endingOffsets") is not None:
+        raise ConfigError("option endingOffsets is for batch reads; a stream reads on as records arrive")
+    for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
+        if option(options, name) is not None:
+            raise ConfigError(f"option {name} is not supported by kio-kafka (maxOffsetsPerTrigger is)")
+    raw = option(options, "maxOffsetsPerTrigger")
+    max_rows = None
+    if raw is not None:
+        try:
+            max_rows = int(raw)
+        except (TypeError, ValueError):
+            max_rows = 0
+        if max_rows <= 0:
+            raise ConfigError(f"option maxOffsetsPerTrigger must be a positive integer, not {raw!r}")
+    fail = str(option(options, "failOnDataLoss", "true")).lower()
+    if fail not in ("true", "false"):
+        raise ConfigError(f"option failOnDataLoss must be true or false, not {fail!r}")
+    return max_rows, fail == "true"
+
+
+def stream_initial(options: dict, tps, beginning_offsets, end_offsets) -> Dict[TopicPartition, int]:
+    """Where a new streaming query starts: ``startingOffsets`` ("latest" by
+    default for streams, as in Spark), resolved against the cluster."""
+    spec = _spec(options, "startingOffsets", "latest", ("earliest", "latest"))
+    first = beginning_offsets(tps)
+    last = end_offsets(tps)
+    out = {}
+    for tp in tps:
+        off = spec if isinstance(spec, str) else spec.get(tp, EARLIEST)
+        out[tp] = first[tp] if off in ("earliest", EARLIEST) else last[tp] if off in ("latest", LATEST) else off
+    return out
+
+
+def stream_latest(start: Dict[TopicPartition, int], tps, beginning_offsets, end_offsets,
+                  max_rows: Optional[int] = None,
+                  target: Optional[Dict[TopicPartition, int]] = None) -> Dict[TopicPartition, int]:
+    """The end offsets of the next micro-batch. Partitions not in ``start``
+    (created since) are read from their beginning. ``max_rows`` caps the
+    batch, shared out in proportion to each partition's backlog (every
+    partition with a backlog moves on by at least one record, as in Spark).
+    ``target`` (Trigger.AvailableNow) caps each partition at the offsets
+    the trigger began with; partitions it does not know are left out."""
+    if target is not None:
+        tps = [tp for tp in tps if tp in target]
+    known = [tp for tp in tps if tp in start]
+    new = [tp for tp in tps if tp not in start]
+    begin = dict((tp, start[tp]) for tp in known)
+    begin.update(beginning_offsets(new) if new else {})
+    latest = end_offsets(list(tps)) if tps else {}
+    if target is not None:
+        latest = {tp: min(off, target[tp]) for tp, off in latest.items()}
+    # An end below the start (offsets went back) is kept: stream_ranges
+    # reports it as data loss rather than the stream stalling silently.
+    end = {tp: latest[tp] for tp in tps}
+    backlog = {tp: max(0, end[tp] - begin[tp]) for tp in tps}
+    total = sum(backlog.values())
+    if max_rows is not None and total > max_rows:
+        for tp in tps:
+            if backlog[tp]:
+                share = max_rows * backlog[tp] / total
+                end[tp] = begin[tp] + min(backlog[tp], int(share) if share >= 1 else 1)
+    # partitions the stream had but the cluster no longer lists keep their offsets
+    for tp, off in start.items():
+        end.setdefault(tp, off)
+    return end
+
+
+def stream_ranges(start: Dict[TopicPartition, int], end: Dict[TopicPartition, int], beginning_offsets,
+                  fail_on_data_loss: bool = True) -> List[OffsetRange]:
+    """The ranges of one micro-batch. Records that are gone (deleted by
+    retention, or the partition's offsets went back: a topic recreated)
+    fail the query with ``fail_on_data_loss`` (Spark's default), else the
+    range starts at what is left."""
+    tps = sorted(end)
+    first = beginning_offsets(tps) if tps else {}
+    ranges = []
+    for tp in tps:
+        lo, hi = start.get(tp, first[tp]), end[tp]
+        if lo < first[tp] or hi < lo:
+            if fail_on_data_loss:
+                raise DataLossError(
+                    f"{tp.topic}-{tp.partition}: offsets [{lo}, {hi}) are no longer in Kafka (its log "
+                    f"starts at {first[tp]}); some data may have been lost. Set option "
+                    f"failOnDataLoss=false to go on from what is left")
+            lo = first[tp]
+        if lo < hi:
+            ranges.append(OffsetRange(tp.topic, tp.partition, lo, hi))
+    return ranges
+
+
+class DataLossError(KafkaError):
+    """A stream's next records are no longer in Kafka (failOnDataLoss)."""
