@@ -7,7 +7,9 @@ records/s (wall time from the first send to the last acknowledgement) and
 client CPU microseconds per record from resource.getrusage(RUSAGE_SELF)
 deltas (user+system). RUSAGE_SELF covers every thread of this process, so for
 confluent-kafka it includes librdkafka's C threads, and for kio its network
-thread; the broker runs in another process and is not counted.
+thread; the broker runs in another process and is not counted. "send_many(keys=)"
+adds a distinct 16-byte key per record and spreads them over 3 partitions
+(murmur2, 10,000 records per call, default buffer.memory).
 
     python bench/bench_produce.py --records 1000000
 """
@@ -54,6 +56,28 @@ def bench_kio_send_many(bootstrap, topic, n):
         fut = p.send_many(topic, values, partition=0)
         assert fut.result().count == n
     r = measure(run, n)
+    p.close()
+    return r
+
+
+def bench_kio_send_many_keyed(bootstrap, topic, n):
+    """send_many with a distinct key per record, murmur2-partitioned over a
+    topic of its own with 3 partitions, and the default buffer.memory (32
+    MiB), which the records outgrow several times."""
+    from kio import Producer
+    topic = create_topic(bootstrap, 3)
+    p = Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=1 << 20)
+    p.partitions_for(topic)
+    values = [VALUE] * n
+    keys = [b"%016d" % i for i in range(n)]
+
+    def run():
+        for i in range(0, n, 10000):          # as a Spark task hands over Arrow batches
+            fut = p.send_many(topic, values[i:i + 10000], keys=keys[i:i + 10000])
+        p.flush()
+        assert fut.result().count == min(10000, n)
+    r = measure(run, n)
+    assert p.metrics()["records_sent"] == n, p.metrics()
     p.close()
     return r
 
@@ -127,6 +151,7 @@ def bench_kafka_python(bootstrap, topic, n):
 CLIENTS = [
     ("kio send()", bench_kio_send),
     ("kio send_many()", bench_kio_send_many),
+    ("kio send_many(keys=)", bench_kio_send_many_keyed),
     ("confluent-kafka produce()", bench_confluent),
     ("aiokafka send()", bench_aiokafka),
     ("kafka-python send()", bench_kafka_python),
