@@ -104,6 +104,15 @@ def topic_partitions(options: dict, list_topics) -> List[TopicPartition]:
     return [TopicPartition(t, p) for t in names for p in range(counts[t])]
 
 
+def _resolve(spec, tp, default, first, last):
+    """The offset ``spec`` ("earliest", "latest" or {tp: offset, -2/-1 for
+    earliest/latest}) names for ``tp``; ``default`` for a tp it leaves out."""
+    if isinstance(spec, str):
+        return first[tp] if spec == "earliest" else last[tp]
+    off = spec.get(tp, default)
+    return first[tp] if off == EARLIEST else last[tp] if off == LATEST else off
+
+
 def plan_ranges(options: dict, list_topics, beginning_offsets, end_offsets) -> List[OffsetRange]:
     """The offset ranges to read: one per topic-partition with records.
 
@@ -116,17 +125,10 @@ def plan_ranges(options: dict, list_topics, beginning_offsets, end_offsets) -> L
         return []
     first = beginning_offsets(tps)
     last = end_offsets(tps)
-
-    def resolve(spec, tp, default):
-        if isinstance(spec, str):
-            return first[tp] if spec == "earliest" else last[tp]
-        off = spec.get(tp, default)
-        return first[tp] if off == EARLIEST else last[tp] if off == LATEST else off
-
     ranges = []
     for tp in tps:
-        start = resolve(start_spec, tp, EARLIEST)
-        end = resolve(end_spec, tp, LATEST)
+        start = _resolve(start_spec, tp, EARLIEST, first, last)
+        end = _resolve(end_spec, tp, LATEST, first, last)
         if start is None or end is None:
             continue
         if start > end:
@@ -182,11 +184,7 @@ def stream_initial(options: dict, tps, beginning_offsets, end_offsets) -> Dict[T
     spec = _spec(options, "startingOffsets", "latest", ("earliest", "latest"))
     first = beginning_offsets(tps)
     last = end_offsets(tps)
-    out = {}
-    for tp in tps:
-        off = spec if isinstance(spec, str) else spec.get(tp, EARLIEST)
-        out[tp] = first[tp] if off in ("earliest", EARLIEST) else last[tp] if off in ("latest", LATEST) else off
-    return out
+    return {tp: _resolve(spec, tp, EARLIEST, first, last) for tp in tps}
 
 
 def stream_latest(start: Dict[TopicPartition, int], tps, beginning_offsets, end_offsets,

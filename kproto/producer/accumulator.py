@@ -164,10 +164,8 @@ class RecordAccumulator:
     def open_room(self, tp):
         """What the open last batch of ``tp`` still takes (BatchBuilder.room);
         0 when there is none."""
-        dq = self.queues.get(tp)
-        if dq and not dq[-1].full:
-            return dq[-1].builder.room
-        return 0
+        batch = self._tail(tp)[1]
+        return 0 if batch is None else batch.builder.room
 
     def append(self, topic, partition, ts, key, value, headers, handle, now, size_hint=0):
         """Append one record; returns the batch (its ``parts`` get the handle).
