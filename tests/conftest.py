@@ -1,23 +1,45 @@
-"""Shared fixtures: the real broker (Tansu) started by the suite itself.
+"""Shared fixtures: the real brokers, started by the suite itself.
 
-One broker per test session on a free loopback port, memory storage. Its log is
-attached to the report of every failing test that used it.
+The integration tests run against two brokers, one session-wide instance
+each, on free loopback ports:
+
+* ``kafka`` — Apache Kafka 4.x (kio.kafka_broker.KafkaBroker), the reference;
+* ``tansu`` — Tansu (kio.broker.LocalBroker), the light Java-free broker.
+
+``KIO_TEST_BROKERS=kafka`` (or ``tansu``) narrows the matrix for a local run;
+CI runs both. A test that asserts behaviour of one implementation reads
+``broker.kind``. A failing test gets the tail of its broker's log in its report.
 """
 import os
 
 import pytest
 
-from kio.broker import LocalBroker
+from kio.broker import BROKER_KINDS, start_broker
 
 
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    log_path = str(tmp_path_factory.mktemp("broker") / "tansu.log")
-    b = LocalBroker(log_path=log_path).start()
+def _broker_kinds():
+    wanted = os.environ.get("KIO_TEST_BROKERS", ",".join(BROKER_KINDS))
+    kinds = [k.strip() for k in wanted.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in BROKER_KINDS]
+    if unknown or not kinds:
+        raise pytest.UsageError(f"KIO_TEST_BROKERS={wanted!r}: choose from {BROKER_KINDS}")
+    return kinds
+
+
+@pytest.fixture(scope="session", params=_broker_kinds())
+def broker(request, tmp_path_factory):
+    kind = request.param
+    log_path = str(tmp_path_factory.mktemp(f"broker-{kind}") / f"{kind}.log")
+    b = start_broker(kind, log_path=log_path)
     try:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture
+def broker_kind(broker):
+    return broker.kind
 
 
 @pytest.fixture
@@ -27,18 +49,20 @@ def bootstrap(broker):
 
 @pytest.fixture
 def make_topic(bootstrap):
-    """make_topic(partitions=1, prefix="t") -> the name of a new topic on the broker."""
+    """make_topic(partitions=1, prefix="t", configs=None) -> the name of a new topic."""
     import uuid
 
     from kio.blocking import BlockingClient
     from kproto.error_codes import raise_for_code
 
-    def make(partitions=1, prefix="t"):
+    def make(partitions=1, prefix="t", configs=None):
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
         with BlockingClient(bootstrap) as client:
             r = client.request("CreateTopics", {"topics": [{
                 "name": name, "num_partitions": partitions, "replication_factor": 1,
-                "assignments": [], "configs": []}], "timeout_ms": 10000})
+                "assignments": [],
+                "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
+                "timeout_ms": 10000})
         raise_for_code(r["topics"][0]["error_code"], r["topics"][0].get("error_message"))
         return name
     return make
@@ -51,12 +75,65 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" and report.failed and "broker" in getattr(item, "fixturenames", ()):
         b = item.funcargs.get("broker")
         if b is not None:
-            report.sections.append(("broker log (tail)", b.log_tail()))
+            report.sections.append((f"{b.kind} broker log (tail)", b.log_tail()))
 
 
 def pytest_collection_modifyitems(config, items):
-    # Tests that use the real broker get the `broker` marker, so `-m "not broker"`
+    # Tests that use a real broker get the `broker` marker, so `-m "not broker"`
     # selects the pure sans-IO unit tests.
     for item in items:
         if "broker" in getattr(item, "fixturenames", ()) or "bootstrap" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.broker)
+
+
+def _live_children(pid):
+    """(pid, command line) of the live, non-zombie children of ``pid`` (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("utf-8", "replace")
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            if int(ppid) != pid or state == "Z":
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        out.append((int(entry), cmd))
+    return out
+
+
+# PySpark's JVM gateway lives as long as this interpreter by design (it exits
+# when its stdin, our pipe, closes): it is not a leak.
+_EXPECTED_CHILDREN = ("org.apache.spark.deploy.SparkSubmit",)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Every broker, proxy or helper process a test starts must be stopped by
+    # it: one left behind keeps ports and CPU after the run (issue: a broker
+    # started twice by `with LocalBroker(...).start()`). Give stopping
+    # processes a moment, then fail the run if any child is still there.
+    if not os.path.isdir("/proc"):
+        return
+    import time
+    deadline = time.monotonic() + 5
+    while True:
+        left = [(p, c) for p, c in _live_children(os.getpid())
+                if not any(e in c for e in _EXPECTED_CHILDREN)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if left:
+        listing = "\n".join(f"  pid {p}: {c[:200]}" for p, c in left)
+        session.config.get_terminal_writer().line(
+            f"\nERROR: the test session left {len(left)} child process(es) running:\n{listing}",
+            red=True)
+        for p, _ in left:
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

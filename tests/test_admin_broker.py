@@ -1,4 +1,4 @@
-"""AdminCore against the real broker (Tansu), driven by a small selectors loop.
+"""AdminCore against the real brokers (Apache Kafka and Tansu), driven by a small selectors loop.
 
 The loop below is the whole driver: it turns Connect/Close actions into
 non-blocking sockets, writes ``output(node)``, feeds what it reads to
@@ -6,7 +6,9 @@ non-blocking sockets, writes ``output(node)``, feeds what it reads to
 are committed by a confluent-kafka consumer in assign mode, so the admin
 client reads what another client wrote.
 
-Tansu deviations seen here (asserted, so a change in Tansu shows up):
+Every test asserts Apache Kafka's behaviour against Kafka. Tansu deviates
+from it in the ways listed here; those are asserted against Tansu only (so a
+change in Tansu shows up), never bent into the client:
 - CreatePartitions is not in Tansu's ApiVersions: create_partitions fails
   with UnsupportedVersionError naming CreatePartitions (correct client behaviour).
 - DescribeConfigs for a BROKER resource answers without error and no entries.
@@ -170,7 +172,7 @@ def _produce(bootstrap, topic, n, partition=0, timestamp_ms=None, one_batch=Fals
 def test_topic_lifecycle(admin, broker):
     t = _name("adm")
     h = admin.call("create_topics", [NewTopic(t, 3, 1, {"retention.ms": "3600000"})])
-    assert h.items[t].error is None and h.items[t].value is not None      # Tansu returns the topic id
+    assert h.items[t].error is None and h.items[t].value is not None      # the topic id
     again = admin.call("create_topics", [NewTopic(t, 3, 1)])
     assert isinstance(again.items[t].error, error_codes.TopicAlreadyExistsError)
 
@@ -190,10 +192,13 @@ def test_topic_lifecycle(admin, broker):
     configs = admin.call("describe_configs", [ConfigResource.topic(t)]).result()
     entry = configs[ConfigResource.topic(t)]["retention.ms"]
     assert entry.value == "3600000"
-    # Tansu deviation: a topic override is reported with config_source 5 (DEFAULT_CONFIG)
-    # instead of 1 (DYNAMIC_TOPIC_CONFIG), so it reads as a default (Java derives
-    # isDefault from the source the same way).
-    assert (entry.source, entry.is_default) == (5, True)
+    if broker.kind == "kafka":
+        assert (entry.source, entry.is_default) == (1, False)      # DYNAMIC_TOPIC_CONFIG
+    else:
+        # Tansu deviation: a topic override is reported with config_source 5 (DEFAULT_CONFIG)
+        # instead of 1 (DYNAMIC_TOPIC_CONFIG), so it reads as a default (Java derives
+        # isDefault from the source the same way).
+        assert (entry.source, entry.is_default) == (5, True)
 
     deleted = admin.call("delete_topics", [t])
     assert deleted.result() == {t: None}
@@ -210,17 +215,38 @@ def test_describe_cluster_and_broker_configs(admin, broker):
     assert c.controller in c.nodes
     res = ConfigResource.broker(c.controller.id)
     configs = admin.call("describe_configs", [res]).result()
-    assert configs[res] == {}                          # Tansu deviation: no broker configs listed
+    if broker.kind == "tansu":
+        assert configs[res] == {}                      # Tansu deviation: no broker configs listed
+        return
+    entries = configs[res]
+    # The settings the suite's KafkaBroker gives in server.properties come back
+    # as STATIC_BROKER_CONFIG (4); an untouched one as DEFAULT_CONFIG (5).
+    delay = entries["group.initial.rebalance.delay.ms"]
+    assert (delay.value, delay.source, delay.is_default) == ("0", 4, False)
+    assert entries["advertised.listeners"].value == f"PLAINTEXT://{host}:{port}"
+    assert entries["message.max.bytes"].source == 5 and entries["message.max.bytes"].is_default
 
 
-def test_create_partitions_is_unsupported_by_tansu(admin, broker):
+def test_create_partitions(admin, broker):
     t = _name("adm-parts")
     admin.call("create_topics", [NewTopic(t, 1, 1)]).result()
     h = admin.call("create_partitions", {t: 3})
     err = h.items[t].error
-    assert isinstance(err, UnsupportedVersionError)
-    assert "CreatePartitions" in str(err) and "create_partitions" in str(err)
-    assert len(admin.call("describe_topics", [t]).result()[t].partitions) == 1
+    if broker.kind == "tansu":
+        # Tansu deviation: CreatePartitions is not in its ApiVersions; the client
+        # fails clearly, naming the API and the operation.
+        assert isinstance(err, UnsupportedVersionError)
+        assert "CreatePartitions" in str(err) and "create_partitions" in str(err)
+        assert len(admin.call("describe_topics", [t]).result()[t].partitions) == 1
+        return
+    assert err is None
+    assert [p.partition for p in admin.call("describe_topics", [t]).result()[t].partitions] == [0, 1, 2]
+    # Kafka refuses to shrink a topic (INVALID_PARTITIONS) and names the reason.
+    shrink = admin.call("create_partitions", {t: 2}).items[t].error
+    assert isinstance(shrink, error_codes.InvalidPartitionsError), shrink
+    missing = admin.call("create_partitions", {_name("no-such"): 2})
+    (err,) = [item.error for item in missing.items.values()]
+    assert isinstance(err, error_codes.UnknownTopicOrPartitionError), err
 
 
 def test_groups_offsets_and_lag_after_a_confluent_consumer_commits(admin, bootstrap):
@@ -268,7 +294,7 @@ def test_groups_offsets_and_lag_after_a_confluent_consumer_commits(admin, bootst
     assert admin.call("list_consumer_group_offsets", g).result() == {}
 
 
-def test_delete_records_then_list_offsets(admin, bootstrap):
+def test_delete_records_then_list_offsets(admin, bootstrap, broker):
     t = _name("adm-recs")
     admin.call("create_topics", [NewTopic(t, 1, 1)]).result()
     _produce(bootstrap, t, 5)
@@ -282,35 +308,47 @@ def test_delete_records_then_list_offsets(admin, bootstrap):
     by_ts = admin.call("list_offsets", {tp: OffsetSpec.for_timestamp(middle_ms)}).result()[tp]
     assert by_ts.offset == 5 and by_ts.timestamp >= middle_ms
 
-    # Tansu deviation: DeleteRecords is advertised (v0-v2) but its memory storage
-    # panics ("not yet implemented") and drops the connection. The client treats
-    # that as connection loss: retried with backoff until the deadline, then a
-    # timeout naming the operation and the last error.
-    h = admin.call("delete_records", {tp: 4}, timeout_ms=1500)
-    err = h.items[tp].error
-    assert isinstance(err, AdminTimeoutError)
-    assert "delete_records timed out after 1500 ms" in str(err) and "connection" in str(err)
-    offs = admin.call("list_offsets", {tp: "earliest"}).result()[tp]
-    latest = admin.call("list_offsets", {tp: "latest"}).result()[tp]
-    assert (offs.offset, latest.offset) == (0, 10)     # nothing was deleted
+    if broker.kind == "kafka":
+        h = admin.call("delete_records", {tp: 4})
+        assert h.items[tp].error is None and h.items[tp].value.low_watermark == 4
+        offs = admin.call("list_offsets", {tp: "earliest"}).result()[tp]
+        latest = admin.call("list_offsets", {tp: "latest"}).result()[tp]
+        assert (offs.offset, latest.offset) == (4, 10)
+        beyond = admin.call("delete_records", {tp: 11}).items[tp].error
+        assert isinstance(beyond, error_codes.OffsetOutOfRangeError), beyond
+    else:
+        # Tansu deviation: DeleteRecords is advertised (v0-v2) but its memory storage
+        # panics ("not yet implemented") and drops the connection. The client treats
+        # that as connection loss: retried with backoff until the deadline, then a
+        # timeout naming the operation and the last error.
+        h = admin.call("delete_records", {tp: 4}, timeout_ms=1500)
+        err = h.items[tp].error
+        assert isinstance(err, AdminTimeoutError)
+        assert "delete_records" in str(err) and "connection" in str(err)
+        offs = admin.call("list_offsets", {tp: "earliest"}).result()[tp]
+        latest = admin.call("list_offsets", {tp: "latest"}).result()[tp]
+        assert (offs.offset, latest.offset) == (0, 10)     # nothing was deleted
 
     missing = admin.call("list_offsets", {TP(t, 7): "latest"})
     assert isinstance(missing.items[TP(t, 7)].error, error_codes.UnknownTopicOrPartitionError)
 
 
-def test_tansu_list_offsets_latest_deviation(admin, bootstrap):
+def test_list_offsets_latest_is_the_high_watermark(admin, bootstrap, broker):
     t = _name("adm-latest")
     admin.call("create_topics", [NewTopic(t, 1, 1)]).result()
     _produce(bootstrap, t, 10, one_batch=True)
     tp = TP(t, 0)
     latest = admin.call("list_offsets", {tp: "latest"}).result()[tp].offset
-    # Kafka: 10 (the high watermark). Tansu 0.6.0: 1 (last batch's base offset + 1).
-    assert latest == 1, f"Tansu's ListOffsets LATEST deviation changed: got {latest} (Kafka gives 10)"
+    if broker.kind == "kafka":
+        assert latest == 10                                 # the high watermark
+    else:
+        # Tansu deviation (0.6.0): 1, the last batch's base offset + 1.
+        assert latest == 1, f"Tansu's ListOffsets LATEST deviation changed: got {latest} (Kafka gives 10)"
     _produce(bootstrap, t, 3)
     assert admin.call("list_offsets", {tp: "latest"}).result()[tp].offset == 13
 
 
-def test_describe_group_with_a_subscribed_confluent_consumer(admin, bootstrap):
+def test_describe_group_with_a_subscribed_confluent_consumer(admin, bootstrap, broker):
     t, g = _name("adm-sub"), _name("group-sub")
     admin.call("create_topics", [NewTopic(t, 2, 1)]).result()
     _produce(bootstrap, t, 2)
@@ -328,10 +366,20 @@ def test_describe_group_with_a_subscribed_confluent_consumer(admin, bootstrap):
         desc = admin.call("describe_consumer_groups", [g]).result()[g]
         assert desc.state == "Stable" and desc.protocol_type == "consumer" and not desc.is_simple
         (m,) = desc.members
+        assert m.member_id.startswith("sub-client-")
+        if broker.kind == "kafka":
+            assert (desc.assignor, m.client_id) == ("range", "sub-client")
+            assert m.host.lstrip("/") == "127.0.0.1"
+            assert sorted(m.assignment.partitions) == [TP(t, 0), TP(t, 1)]
+            assert list(m.subscription.topics) == [t]
+            # A Stable group is listed even before it commits anything.
+            assert g in {x.group_id for x in admin.call("list_consumer_groups").result()}
+            busy = admin.call("delete_consumer_groups", [g])
+            assert isinstance(busy.items[g].error, error_codes.NonEmptyGroupError), busy.items[g].error
+            return
         # Tansu deviation: DescribeGroups leaves protocol_data (the assignor), client id,
         # client host, member metadata and member assignment empty. Decoding the
         # member assignment is covered by test_admin_core with Kafka-shaped answers.
-        assert m.member_id.startswith("sub-client-")
         assert (desc.assignor, m.client_id, m.host) == ("", "", "")
         assert m.assignment.partitions == () and m.subscription is None
         # Tansu deviation: ListGroups leaves out a Stable group whose members have

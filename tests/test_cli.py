@@ -159,15 +159,17 @@ def test_sigterm_flushes_and_reports_undelivered(bootstrap):
     assert out.splitlines() == [f"r{i}" for i in range(delivered)]
 
 
-def test_broker_command_serves_until_sigterm():
+@pytest.mark.parametrize("kind", ["tansu", "kafka"])
+def test_broker_command_serves_until_sigterm(kind):
     from kio.broker import free_port
     port = free_port()
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([sys.executable, "-m", "kio", "broker", "--port", str(port)],
+    flags = ["--kafka"] if kind == "kafka" else []
+    proc = subprocess.Popen([sys.executable, "-m", "kio", "broker", "--port", str(port), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         first = proc.stdout.readline().decode()
-        assert first.startswith(f"broker ready on 127.0.0.1:{port}"), first
+        assert first.startswith(f"{kind} broker ready on 127.0.0.1:{port}"), first
         assert ok(kio("topics", "create", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "b1",
                       "--partitions", "1")) == "created topic b1\n"
     finally:

@@ -16,7 +16,7 @@ import kio.trio
 from kio import TopicPartition as TP
 
 DRIVERS = ["thread", "asyncio", "trio"]
-GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}   # Tansu: join in ~3 s
+GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}   # Tansu: join in ~3 s, Kafka: at once
 
 
 def classes(kind):
@@ -201,9 +201,12 @@ def test_trio_cancelled_poll_send_commit_and_close_leave_the_client_consistent(b
                                      auto_offset_reset="earliest", enable_auto_commit=False,
                                      **GROUP) as c:
             c.subscribe([topic])
+            early = []
             with trio.move_on_after(0.05):                # a cancelled poll takes nothing away
-                await c.poll(timeout=5)
-            values = [r.value for r in await poll_until(c, 2)]
+                early = await c.poll(timeout=5)           # (a fast broker may answer in time)
+            values = [r.value for r in early]
+            if len(values) < 2:
+                values += [r.value for r in await poll_until(c, 2 - len(values))]
             assert values[-2:] == [b"a", b"b"]
             with trio.move_on_after(0):
                 await c.commit()                          # cancelled: the commit still goes out

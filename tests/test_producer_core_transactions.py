@@ -97,6 +97,32 @@ def test_commit_adds_partitions_before_producing_then_ends_after_acks():
     assert b.is_transactional and b.producer_id == 5000 and b.producer_epoch == 3
 
 
+def test_end_txn_v5_epoch_bump_is_adopted_for_the_next_transaction():
+    # KIP-890 part 2 (transaction.version 2, Kafka 4.x): EndTxn v5 answers with
+    # the epoch the coordinator bumped to. The next transaction must use it,
+    # or the coordinator fences the producer (PRODUCER_FENCED on
+    # AddPartitionsToTxn, as Apache Kafka 4.4 did before this was handled).
+    core, kafka, sim = txn_producer(linger_ms=100000)
+    kafka.brokers[2].on("EndTxn", lambda req: (
+        kafka.txn_log.append(("EndTxn", req.body["producer_epoch"])),
+        {"error_code": 0, "producer_id": 5000, "producer_epoch": req.body["producer_epoch"] + 1})[1])
+    seen_epochs = []
+    for i in range(3):
+        core.begin_transaction()
+        h = sim.send(b"v%d" % i)
+        res = core.commit_transaction()
+        sim.run_until(lambda: res.done, max_ms=1000)
+        assert res.error is None and h.error is None
+        seen_epochs.append(core.idempotence.epoch)
+    assert [e for api, e in kafka.txn_log if api == "EndTxn"] == [3, 4, 5]
+    assert seen_epochs == [4, 5, 6]
+    from kproto.records import read_batches
+    batches = [read_batches(req.body["topic_data"][0]["partition_data"][0]["records"])[0]
+               for _, req in kafka.produce_requests]
+    # each transaction's batch carries its own epoch, and sequences restart at 0
+    assert [(b.producer_epoch, b.base_sequence) for b in batches] == [(3, 0), (4, 0), (5, 0)]
+
+
 def test_abort_fails_unsent_records_and_ends_with_abort():
     core, kafka, sim = txn_producer(linger_ms=100000)
     core.begin_transaction()

@@ -30,8 +30,15 @@ ensure_stunnel() {
 }
 
 ensure_java() {
-    # PySpark (the spark extra) runs on a JVM: Java 17 from Debian if none is there.
+    # PySpark (the spark extra) and the Apache Kafka broker of the test suite run
+    # on a JVM: Java 17 from Debian if none is there.
     command -v java >/dev/null 2>&1 || ensure_debian_packages openjdk-17-jre-headless
+}
+
+ensure_maven() {
+    # The suite's Apache Kafka broker (kio/kafka_broker.py) is fetched from Maven
+    # Central with mvn into ~/.m2 and ~/.cache/kio/kafka on first use.
+    command -v mvn >/dev/null 2>&1 || ensure_debian_packages maven
 }
 
 ensure_venv() {
@@ -56,6 +63,7 @@ case "$cmd" in
         ;;
     test)
         ensure_java
+        ensure_maven
         ensure_stunnel
         ensure_venv
         install_project "test,spark"

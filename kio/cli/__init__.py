@@ -28,13 +28,18 @@ __all__ = ["main", "build_parser"]
 
 
 def _cmd_broker(args) -> int:
-    from kio.broker import LocalBroker
+    from kio.broker import start_broker
 
-    broker = LocalBroker(host=args.host, port=args.port).start()
-    print(f"broker ready on {broker.bootstrap_servers} (memory storage; Ctrl-C stops it)",
+    kind = "kafka" if args.kafka else "tansu"
+    if kind == "kafka":
+        print("starting Apache Kafka (the first start fetches its jars with Maven)...",
+              file=sys.stderr, flush=True)
+    broker = start_broker(kind, host=args.host, port=args.port)
+    storage = "a temporary log folder" if kind == "kafka" else "memory storage"
+    print(f"{kind} broker ready on {broker.bootstrap_servers} ({storage}; Ctrl-C stops it)",
           flush=True)
     try:
-        while broker.process is not None and broker.process.poll() is None:
+        while broker.running:
             time.sleep(0.5)
         print(f"broker exited; log:\n{broker.log_tail()}", file=sys.stderr)
         return EXIT_ERROR
@@ -83,9 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("broker", help="run the pinned local development broker (Tansu) in the foreground")
+    p = sub.add_parser("broker", help="run a local development broker in the foreground: Tansu "
+                                      "(no Java) or, with --kafka, Apache Kafka")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9092)
+    p.add_argument("--kafka", action="store_true",
+                   help="run the genuine Apache Kafka broker (needs Java 17+ and Maven; "
+                        "the jars are fetched from Maven Central on first use)")
     p.set_defaults(func=_cmd_broker)
     return parser
 

@@ -117,6 +117,19 @@ class IdempotenceManager:
         self.state = PidState.READY
         return None
 
+    def adopt_end_txn_epoch(self, body) -> None:
+        """EndTxn v5+ (KIP-890 part 2, transaction.version 2): the coordinator
+        bumps the epoch at the end of every transaction and answers with the
+        producer id and epoch to use from now on (a new id when the epoch ran
+        out). The sequences start over with the new epoch. Older versions (and
+        brokers without TV2) answer -1: nothing changes."""
+        pid, epoch = body.get("producer_id", -1), body.get("producer_epoch", -1)
+        if pid < 0 or epoch < 0 or (pid, epoch) == (self.producer_id, self.epoch):
+            return
+        self.producer_id = pid
+        self.epoch = epoch
+        self.partitions.clear()
+
     def request_epoch_bump(self):
         if self.transactional_id is not None:
             # Transactional producers do not bump on their own: the failure

@@ -362,6 +362,7 @@ class TransactionManager:
         idem = self.idem
 
         def ok(body):
+            idem.adopt_end_txn_epoch(body)
             self.partitions.clear()
             self.pending_partitions.clear()
             self.state = TxnState.READY

@@ -1,0 +1,60 @@
+"""The local brokers start once and leave nothing behind."""
+import pytest
+
+from kio.broker import BrokerStartError, LocalBroker, start_broker
+from kio.kafka_broker import KafkaBroker
+
+from conftest import _live_children  # noqa: I100
+
+
+def _brokers_running():
+    import os
+    return [c for _, c in _live_children(os.getpid()) if "tansu" in c or "kafka.Kafka" in c]
+
+
+def test_with_started_broker_runs_one_process_and_stops_it():
+    before = len(_brokers_running())
+    # `with LocalBroker().start() as b:` used to start a second broker in
+    # __enter__ and orphan the first one.
+    with LocalBroker().start() as b:
+        assert b.running
+        assert len(_brokers_running()) == before + 1
+        with pytest.raises(BrokerStartError, match="already started"):
+            b.start()
+        assert len(_brokers_running()) == before + 1
+    assert not b.running and len(_brokers_running()) == before
+
+
+def test_restart_keeps_one_process():
+    with LocalBroker() as b:
+        first = b.process.pid
+        b.restart()
+        assert b.running and b.process.pid != first
+        assert len([c for c in _brokers_running() if str(b.port) in c]) == 1
+
+
+def test_kafka_broker_formats_starts_answers_and_removes_its_data():
+    b = start_broker("kafka")
+    try:
+        workdir = b.workdir
+        assert b.kind == "kafka" and b.running and (workdir / "data" / "meta.properties").exists()
+        props = (workdir / "server.properties").read_text()
+        assert "group.initial.rebalance.delay.ms=0" in props
+        assert f"advertised.listeners=PLAINTEXT://127.0.0.1:{b.port}" in props
+    finally:
+        b.stop()
+    assert not b.running and not workdir.exists()
+
+
+def test_unknown_broker_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown broker kind 'zookeeper'"):
+        start_broker("zookeeper")
+
+
+def test_kafka_broker_without_java_says_so(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    b = KafkaBroker()
+    with pytest.raises(BrokerStartError, match="Java 17"):
+        b.start()
+    b.stop()
