@@ -212,7 +212,9 @@ class KafkaBroker(BrokerProcess):
         if fresh:
             fmt = subprocess.run(
                 [java_binary(), *self._jvm_options(heap="256m"), "-cp", classpath,
-                 "kafka.tools.StorageTool", "format", "-t", _cluster_id(),
+                 # "--cluster-id=ID" in one word: a random id may start with "-",
+                 # which the tool's argument parser would take for an option.
+                 "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
                  "-c", str(self.workdir / "server.properties")],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             if fmt.returncode != 0:

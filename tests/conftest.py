@@ -17,7 +17,8 @@ import pytest
 from kio.broker import BROKER_KINDS, start_broker
 
 
-def _broker_kinds():
+def broker_kinds():
+    """The broker implementations under test (KIO_TEST_BROKERS, default all)."""
     wanted = os.environ.get("KIO_TEST_BROKERS", ",".join(BROKER_KINDS))
     kinds = [k.strip() for k in wanted.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in BROKER_KINDS]
@@ -26,7 +27,7 @@ def _broker_kinds():
     return kinds
 
 
-@pytest.fixture(scope="session", params=_broker_kinds())
+@pytest.fixture(scope="session", params=broker_kinds())
 def broker(request, tmp_path_factory):
     kind = request.param
     log_path = str(tmp_path_factory.mktemp(f"broker-{kind}") / f"{kind}.log")

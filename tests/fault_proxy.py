@@ -141,15 +141,15 @@ class FaultProxy:
 
 
 @contextlib.contextmanager
-def proxied_broker():
-    """A test broker of its own behind a FaultProxy; it advertises the
-    proxy's port, so all client traffic crosses the proxy. Yields
-    (bootstrap servers, proxy)."""
-    from kio.broker import LocalBroker, free_port
+def proxied_broker(kind="tansu"):
+    """A test broker of its own (``kind``: "kafka" or "tansu") behind a
+    FaultProxy; it advertises the proxy's port, so all client traffic crosses
+    the proxy. Yields (bootstrap servers, proxy)."""
+    from kio.broker import free_port, start_broker
     broker_port = free_port()
     proxy = FaultProxy(("127.0.0.1", broker_port)).start()
     try:
-        broker = LocalBroker(port=broker_port, advertised_port=proxy.port).start()
+        broker = start_broker(kind, port=broker_port, advertised_port=proxy.port)
         try:
             yield f"127.0.0.1:{proxy.port}", proxy
         finally:

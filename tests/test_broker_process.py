@@ -58,3 +58,15 @@ def test_kafka_broker_without_java_says_so(monkeypatch):
     with pytest.raises(BrokerStartError, match="Java 17"):
         b.start()
     b.stop()
+
+
+def test_kafka_cluster_id_starting_with_a_dash_still_formats(monkeypatch):
+    # Cluster ids are random URL-safe base64: about one in 64 starts with "-",
+    # which the storage tool's parser once took for an option.
+    import kio.kafka_broker as kb
+    monkeypatch.setattr(kb, "_cluster_id", lambda: "-" + "A" * 21)
+    b = KafkaBroker().start()
+    try:
+        assert b.running
+    finally:
+        b.stop()

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import broker_kinds
 from fault_proxy import proxied_broker
 from kio import Consumer, Producer, TopicPartition as TP
 from kio.admin import Admin
@@ -16,10 +17,10 @@ PARTITIONS = 6
 RECORDS = 200_000
 
 
-@pytest.fixture(scope="module")
-def proxied():
+@pytest.fixture(scope="module", params=broker_kinds())
+def proxied(request):
     """(bootstrap through the proxy, proxy) on a broker of its own."""
-    with proxied_broker() as bootstrap_and_proxy:
+    with proxied_broker(request.param) as bootstrap_and_proxy:
         yield bootstrap_and_proxy
 
 

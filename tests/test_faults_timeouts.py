@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from conftest import broker_kinds
 from fault_proxy import proxied_broker
 from kio import Consumer, KafkaTimeoutError, Producer, TopicPartition as TP
 from kproto.errors import KafkaError
@@ -13,9 +14,9 @@ from kproto.errors import KafkaError
 SLACK = 2.5
 
 
-@pytest.fixture
-def proxied():
-    with proxied_broker() as bootstrap_and_proxy:
+@pytest.fixture(params=broker_kinds())
+def proxied(request):
+    with proxied_broker(request.param) as bootstrap_and_proxy:
         yield bootstrap_and_proxy
 
 
