@@ -13,7 +13,8 @@ Threading contract:
   metadata is unknown or ``buffer.memory`` is full; then it raises
   :class:`KafkaTimeoutError`.
 * Futures are :class:`concurrent.futures.Future` objects (``result``,
-  ``add_done_callback``, ``concurrent.futures.wait`` all work).
+  ``exception``, ``done``, ``add_done_callback``, ``concurrent.futures.wait``
+  and ``as_completed`` work; they cannot be cancelled).
 * ``on_delivery(err, metadata)`` callbacks and future done-callbacks run on the
   network thread: keep them short, do not block in them. An exception raised
   by a callback is logged and does not hurt the producer.
@@ -55,24 +56,37 @@ def _now_ms():
     return _monotonic() * 1000.0
 
 
-_RUNNING, _FINISHED = concurrent.futures._base.RUNNING, concurrent.futures._base.FINISHED
-_LAZY_INIT = threading.Lock()
+_INIT_LOCK = threading.Lock()
 
 
 class DeliveryFuture(concurrent.futures.Future):
     """The future of one record; resolved on the network thread.
 
-    A real :class:`concurrent.futures.Future` (``wait``/``as_completed`` work)
-    that costs one object per record: without an ``on_delivery`` callback it
-    is attached to its batch's shared outcome (:mod:`kproto.producer.outcome`)
-    and reads its state from there, so completing a batch does nothing per
-    record, and a future the application drops is freed at once instead of
-    waiting in the batch for the broker. Its Condition and waiter/callback
-    lists are made on first wait only. With a callback it is kept in the
-    batch and completed one by one. Cannot be cancelled (a record handed to
-    the producer is on its way, as in Java)."""
+    A :class:`concurrent.futures.Future` (``result``, ``exception``,
+    ``done``, ``add_done_callback``, ``concurrent.futures.wait`` and
+    ``as_completed`` work) that costs one object per record: without an
+    ``on_delivery`` callback it is attached to its batch's shared outcome
+    (:mod:`kproto.producer.outcome`) and reads its state from there, so
+    completing a batch does nothing per record, and a future the application
+    drops is freed at once instead of waiting in the batch for the broker.
+    With a callback it is kept in the batch and completed one by one. Cannot
+    be cancelled (a record handed to the producer is on its way, as in Java).
+
+    ``send()`` makes it without running ``Future.__init__`` (a Condition and
+    two lists per record would cost more than the rest of send): the public
+    methods answer from the outcome while nobody waits. The first use that
+    needs the Future machinery - waiting on a pending record, a done-callback
+    added before delivery, ``wait``/``as_completed``, ``repr`` - runs
+    ``Future.__init__`` then, and the outcome is handed over through the
+    documented ``set_result``/``set_exception``. Nothing here reads or writes
+    an attribute of ``Future``'s own: whatever state its code (or ``wait``)
+    looks up before ``__init__`` ran is missing, which lands in
+    :meth:`__getattr__`, which initialises. So this keeps working whatever
+    private names a Python version gives that state.
+    """
 
     # Class-level defaults: a record's future sets only what differs (speed).
+    # None of these names may be one Future.__init__ sets (a test checks).
     notify = False                        # see kproto.producer.outcome
     _outcome = None                       # attached: the batch's BatchOutcome and this record's delta
     _delta = 0
@@ -81,45 +95,59 @@ class DeliveryFuture(concurrent.futures.Future):
     _error = None
     on_delivery = None
     topic = partition = timestamp = None
-    _cond = None                          # made on first wait: see _condition
+    _kio_future = False                   # Future.__init__ has run
+    _kio_settled = False                  # the outcome was handed to the Future
 
     def __init__(self, on_delivery=None):
-        # No super().__init__(): see _condition.
+        # No super().__init__(): made on demand, see the class docstring.
         if on_delivery is not None:
             self.on_delivery = on_delivery
             self.notify = True
 
-    @property
-    def _condition(self):
-        c = self._cond
-        if c is None:
-            with _LAZY_INIT:
-                c = self._cond
-                if c is None:
-                    self._lists = ([], [])       # before _cond: the waker reads them once it sees it
-                    c = self._cond = threading.Condition()
-                    if self._outcome is not None:
-                        # Future checks the state after taking the Condition,
-                        # i.e. after this: a completion racing with it is seen.
-                        self._outcome.watch(self)
-        return c
+    def __getattr__(self, name):
+        # Only reached for an attribute that is missing. Before the Future
+        # is initialised that is Future's own state, looked up by its methods
+        # or by concurrent.futures.wait(): initialise and look again.
+        if self._kio_future or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self._kio_init()
+        return object.__getattribute__(self, name)
 
-    @property
-    def _waiters(self):
-        self._condition
-        return self._lists[0]
+    def _kio_init(self):
+        """Run Future.__init__ once, then keep the Future in step with the record."""
+        if self._kio_future:
+            return
+        with _INIT_LOCK:
+            if self._kio_future:
+                return
+            super().__init__()
+            # The record is on its way: RUNNING (Future's cancel() refuses too).
+            super().set_running_or_notify_cancel()
+            self._kio_future = True
+            if self._outcome is not None:
+                self._outcome.watch(self)
+        # Flag first, then look at the state; a completion sets the state
+        # first, then looks at the flag: one of the two always settles.
+        if self._kio_done():
+            self._kio_settle()
 
-    @property
-    def _done_callbacks(self):
-        self._condition
-        return self._lists[1]
+    def _kio_settle(self):
+        """Hand the outcome to the initialised Future, exactly once."""
+        with _INIT_LOCK:
+            if self._kio_settled:
+                return
+            self._kio_settled = True
+        off, err = self._final()
+        if err is None:
+            super().set_result(RecordMetadata(self.topic, self.partition, off, self.timestamp))
+        else:
+            super().set_exception(err)
 
-    @property
-    def _state(self):
+    def _kio_done(self):
         if self._completed:
-            return _FINISHED
+            return True
         o = self._outcome
-        return _FINISHED if o is not None and o.done else _RUNNING
+        return o is not None and o.done
 
     def _final(self):
         """(offset, error) once done."""
@@ -131,40 +159,52 @@ class DeliveryFuture(concurrent.futures.Future):
             self.timestamp = log_append_time
         return off, err
 
-    @property
-    def _exception(self):
-        return self._final()[1] if self._state is _FINISHED else None
+    # -- the documented Future interface ---------------------------------------------------
+    def done(self):
+        return self._kio_done()
 
-    # Future reads self._result; RecordMetadata is built only when asked for.
-    @property
-    def _result(self):
-        if self._state is not _FINISHED:
-            return None
-        off, err = self._final()
-        if err is not None:
-            return None
-        return RecordMetadata(self.topic, self.partition, off, self.timestamp)
+    def running(self):
+        return not self._kio_done()
+
+    def cancelled(self):
+        return False
 
     def cancel(self):
         return False
 
-    def _wake(self, error):
-        cond = self._cond
-        with cond:
-            for w in self._waiters:
-                if error is None:
-                    w.add_result(self)
-                else:
-                    w.add_exception(self)
-            cond.notify_all()
-        self._invoke_callbacks()
+    def result(self, timeout=None):
+        if self._kio_done():
+            off, err = self._final()
+            if err is not None:
+                raise err
+            return RecordMetadata(self.topic, self.partition, off, self.timestamp)
+        self._kio_init()
+        return super().result(timeout)
 
-    # called by kproto.producer.complete_results for a watched, attached future
+    def exception(self, timeout=None):
+        if self._kio_done():
+            return self._final()[1]
+        self._kio_init()
+        return super().exception(timeout)
+
+    def add_done_callback(self, fn):
+        if self._kio_future or not self._kio_done():
+            # Through Future, so callbacks run once each and in order.
+            self._kio_init()
+            super().add_done_callback(fn)
+            return
+        try:
+            fn(self)
+        except Exception:  # noqa: BLE001 - as Future does: log, never raise into the caller
+            log.exception("done callback %r of %r raised", fn, self)
+
+    # -- called by kproto.producer.complete_results ----------------------------------------
     def _outcome_done(self):
-        self._wake(self._exception)
+        """A watched, attached future's batch is final."""
+        self._kio_settle()
 
-    # called by kproto.producer.complete_results (notify mode)
     def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
+        """Notify mode: this record's outcome."""
         if error is None:
             self.partition = partition
             if log_append_time is not None and log_append_time >= 0:
@@ -172,14 +212,14 @@ class DeliveryFuture(concurrent.futures.Future):
             self._offset = base_offset + delta if base_offset >= 0 else -1
         else:
             self._error = error
-        # State first, then look for waiters: a waiter creates the Condition
-        # before checking the state, so one of the two always sees the other.
-        self._completed = True
-        if self._cond is not None:
-            self._wake(error)
+        self._completed = True            # state first, then the flag: see _kio_init
+        if self._kio_future:
+            self._kio_settle()
         if self.on_delivery is not None:
+            md = None if error is not None else RecordMetadata(
+                self.topic, self.partition, self._offset, self.timestamp)
             try:
-                self.on_delivery(error, self._result)
+                self.on_delivery(error, md)
             except Exception:  # noqa: BLE001 - a user callback must not kill the network thread
                 log.exception("on_delivery callback %r raised", self.on_delivery)
 

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.client import DriverIO, network_for
-from kproto.cluster import TopicPartition
+from kproto.cluster import TopicPartition, validate_topic_name
 from kproto.config import (
     BOOL, COMMON, INT, Config, ConfigDef, Setting, check_security, in_range, require_bootstrap,
 )
@@ -315,13 +315,16 @@ _LEADER_MOVED = frozenset({5, 6, 9, 13})
 class _Call:
     """One request of an operation. ``keys`` are the operation items it resolves."""
 
-    def __init__(self, op, api, keys, target=ANY, node=None, *, tries=0, not_before=0):
+    def __init__(self, op, api, keys, target=ANY, node=None, *, tries=0, not_before=0, drops=None):
         self.op = op
         self.api = api
         self.keys = list(keys)
         self.target = target
         self.node = node
         self.tries = tries
+        # {(api, node): times that node closed the connection on our whole
+        # request}, shared along the chain of calls of one operation step.
+        self.drops = {} if drops is None else drops
         self.next_try_at = not_before
         self.last_error = None
         self.request = None
@@ -471,6 +474,10 @@ class AdminCore(DriverIO):
             return
         if req.error is not None:
             err = req.error
+            if isinstance(err, ConnectionClosedError) and req.written:
+                err = self._dropped(call, err)
+                if err is None:
+                    return
             if isinstance(err, (ConnectionClosedError, RequestTimedOutError)) or getattr(err, "retriable", False):
                 self._retry(call, err, now, moved=True)
             else:
@@ -482,6 +489,28 @@ class AdminCore(DriverIO):
             self._fail_call(call, e)
         except (KeyError, TypeError, ValueError) as e:   # a malformed answer
             self._fail_call(call, KafkaError(f"{call.op.operation}: unexpected {call.api} answer: {e!r}"))
+
+    def _dropped(self, call, err):
+        """The broker had all of ``call``'s request and closed the connection
+        instead of answering. Once may be bad luck (a restart, an idle
+        connection closed as we wrote): returns the error to retry with,
+        naming the request. The same broker doing it again cannot serve
+        this request (e.g. an API it advertises but does not implement):
+        fail the call's items now, naming the request and its items, rather
+        than retrying until default.api.timeout.ms and then blaming
+        whatever step ran last; returns None."""
+        key = (call.api, call.node)
+        call.drops[key] = n = call.drops.get(key, 0) + 1
+        if n < 2:
+            return ConnectionClosedError(f"{call.api} to node {call.node}: {err}")
+        items = ", ".join(_key_text(k) for k in call.keys)
+        failure = KafkaError(
+            f"{call.op.operation}: {call.api} for {items} failed: node {call.node} closed the "
+            f"connection instead of answering, {n} times in a row ({err}); the broker cannot "
+            f"serve this request (its log may say why)")
+        failure.__cause__ = err
+        self._fail_call(call, failure)
+        return None
 
     def _retry(self, call, err, now, moved=False, keys=None):
         """Send ``call`` (or a copy for ``keys``) again after the backoff.
@@ -542,7 +571,18 @@ class AdminCore(DriverIO):
         """Create topics (NewTopic or names) on the controller; one item per topic name."""
         topics = [t if isinstance(t, NewTopic) else NewTopic(t) for t in topics]
         _no_dups([t.name for t in topics], "create_topics")
+        # Names Kafka does not allow fail at once, as in Java (their items
+        # only; the others are created): not every broker refuses them.
+        invalid = {}
+        for t in topics:
+            try:
+                validate_topic_name(t.name)
+            except error_codes.InvalidTopicError as e:
+                invalid[t.name] = e
         op = self._op("create_topics", [t.name for t in topics], now, timeout_ms)
+        for name, err in invalid.items():
+            self._complete(op, name, error=err)
+        valid = [t.name for t in topics if t.name not in invalid]
         by_name = {t.name: t for t in topics}
         wait = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
 
@@ -576,7 +616,8 @@ class AdminCore(DriverIO):
                 self._retry(call, error_codes.error_for_code(_NOT_CONTROLLER, None, "CreateTopics"),
                             now, moved=True, keys=again)
 
-        self._submit(_SelfCall(op, "CreateTopics", op.items, build, handle, target=CONTROLLER))
+        if valid:
+            self._submit(_SelfCall(op, "CreateTopics", valid, build, handle, target=CONTROLLER))
         return op
 
     def delete_topics(self, topics, *, timeout_ms=None, now) -> AdminHandle:
@@ -831,13 +872,13 @@ class AdminCore(DriverIO):
                 if node not in core.cluster.brokers:
                     core.cluster.add_node(node, entry["host"], entry["port"])
                 main = _SelfCall(op, api, call.keys, build, handle, target=NODE, node=node,
-                                 tries=call.tries, not_before=now)
+                                 tries=call.tries, not_before=now, drops=call.drops)
                 main.group = group
                 main.coordinator = Node(node, entry["host"], entry["port"])
 
                 def moved(c, now2):
                     again = Lookup(op, "FindCoordinator", c.keys, tries=c.tries,
-                                   not_before=c.next_try_at)
+                                   not_before=c.next_try_at, drops=c.drops)
                     again.last_error = c.last_error
                     core._submit(again)
                 main.on_moved = moved
@@ -861,11 +902,57 @@ class AdminCore(DriverIO):
 
     def list_consumer_groups(self, *, states=None, timeout_ms=None, now) -> AdminHandle:
         """ListGroups on every broker; result: [ConsumerGroupListing] (consumer and
-        simple groups). ``errors()`` has the brokers that failed (item "groups" fails
-        with the first such error)."""
+        simple groups) with their states (``states``: only groups in these
+        states, e.g. ["Stable", "Empty"]). ``errors()`` has the brokers that
+        failed (item "groups" fails with the first such error).
+
+        A broker that answers ListGroups below v4 (no state) or with the state
+        "Unknown" (Tansu does) is asked with one DescribeGroups for the real
+        states of the groups it listed - it coordinates them. Should that
+        fail, the listing keeps the state it had."""
         op = self._op("list_consumer_groups", ["groups"], now, timeout_ms, single=True)
         found: dict = {}
         left = {}
+        wanted = None if not states else {s.lower() for s in states}
+        core = self
+
+        def finish_node(node):
+            left.pop(node, None)
+            if not left:
+                listing = [g for g in found.values()
+                           if wanted is None or (g.state or "").lower() in wanted]
+                self._complete(op, "groups", value=sorted(listing))
+
+        def describe_states(node, groups, now):
+            inner = AdminHandle("list_consumer_groups", groups, op.deadline)
+            inner.timeout_ms = op.timeout_ms
+
+            def build(n, call=None):
+                return {"groups": list(call.keys), "include_authorized_operations": False}
+
+            def handle(call, body, now):
+                for d in body.get("groups") or []:
+                    g = d.get("group_id")
+                    if g not in call.keys or inner.items[g].done:
+                        continue
+                    code = d.get("error_code", 0)
+                    if code:
+                        core._complete(inner, g, error=error_codes.error_for_code(
+                            code, None, f"describe group {g!r}"))
+                    else:
+                        core._complete(inner, g, value=d.get("group_state") or None)
+                core._unanswered(call, inner, "DescribeGroups")
+
+            def described(h):
+                _unlist(core, h)                     # an inner step, not an operation
+                for g, state in h.values().items():
+                    if state and state != "Unknown":
+                        found[g] = found[g]._replace(state=state)
+                finish_node(node)
+
+            inner._listeners.append(described)
+            self._submit(_SelfCall(inner, "DescribeGroups", groups, build, handle,
+                                   target=NODE, node=node, not_before=now))
 
         class ListCall(_Call):
             def build(call, core, n):
@@ -880,14 +967,19 @@ class AdminCore(DriverIO):
                     else:
                         self._fail_call(call, err)
                     return
+                unknown = []
                 for g in body.get("groups") or []:
                     pt = g.get("protocol_type") or ""
                     if pt in ("consumer", ""):
+                        state = g.get("group_state") or None
                         found[g["group_id"]] = ConsumerGroupListing(
-                            g["group_id"], pt == "", g.get("group_state") or None, pt, call.node)
-                left.pop(call.node, None)
-                if not left:
-                    self._complete(op, "groups", value=sorted(found.values()))
+                            g["group_id"], pt == "", state, pt, call.node)
+                        if state is None or state == "Unknown":
+                            unknown.append(g["group_id"])
+                if unknown:
+                    describe_states(call.node, unknown, now)
+                else:
+                    finish_node(call.node)
 
         class Brokers(_Call):
             def build(call, core, node):
@@ -1020,6 +1112,10 @@ class AdminCore(DriverIO):
         core = self
 
         class Leaders(_Call):
+            def describe(call):
+                # A timeout names the operation's request, not only "Metadata".
+                return f"Metadata (finding the leaders for {api}) to any broker"
+
             def build(call, core_, node):
                 return {"topics": [{"name": t} for t in sorted({tp.topic for tp in call.keys})],
                         "allow_auto_topic_creation": False}
@@ -1050,7 +1146,7 @@ class AdminCore(DriverIO):
                     by_leader.setdefault(leader, []).append(tp)
                 for leader, tps in sorted(by_leader.items()):
                     c = _SelfCall(op, api, tps, build, on_answer, target=NODE, node=leader,
-                                  tries=call.tries, not_before=now)
+                                  tries=call.tries, not_before=now, drops=call.drops)
                     c.on_moved = relookup
                     core._submit(c)
                 if wait:
@@ -1078,7 +1174,8 @@ class AdminCore(DriverIO):
                 core._retry(call, last, now, moved=True, keys=again)
 
         def relookup(c, now2):
-            again = Leaders(op, "Metadata", c.keys, tries=c.tries, not_before=c.next_try_at)
+            again = Leaders(op, "Metadata", c.keys, tries=c.tries, not_before=c.next_try_at,
+                            drops=c.drops)
             again.last_error = c.last_error
             core._submit(again)
 
@@ -1200,6 +1297,13 @@ def _copy_call(call, keys):
     c = copy.copy(call)
     c.keys = list(keys)
     return c
+
+
+def _key_text(key):
+    """An item as errors show it: t-0 for a TopicPartition."""
+    if isinstance(key, TopicPartition):
+        return f"{key.topic}-{key.partition}"
+    return str(key)
 
 
 def _closed_error():

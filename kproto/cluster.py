@@ -13,11 +13,47 @@ next one.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Optional
 
 from kproto import error_codes
 
-__all__ = ["ClusterMetadata", "TopicPartition"]
+__all__ = ["ClusterMetadata", "TopicPartition", "validate_topic_name", "MAX_TOPIC_NAME_LENGTH"]
+
+#: Kafka's limit (org.apache.kafka.common.internals.Topic): a partition's log
+#: directory is "<topic>-<partition>", and 249 + "-" + a partition number
+#: stays within the 255 bytes a file name may have.
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(topic) -> str:
+    """Return ``topic`` if Kafka accepts it as a topic name; else raise
+    :class:`kproto.error_codes.InvalidTopicError` (the class of the broker's
+    INVALID_TOPIC_EXCEPTION, so one ``except`` catches either) saying why.
+
+    The rules are the broker's (Topic.validate): 1 to 249 characters out of
+    ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``. Checked on the client
+    because not every broker enforces them (a Kafka-compatible broker may
+    create ``'bad name?'``, which Kafka clients then cannot use), and a
+    name the broker refuses would otherwise surface as a metadata timeout."""
+    if not isinstance(topic, str):
+        raise TypeError(f"a topic name is a str, not {type(topic).__name__}: {topic!r}")
+    if _LEGAL_TOPIC.fullmatch(topic) and len(topic) <= MAX_TOPIC_NAME_LENGTH \
+            and topic not in (".", ".."):
+        return topic
+    if not topic:
+        why = "a topic name cannot be empty"
+    elif topic in (".", ".."):
+        why = f"topic name {topic!r} is not allowed"
+    elif len(topic) > MAX_TOPIC_NAME_LENGTH:
+        why = (f"topic name {topic[:40]!r}... is {len(topic)} characters long; "
+               f"the limit is {MAX_TOPIC_NAME_LENGTH}")
+    else:
+        bad = "".join(sorted({c for c in topic if not _LEGAL_TOPIC.fullmatch(c)}))
+        why = (f"topic name {topic!r} contains {bad!r}; only ASCII letters, digits, "
+               f"'.', '_' and '-' are allowed")
+    raise error_codes.InvalidTopicError(why)
 
 
 class TopicPartition(NamedTuple):

@@ -732,3 +732,133 @@ def test_list_offsets_request_shape_and_handle_states():
         {"partition_index": 0, "current_leader_epoch": -1, "timestamp": 7000, "max_num_offsets": 1}]}]
     assert h.result() == {TP("t", 0): ListOffsetsResultInfo(7, -1, 3)}
     assert h.values() == h.result() and h.errors() == {}
+
+
+# --- issue 15: wrong or slow answers --------------------------------------------------------
+
+class DroppingSim(Sim):
+    """A Sim whose brokers can close the connection on a request, as a broker
+    does with a request it cannot serve: a handler calls ``sim.drop(req)``
+    (and answers NO_RESPONSE); the connection closes once the request is read."""
+
+    def __init__(self, cluster, **config):
+        super().__init__(cluster, **config)
+        self._closing = []
+
+    def drop(self, req):
+        self._closing.append(req.channel)
+        return NO_RESPONSE
+
+    def step(self):
+        moved = super().step()
+        for node, (_, ch) in list(self.channels.items()):
+            if ch in self._closing:
+                self._closing.remove(ch)
+                self.channels.pop(node)
+                self.core.disconnected(node, self.now, ConnectionResetError("closed by the broker"))
+                moved = True
+        return moved
+
+
+def test_delete_records_a_broker_cannot_serve_fails_fast_naming_the_request():
+    fc = FakeCluster(topics={"t": 2})
+    sim = DroppingSim(fc)
+    fc.brokers[1].on("DeleteRecords", sim.drop)
+    h = sim.core.delete_records({TP("t", 0): 3}, now=0)
+    sim.run(h)
+    err = h.items[TP("t", 0)].error
+    msg = str(err)
+    assert not isinstance(err, AdminTimeoutError)
+    assert "DeleteRecords" in msg and "t-0" in msg and "closed the connection" in msg, msg
+    assert "Metadata" not in msg
+    # Retried once (one drop may be bad luck), then given up: well before the timeout.
+    assert len(sim.requests("DeleteRecords")) == 2
+    assert sim.now < 5000
+
+
+def test_one_dropped_connection_is_retried():
+    fc = FakeCluster(topics={"t": 1})
+    sim = DroppingSim(fc)
+    fc.brokers[1].script("DeleteRecords", sim.drop)
+    fc.brokers[1].on("DeleteRecords", lambda req: {"topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "error_code": 0, "low_watermark": 3}]}]})
+    h = sim.core.delete_records({TP("t", 0): 3}, now=0)
+    sim.run(h)
+    assert h.result() == {TP("t", 0): DeletedRecords(3)}
+
+
+def test_a_timeout_after_a_drop_names_the_request_that_was_dropped():
+    fc = FakeCluster(topics={"t": 1})
+    sim = DroppingSim(fc, **{"default.api.timeout.ms": 3000})
+
+    def drop_and_go_away(req):
+        sim.unreachable.add("b1")          # the broker then stays away
+        return sim.drop(req)
+    fc.brokers[1].on("DeleteRecords", drop_and_go_away)
+    h = sim.core.delete_records({TP("t", 0): 3}, now=0)
+    sim.run(h)
+    msg = str(h.items[TP("t", 0)].error)
+    assert "delete_records timed out" in msg and "leaders for DeleteRecords" in msg, msg
+    assert "last error: DeleteRecords to node 1: connection to node 1" in msg, msg
+
+
+def test_list_consumer_groups_asks_describe_groups_for_states_the_listing_lacks():
+    fc = FakeCluster(nodes=(1, 2))
+    # Node 1 answers ListGroups with the state "Unknown" (as Tansu does);
+    # node 2 knows its states.
+    fc.brokers[1].on("ListGroups", lambda req: {"groups": [
+        {"group_id": "a", "protocol_type": "consumer", "group_state": "Unknown"},
+        {"group_id": "b", "protocol_type": "consumer", "group_state": "Unknown"},
+        {"group_id": "gone", "protocol_type": "consumer", "group_state": "Unknown"}]})
+    fc.brokers[1].on("DescribeGroups", lambda req: {"groups": [
+        {"group_id": g, "error_code": 16 if g == "gone" else 0,
+         "group_state": {"a": "Stable", "b": "Empty"}.get(g, ""), "protocol_type": "consumer",
+         "members": []} for g in req.body["groups"]]})
+    fc.brokers[2].on("ListGroups", lambda req: {"groups": [
+        {"group_id": "c", "protocol_type": "consumer", "group_state": "PreparingRebalance"}]})
+    sim = Sim(fc)
+    h = sim.core.list_consumer_groups(now=0)
+    sim.run(h)
+    states = {g.group_id: g.state for g in h.result()}
+    assert states == {"a": "Stable", "b": "Empty", "gone": "Unknown", "c": "PreparingRebalance"}
+    [(node, req)] = sim.requests("DescribeGroups")      # one request, to the listing broker
+    assert node == 1 and sorted(req.body["groups"]) == ["a", "b", "gone"]
+    assert sim.core.events() == [h]                     # the inner step is not reported
+    # A states filter the broker could not apply is applied to the real states.
+    h = sim.core.list_consumer_groups(states=["Stable"], now=sim.now)
+    sim.run(h)
+    assert [g.group_id for g in h.result()] == ["a"]
+
+
+def test_list_consumer_groups_keeps_the_listing_when_describe_groups_fails():
+    fc = FakeCluster()
+    fc.brokers[1].on("ListGroups", lambda req: {"groups": [
+        {"group_id": "a", "protocol_type": "consumer", "group_state": "Unknown"}]})
+    fc.brokers[1].on("DescribeGroups", lambda req: {"groups": [
+        {"group_id": "a", "error_code": 29, "members": []}]})
+    sim = Sim(fc)
+    h = sim.core.list_consumer_groups(now=0)
+    sim.run(h)
+    assert [(g.group_id, g.state) for g in h.result()] == [("a", "Unknown")]
+
+
+@pytest.mark.parametrize("bad", ["bad name?", "a" * 250, ".", "..", "", "tab\there", "ünï"])
+def test_create_topics_refuses_illegal_names_without_asking_the_broker(bad):
+    fc = FakeCluster()
+    fc.brokers[1].on("CreateTopics", lambda req: {"topics": [
+        {"name": t["name"], "error_code": 0} for t in req.body["topics"]]})
+    sim = Sim(fc)
+    h = sim.core.create_topics([bad, "fine.name_1-x"], now=0)
+    sim.run(h)
+    err = h.items[bad].error
+    assert isinstance(err, error_codes.InvalidTopicError)
+    assert h.items["fine.name_1-x"].error is None        # the legal one is created (as Java)
+    [(_, req)] = sim.requests("CreateTopics")
+    assert [t["name"] for t in req.body["topics"]] == ["fine.name_1-x"]
+
+
+def test_create_topics_with_only_illegal_names_is_done_at_once():
+    core = AdminCore({"bootstrap.servers": "h:1"})
+    h = core.create_topics(["x" * 250], now=0)
+    assert h.done and "249" in str(h.error)
+    assert core.events() == [h] and not core.pending

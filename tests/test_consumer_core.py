@@ -481,3 +481,46 @@ def test_committed_and_commit_need_group():
     h = core.committed([TP("t", 0), TP("t", 1)], 0)
     sim.run(lambda: h.done)
     assert h.result() == {TP("t", 0): None, TP("t", 1): OffsetAndMetadata(5, "", -1)}
+
+
+# --- issue 15: topic names and auto-creation -----------------------------------------------
+
+@pytest.mark.parametrize("bad", ["bad name?", "x" * 250, ".", "..", ""])
+def test_subscribe_and_assign_refuse_illegal_topic_names(bad):
+    from kproto.error_codes import InvalidTopicError
+    _, core, _ = make(group_id="g")
+    with pytest.raises(InvalidTopicError):
+        core.subscribe(["ok", bad], 0)
+    with pytest.raises(InvalidTopicError):
+        core.assign([TP("ok", 0), TP(bad, 0)], 0)
+    assert core.mode is None and not core.cluster.topics      # nothing half-done
+    core.subscribe(["x" * 249, "a.b_c-D9"], 0)                # the longest legal name
+
+
+def _metadata_requests_allow_creation(kafka):
+    return {r.body["allow_auto_topic_creation"] for r in kafka.broker.requests_of("Metadata")}
+
+
+def test_assign_never_creates_topics_subscribe_follows_allow_auto_create_topics():
+    # Java: allow.auto.create.topics (default true) lets the Metadata
+    # requests of a subscription create its topics; assign() never does.
+    kafka, core, sim = make(FakeKafka({"t": 1}))
+    core.assign([TP("t", 0)], 0)
+    sim.run(lambda: kafka.count("Metadata") >= 1)
+    assert _metadata_requests_allow_creation(kafka) == {False}
+
+    kafka, core, sim = make(FakeKafka({"t": 1}), group_id="g")
+    core.subscribe(["t"], 0)
+    sim.run(lambda: kafka.count("Metadata") >= 1)
+    assert _metadata_requests_allow_creation(kafka) == {True}
+    core.unsubscribe(sim.now)
+    core.assign([TP("t", 0)], sim.now)
+    before = kafka.count("Metadata")
+    core.cluster.request_update()
+    sim.run(lambda: kafka.count("Metadata") > before)
+    assert kafka.broker.requests_of("Metadata")[-1].body["allow_auto_topic_creation"] is False
+
+    kafka, core, sim = make(FakeKafka({"t": 1}), group_id="g", allow_auto_create_topics=False)
+    core.subscribe(["t"], 0)
+    sim.run(lambda: kafka.count("Metadata") >= 1)
+    assert _metadata_requests_allow_creation(kafka) == {False}

@@ -1,7 +1,9 @@
 """kio.Producer's DeliveryFuture is a real concurrent.futures.Future even
-though its Condition and waiter/callback lists are made lazily: wait(),
+though Future.__init__ runs only when something needs it: wait(),
 as_completed(), add_done_callback() and result(timeout) must all work,
-whether they start before or after the record is delivered."""
+whether they start before or after the record is delivered - and without
+touching Future's private attributes, so that a Python whose Future keeps its
+state under other names still works (simulated below)."""
 import concurrent.futures
 import threading
 
@@ -49,10 +51,19 @@ def test_done_callbacks_before_and_after_delivery_and_errors():
         fut.result(timeout=1)
 
 
+def _has_future_state(fut):
+    """Whether Future.__init__ ran on ``fut`` (its Condition is there), found
+    without naming Future's private attributes."""
+    return any(isinstance(v, threading.Condition) for v in vars(fut).values())
+
+
 def test_a_future_nobody_waits_on_allocates_no_condition():
     fut = DeliveryFuture()
     _deliver(fut, delay=0).join()
-    assert fut._cond is None and fut.done()
+    assert fut.done() and fut.result().offset == 107 and fut.exception() is None
+    fut.add_done_callback(lambda f: None)      # already done: called at once
+    assert not fut.running() and not fut.cancelled() and not fut.cancel()
+    assert not _has_future_state(fut)
 
 
 # -- attached futures: state read from the batch's shared outcome -------------------------------
@@ -107,3 +118,115 @@ def test_attached_futures_fail_with_the_batch_error():
     assert [f.exception(0) for f in futs] == [err, err]
     with pytest.raises(KafkaError, match="batch failed"):
         futs[1].result(0)
+
+
+# -- no dependence on concurrent.futures' private attributes -------------------------------------
+
+def test_our_attributes_do_not_collide_with_futures_own_state():
+    # Future.__init__ runs on a live DeliveryFuture: it must not overwrite
+    # anything of ours (class defaults included).
+    ours = {n for n in vars(DeliveryFuture) if not n.startswith("__")}
+    assert not ours & set(vars(concurrent.futures.Future()))
+    # ... and it overrides only the documented methods of Future.
+    documented = {"result", "exception", "done", "running", "cancelled", "cancel", "add_done_callback"}
+    assert ours & set(dir(concurrent.futures.Future)) == documented
+
+
+def _renamed_futures_module():
+    """concurrent.futures._base as a future CPython might have it: the same
+    code with Future's private state under other names."""
+    import inspect
+    import re
+    import types
+    src = inspect.getsource(concurrent.futures._base)
+    for name in ("_condition", "_state", "_waiters", "_result", "_exception", "_done_callbacks"):
+        src, n = re.subn(rf"\b{name}\b", f"{name}_v2", src)
+        assert n, name
+    mod = types.ModuleType("renamed_futures_base")
+    exec(compile(src, "<renamed concurrent.futures._base>", "exec"), mod.__dict__)
+    return mod
+
+
+@pytest.fixture
+def renamed():
+    """(module, DeliveryFuture): kio/producer.py loaded on top of a Future
+    whose private attributes have other names."""
+    import importlib.util
+
+    import kio.producer
+    mod = _renamed_futures_module()
+    real = concurrent.futures.Future
+    concurrent.futures.Future = mod.Future
+    try:
+        spec = importlib.util.spec_from_file_location("kio_producer_on_renamed_futures",
+                                                      kio.producer.__file__)
+        producer = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(producer)
+    finally:
+        concurrent.futures.Future = real
+    assert issubclass(producer.DeliveryFuture, mod.Future)
+    return mod, producer.DeliveryFuture
+
+
+def test_works_on_a_future_class_with_other_private_names(renamed):
+    mod, Fut = renamed
+    fut = Fut()
+    _deliver(fut, offset=5)
+    assert fut.result(timeout=5).offset == 105              # waited on another thread
+    futs = [Fut() for _ in range(3)]
+    for i, f in enumerate(futs):
+        _deliver(f, offset=i, delay=0.02 * (i + 1))
+    done, not_done = mod.wait(futs, timeout=5)
+    assert done == set(futs) and not not_done
+    again = [Fut() for _ in range(2)]
+    for f in again:
+        _deliver(f, error=KafkaError("no"))
+    assert [type(f.exception()) for f in mod.as_completed(again, timeout=5)] == [KafkaError] * 2
+    seen = []
+    f = Fut()
+    f.add_done_callback(lambda x: seen.append(x.result().offset))
+    _deliver(f, offset=1).join()
+    f.add_done_callback(lambda x: seen.append(-x.result().offset))
+    assert seen == [101, -101]
+    assert "finished" in repr(f)
+
+
+def test_attached_futures_work_on_a_future_class_with_other_private_names(renamed):
+    mod, Fut = renamed
+    from kproto.producer.outcome import BatchOutcome
+    outcome, futs = BatchOutcome("t", 2), []
+    for i in range(3):
+        f = Fut()
+        f.topic, f.partition, f.timestamp, f._outcome, f._delta = "t", 2, 50, outcome, i
+        futs.append(f)
+    _finish_later(outcome)
+    done, _ = mod.wait(futs, timeout=5)
+    assert len(done) == 3 and [f.result().offset for f in futs] == [1000, 1001, 1002]
+
+
+def test_a_waiter_racing_with_the_completion_is_always_woken():
+    # Many short races between a waiter initialising the Future and the
+    # network thread completing the record: none may hang.
+    from kproto.producer import complete_results
+    from kproto.producer.outcome import BatchOutcome
+    from kproto.producer.sender import BatchResult
+    for i in range(300):
+        outcome, futs = _attached(2)
+        futs.append(DeliveryFuture())
+        t = threading.Thread(target=lambda o=outcome, f=futs[2]: (
+            complete_results([BatchResult("t", 2, 0, -1, None, [], o)]),
+            f._complete("t", 2, 0, 0, 1, -1, None)))
+        t.start()
+        done, not_done = concurrent.futures.wait(futs, timeout=5)
+        t.join()
+        assert not not_done, i
+
+
+def test_asyncio_wrap_future_awaits_a_delivery():
+    import asyncio
+
+    async def main():
+        fut = DeliveryFuture()
+        _deliver(fut, offset=3)
+        return (await asyncio.wait_for(asyncio.wrap_future(fut), 5)).offset
+    assert asyncio.run(main()) == 103

@@ -694,3 +694,21 @@ def test_idle_topics_are_dropped_from_metadata_after_metadata_max_idle_ms():
     last = kafka.brokers[1].requests_of("Metadata")[-1]
     assert [t["name"] for t in last.body["topics"]] == ["t"]
     assert core.cluster.partition_count("u") is None
+
+
+@pytest.mark.parametrize("bad", ["bad name?", "x" * 250, ".", "..", ""])
+def test_illegal_topic_names_are_refused_before_any_metadata_request(bad):
+    # Kafka's rules, checked by the client: a broker that does not enforce
+    # them would create the topic, one that does would leave send() waiting
+    # for metadata until max.block.ms.
+    from kproto.error_codes import InvalidTopicError
+    core, kafka, sim = make()
+    with pytest.raises(InvalidTopicError):
+        core.send(bad, b"v", now=0)
+    with pytest.raises(InvalidTopicError):
+        core.send_many(bad, [b"v"], now=0)
+    with pytest.raises(InvalidTopicError):
+        core.partitions_for(bad, 0)
+    assert bad not in core.cluster.topics
+    with pytest.raises(TypeError):
+        core.send(None, b"v", now=0)

@@ -20,7 +20,7 @@ import time
 
 from kio.cli import admin, consume, perf, produce
 from kio.cli.common import (
-    EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, interrupts,
+    EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, UsageError, interrupts,
 )
 from kproto.errors import ConfigError, KafkaError
 
@@ -67,9 +67,9 @@ def _common_options() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kio", description="Kafka tools built on kproto/kio",
-                                     epilog=EXIT_CODES_HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="kio", description="Kafka tools built on kproto/kio",
+                            epilog=EXIT_CODES_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
     common = _common_options()

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import sys
 
-from kio.cli.common import EXIT_OK, UsageError, properties
+from kio.cli.common import EXIT_OK, UsageError, properties, topic_name
 
 
 def add_parsers(sub, common):
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
     p = tsub.add_parser("create", parents=[common])
-    p.add_argument("--topic", required=True, action="append", help="repeatable")
+    p.add_argument("--topic", required=True, action="append", type=topic_name, help="repeatable")
     p.add_argument("--partitions", type=int, default=-1, help="default: the broker's")
     p.add_argument("--replication-factor", type=int, default=-1, help="default: the broker's")
     p.add_argument("--config", action="append", metavar="K=V", help="a topic config (repeatable)")

@@ -2,6 +2,7 @@
 the progress line, and turning SIGTERM into a clean shutdown."""
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import time
@@ -12,12 +13,40 @@ EXIT_CODES_HELP = """exit codes:
   0    success
   1    a Kafka error (unreachable broker, unknown topic, failed delivery,
        verification mismatch)
-  2    bad usage (unknown option, bad --property key or value)
+  2    bad usage (unknown option, bad --property key or value, an illegal
+       topic name, an unreadable --file)
   130  interrupted (Ctrl-C or SIGTERM) after a clean shutdown"""
 
 
 class UsageError(Exception):
     """Bad command-line input: exit code 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, except that an argument a subcommand does not know
+    is reported by that subcommand: argparse hands a subparser's leftovers
+    back to the top-level parser, so ``kio consume --from-begining`` printed
+    ``kio``'s usage instead of ``kio consume``'s. Subparsers are made of the
+    class of their parent (add_subparsers' default), so making the top-level
+    parser one of these is enough."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+def topic_name(value: str) -> str:
+    """argparse ``type=`` for a topic to create or write: Kafka's naming
+    rules, checked before anything connects (exit code 2 with the usage)."""
+    from kproto.cluster import validate_topic_name
+    from kproto.errors import KafkaError
+
+    try:
+        return validate_topic_name(value)
+    except KafkaError as e:
+        raise argparse.ArgumentTypeError(getattr(e, "message", str(e))) from None
 
 
 def properties(pairs, what="--property") -> dict:

@@ -6,13 +6,15 @@ import json
 import sys
 import time
 
-from kio.cli.common import EXIT_INTERRUPTED, EXIT_OK, Progress, UsageError, interrupts, properties
+from kio.cli.common import (
+    EXIT_INTERRUPTED, EXIT_OK, Progress, UsageError, interrupts, properties, topic_name,
+)
 from kproto.errors import KafkaError
 
 
 def add_parser(sub, common):
     p = sub.add_parser("consume", parents=[common], help="print records of a topic")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, type=topic_name)
     p.add_argument("--group", help="consume as a member of this group (commits its offsets)")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset when there is no committed one")

@@ -7,12 +7,13 @@ import time
 
 from kio.cli.common import (
     EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Progress, UsageError, headers, interrupts, properties,
+    topic_name,
 )
 
 
 def add_parser(sub, common):
     p = sub.add_parser("produce", parents=[common], help="send lines from stdin or a file as records")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, type=topic_name)
     p.add_argument("--file", help="read lines from this file instead of stdin")
     p.add_argument("--parse-key", action="store_true", help="split each line into key and value")
     p.add_argument("--key-separator", default="\t", help="between key and value (default: tab)")
@@ -54,17 +55,30 @@ def _config(args) -> dict:
     return conf
 
 
-def _lines(args):
-    if args.file:
-        with open(args.file, "rb") as f:
-            yield from f
-    else:
-        yield from sys.stdin.buffer
+def _open_input(args):
+    """The binary stream of input lines. A --file that cannot be read is the
+    user's input error (exit 2, like a bad option), not a Kafka error
+    (exit 1); opened before the producer, so nothing connects in vain."""
+    if not args.file:
+        return sys.stdin.buffer
+    try:
+        return open(args.file, "rb")
+    except OSError as e:
+        raise UsageError(f"--file {args.file!r}: cannot read it: {e.strerror or e}") from None
+
+
+def _lines(source):
+    try:
+        yield from source
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
 
 
 def run(args) -> int:
     from kio.producer import Producer
 
+    source = _open_input(args)
     sep = args.key_separator.encode()
     hdrs = headers(args.header)
     deliveries = _Deliveries()
@@ -74,7 +88,7 @@ def run(args) -> int:
     next_at = time.monotonic()
     with Producer(_config(args)) as producer:
         try:
-            for number, line in enumerate(_lines(args), 1):
+            for number, line in enumerate(_lines(source), 1):
                 line = line.rstrip(b"\r\n") if line.endswith(b"\n") else line
                 key = None
                 if args.parse_key:

@@ -41,7 +41,7 @@ from typing import Optional
 
 from kproto import error_codes
 from kproto.client import DriverIO, network_for
-from kproto.cluster import ClusterMetadata, TopicPartition
+from kproto.cluster import ClusterMetadata, TopicPartition, validate_topic_name
 from kproto.consumer import ANY, OffsetAndMetadata
 from kproto.consumer.commits import OffsetCommitter
 from kproto.consumer.config import parse_consumer_config
@@ -156,8 +156,10 @@ class ConsumerCore(DriverIO):
         cfg = config if isinstance(config, Config) else parse_consumer_config(config, **kwargs)
         self.config = cfg
         self.rng = rng or random.Random()
+        # Java: allow.auto.create.topics applies to the topics of subscribe()
+        # only; assign() and lookups never create a topic (see _set_mode).
         self.cluster, self.client = network_for(
-            cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=cfg.allow_auto_create_topics,
+            cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=False,
             cluster_class=_ConsumerCluster)
         self.client.on_metadata = self._on_metadata
         self.positions = Positions(cfg.auto_offset_reset)
@@ -223,9 +225,8 @@ class ConsumerCore(DriverIO):
         if self.mode == "assign":
             raise KafkaError("subscribe() after assign(): call unsubscribe() first")
         for t in topics:
-            if not isinstance(t, str) or not t:
-                raise ValueError(f"topic names are non-empty strings, not {t!r}")
-        self.mode = "subscribe"
+            validate_topic_name(t)
+        self._set_mode("subscribe")
         self.cluster.all_topics = False
         self.committer.membership = self.membership
         for t in topics:
@@ -242,7 +243,7 @@ class ConsumerCore(DriverIO):
         if self.mode == "assign":
             raise KafkaError("subscribe() after assign(): call unsubscribe() first")
         pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
-        self.mode = "pattern"
+        self._set_mode("pattern")
         self.cluster.all_topics = True
         self.committer.membership = self.membership
         self.membership.subscribe_pattern(pattern, now)
@@ -254,7 +255,9 @@ class ConsumerCore(DriverIO):
         if self.mode in ("subscribe", "pattern"):
             raise KafkaError("assign() after subscribe(): call unsubscribe() first")
         tps = [TopicPartition(*tp) for tp in partitions]
-        self.mode = "assign" if tps else None
+        for tp in tps:
+            validate_topic_name(tp.topic)
+        self._set_mode("assign" if tps else None)
         if self.committer is not None:
             self.committer.membership = None             # a "simple" group: generation -1
         keep = set(tps)
@@ -268,10 +271,20 @@ class ConsumerCore(DriverIO):
         if self.mode in ("subscribe", "pattern"):
             self.membership.unsubscribe(now)
             self._process_membership_events(now)
-        self.mode = None
+        self._set_mode(None)
         self.cluster.all_topics = False
         self._drop_buffered(lambda tp: True)
         self.positions.assign([])
+
+    def _set_mode(self, mode):
+        """Switch the subscription mode, and with it whether our Metadata
+        requests may create topics: as in Java, only the topics of a
+        subscribe() are created (when allow.auto.create.topics and the
+        broker allow it); an assign() of a missing topic must not create
+        it, and a pattern subscription asks for every topic anyway."""
+        self.mode = mode
+        self.cluster.allow_auto_topic_creation = (
+            mode == "subscribe" and bool(self.config.allow_auto_create_topics))
 
     def assignment(self) -> set:
         return set(self.positions.assigned())

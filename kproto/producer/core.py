@@ -26,6 +26,7 @@ import random
 from typing import Optional
 
 from kproto.client import DriverIO, network_for
+from kproto.cluster import validate_topic_name
 from kproto.errors import KafkaError
 from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
 from kproto.records import RECORD_BATCH_OVERHEAD
@@ -230,9 +231,14 @@ class ProducerCore(DriverIO):
 
     # -- metadata ---------------------------------------------------------------------
     def partitions_for(self, topic, now=None) -> Optional[int]:
-        """Partition count of ``topic``, or None while unknown (a refresh is requested)."""
+        """Partition count of ``topic``, or None while unknown (a refresh is requested).
+        Raises InvalidTopicError for a name Kafka does not allow."""
         n = self.cluster.partition_count(topic)
         if n is None:
+            # Checked here, on the way to a topic's first metadata request and
+            # never on the per-record path: a known topic passed already.
+            if topic not in self.cluster.topics:
+                validate_topic_name(topic)
             self.cluster.add_topic(topic, now)
             self.cluster.request_update()
         return n
