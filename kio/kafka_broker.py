@@ -25,7 +25,7 @@ from pathlib import Path
 from kio.broker import BrokerProcess, BrokerStartError, free_port
 
 __all__ = ["KafkaBroker", "KAFKA_VERSION", "KAFKA_TOOLS_VERSION", "kafka_classpath",
-           "tools_classpath", "java_binary"]
+           "tools_classpath", "java_binary", "official_message_dir"]
 
 #: The Apache Kafka release the suite runs against (the broker and its client jar).
 KAFKA_VERSION = "4.4.0"
@@ -134,6 +134,25 @@ def kafka_classpath(version: str = KAFKA_VERSION) -> str:
 def kafka_clients_jar(version: str = KAFKA_VERSION) -> Path:
     """The ``kafka-clients`` jar of ``version`` (it holds the official message definitions)."""
     return _fetch("kafka_2.13", version) / f"kafka-clients-{version}.jar"
+
+
+def official_message_dir(version: str = KAFKA_VERSION) -> Path:
+    """A folder with the official message definitions (``*.json``) of Kafka
+    ``version``, unpacked once from its kafka-clients jar (``common/message/``):
+    what kproto's schema tables are generated from and checked against."""
+    import zipfile
+
+    jar = kafka_clients_jar(version)
+    folder = jar.parent.parent / "messages"
+    done = folder / ".complete"
+    if not done.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(jar) as z:
+            for name in z.namelist():
+                if name.startswith("common/message/") and name.endswith(".json"):
+                    (folder / name.rsplit("/", 1)[1]).write_bytes(z.read(name))
+        done.write_text(version)
+    return folder
 
 
 def tools_classpath(version: str = KAFKA_TOOLS_VERSION) -> str:

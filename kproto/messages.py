@@ -132,7 +132,11 @@ def api(name_or_key) -> Api:
     return found
 
 
-_REQUEST_HEADER_PLANS = [_codec.get_plan(_headers.REQUEST_HEADER, v) for v in range(3)]
+# Request header v0 (no client id) served only ControlledShutdown v0, which Kafka
+# 4 dropped along with it; this client sends v1 or v2 (request_header_version).
+_REQUEST_HEADER_PLANS = {v: _codec.get_plan(_headers.REQUEST_HEADER, v)
+                         for v in range(_headers.REQUEST_HEADER["valid"][0],
+                                        _headers.REQUEST_HEADER["valid"][1] + 1)}
 _RESPONSE_HEADER_PLANS = [_codec.get_plan(_headers.RESPONSE_HEADER, v) for v in range(2)]
 
 

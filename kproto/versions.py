@@ -12,7 +12,8 @@ from __future__ import annotations
 from kproto.errors import UnsupportedVersionError
 from kproto.messages import APIS_BY_KEY, api as _api
 
-__all__ = ["VersionTable", "negotiate", "apiversions_fallback_version",
+__all__ = ["VersionTable", "negotiate", "apiversions_fallback_version", "CLIENT_VERSION_CAPS",
+           "client_max_version",
            "CLIENT_API_VERSIONS_MAX", "API_VERSIONS_KEY", "UNSUPPORTED_VERSION"]
 
 API_VERSIONS_KEY = 18
@@ -20,6 +21,30 @@ API_VERSIONS_KEY = 18
 CLIENT_API_VERSIONS_MAX = APIS_BY_KEY[API_VERSIONS_KEY].max_version
 #: Kafka error code UNSUPPORTED_VERSION.
 UNSUPPORTED_VERSION = 35
+
+
+#: Versions newer than these exist in the schema tables (they follow the official
+#: definitions of the pinned Kafka release) but change what a request means in a
+#: way this client does not speak yet, so it never picks them: from these on, the
+#: requests name topics by topic id only (KIP-516 for Produce v13, KIP-848's
+#: OffsetCommit/OffsetFetch v10, KIP-1319's TxnOffsetCommit v6). Brokers keep
+#: serving the named versions.
+CLIENT_VERSION_CAPS = {
+    "Produce": 12,
+    "OffsetCommit": 9,
+    "OffsetFetch": 9,
+    "TxnOffsetCommit": 5,
+}
+_CAPS_BY_KEY = {_api(name).key: v for name, v in CLIENT_VERSION_CAPS.items()}
+
+
+def client_max_version(api) -> int:
+    """The newest version of ``api`` this client sends: its table's max, less
+    one when the official definitions mark that one unstable (as the Java
+    client does unless told otherwise), or a cap of CLIENT_VERSION_CAPS."""
+    a = _api(api)
+    top = a.max_version - 1 if a.latest_unstable and a.max_version > a.min_version else a.max_version
+    return min(top, _CAPS_BY_KEY.get(a.key, top))
 
 
 def _broker_ranges(broker_versions) -> dict:
@@ -60,7 +85,7 @@ class VersionTable:
             rng = self.broker.get(key)
             if rng is None:
                 continue
-            lo, hi = max(a.min_version, rng[0]), min(a.max_version, rng[1])
+            lo, hi = max(a.min_version, rng[0]), min(client_max_version(a), rng[1])
             if lo <= hi:
                 self._chosen[key] = hi
 
@@ -91,7 +116,7 @@ class VersionTable:
         [min_version, max_version] (a feature's needs). Raises
         UnsupportedVersionError naming the API and both ranges."""
         a = _api(api)
-        lo, hi = a.min_version, a.max_version
+        lo, hi = a.min_version, client_max_version(a)
         if min_version is not None:
             lo = max(lo, min_version)
         if max_version is not None:

@@ -258,8 +258,10 @@ def test_encode_error_nested_path():
 
 
 def test_unsupported_versions():
-    with pytest.raises(UnsupportedVersionError, match="Produce v12"):
-        m.encode_request("Produce", 12, 1, "c", {})
+    with pytest.raises(UnsupportedVersionError, match="Produce v14"):
+        m.encode_request("Produce", 14, 1, "c", {})
+    with pytest.raises(UnsupportedVersionError, match="Produce v2"):      # dropped in Kafka 4 (KIP-896)
+        m.encode_request("Produce", 2, 1, "c", {})
     with pytest.raises(UnsupportedVersionError):
         m.decode_response("Produce", -1, b"")
     with pytest.raises(KeyError):
@@ -298,7 +300,7 @@ def test_invalid_utf8_is_a_decode_error():
 def test_api_objects():
     produce_api = m.api("Produce")
     assert m.api(0) is produce_api and m.APIS_BY_NAME["Produce"] is produce_api
-    assert (produce_api.key, produce_api.min_version, produce_api.max_version) == (0, 0, 11)
+    assert (produce_api.key, produce_api.min_version, produce_api.max_version) == (0, 3, 13)
     assert produce_api.request is produce.REQUEST and produce_api.response is produce.RESPONSE
     assert not produce_api.is_flexible(8) and produce_api.is_flexible(9)
     assert produce_api.request_header_version(8) == 1 and produce_api.request_header_version(9) == 2
@@ -316,7 +318,7 @@ def test_plans_are_cached():
     assert _codec.get_plan(fetch.REQUEST, 15) is _codec.get_plan(fetch.REQUEST, 15)
     assert m.api("Fetch").request_plan(15) is _codec.get_plan(fetch.REQUEST, 15)
     with pytest.raises(ValueError):
-        _codec.get_plan(metadata.REQUEST, 13)
+        _codec.get_plan(metadata.REQUEST, 14)
 
 
 def test_fetch_v15_replica_state_tagged_struct_default_not_written():

@@ -204,7 +204,7 @@ def test_garbage_response_body_is_a_decode_error_that_closes():
     bystander = conn.send("Metadata", {}, 1)
     events = pump(conn, broker, 2)
     assert isinstance(garbled.error, DecodeError)
-    assert "Metadata v12 response" in str(garbled.error) and str(garbled.correlation_id) in str(garbled.error)
+    assert "Metadata v13 response" in str(garbled.error) and str(garbled.correlation_id) in str(garbled.error)
     assert isinstance(bystander.error, ConnectionClosedError) and "decode" in str(bystander.error)
     assert [e.request for e in of(events, RequestFailed)] == [garbled, bystander]
     assert isinstance(events[-1], ConnectionClosed) and events[-1].error is garbled.error

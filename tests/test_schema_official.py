@@ -6,9 +6,11 @@ and compares every table field by field (names, types, version ranges,
 nullable/flexible/tagged versions, tags, defaults, nesting), and checks that
 running the generator would not change the committed files.
 
-The definitions are reference data outside the repository: they are found at
-../shared/kafka-protocol/messages (next to the repository) or $KPROTO_PROTOCOL_DIR.
-When they are absent this module is skipped -- the only skip in the suite.
+The definitions are reference data outside the repository: those of the Kafka
+release the suite runs against, unpacked from its kafka-clients jar
+(kio.kafka_broker.official_message_dir, fetched with Maven), or
+$KPROTO_PROTOCOL_DIR; only when the jar cannot be had, the older copy at
+../shared/kafka-protocol/messages. When none is there this module is skipped.
 """
 import importlib.util
 import json
@@ -18,8 +20,19 @@ from pathlib import Path
 
 import pytest
 
-PROTOCOL_DIR = Path(os.environ.get("KPROTO_PROTOCOL_DIR")
-                    or Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol" / "messages")
+
+
+def _protocol_dir():
+    if os.environ.get("KPROTO_PROTOCOL_DIR"):
+        return Path(os.environ["KPROTO_PROTOCOL_DIR"])
+    try:
+        from kio.kafka_broker import official_message_dir
+        return official_message_dir()
+    except Exception:  # noqa: BLE001  (no Maven: the shared copy)
+        return Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol" / "messages"
+
+
+PROTOCOL_DIR = _protocol_dir()
 
 if not PROTOCOL_DIR.is_dir():
     pytest.skip(f"official Kafka message definitions not found at {PROTOCOL_DIR} "

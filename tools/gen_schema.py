@@ -12,8 +12,9 @@ only (names, types, versions, tags, defaults), never the definitions' prose.
 Usage:
     python tools/gen_schema.py [--protocol-dir DIR] [--out kproto/schema] [--check]
 
-DIR defaults to $KPROTO_PROTOCOL_DIR or ../shared/kafka-protocol/messages next
-to the repository. --check writes nothing and exits 1 when a generated file is
+DIR defaults to $KPROTO_PROTOCOL_DIR, else the definitions inside the
+kafka-clients jar of the Kafka release the suite pins (kio.kafka_broker.KAFKA_VERSION,
+fetched with Maven), else ../shared/kafka-protocol/messages next to the repository. --check writes nothing and exits 1 when a generated file is
 missing or differs from what would be written.
 """
 from __future__ import annotations
@@ -334,7 +335,17 @@ def default_protocol_dir() -> Path:
     env = os.environ.get("KPROTO_PROTOCOL_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol" / "messages"
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    try:
+        from kio.kafka_broker import official_message_dir
+        return official_message_dir()
+    except Exception as exc:  # no Maven / no registry: the older shared copy
+        print(f"gen_schema: the pinned Kafka release's definitions are not available ({exc}); "
+              "using ../shared/kafka-protocol/messages", file=sys.stderr)
+        return repo.parent / "shared" / "kafka-protocol" / "messages"
+    finally:
+        sys.path.pop(0)
 
 
 def main(argv=None) -> int:

@@ -4,12 +4,14 @@
 NAME = 'ApiVersions'
 API_KEY = 18
 
-REQUEST = {'name': 'ApiVersionsRequest', 'type': 'request', 'api_key': 18, 'valid': (0, 4), 'flexible': 3, 'fields': [
+REQUEST = {'name': 'ApiVersionsRequest', 'type': 'request', 'api_key': 18, 'valid': (0, 5), 'flexible': 3, 'fields': [
     {'name': 'client_software_name', 'type': 'string', 'versions': (3, None), 'ignorable': True},
     {'name': 'client_software_version', 'type': 'string', 'versions': (3, None), 'ignorable': True},
+    {'name': 'cluster_id', 'type': 'string', 'versions': (5, None), 'nullable': (5, None), 'default': None, 'ignorable': True},
+    {'name': 'node_id', 'type': 'int32', 'versions': (5, None), 'default': -1, 'ignorable': True},
 ]}
 
-RESPONSE = {'name': 'ApiVersionsResponse', 'type': 'response', 'api_key': 18, 'valid': (0, 4), 'flexible': 3, 'fields': [
+RESPONSE = {'name': 'ApiVersionsResponse', 'type': 'response', 'api_key': 18, 'valid': (0, 5), 'flexible': 3, 'fields': [
     {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
     {'name': 'api_keys', 'type': '[]ApiVersion', 'versions': (0, None), 'fields': [
         {'name': 'api_key', 'type': 'int16', 'versions': (0, None)},

@@ -4,7 +4,7 @@
 NAME = 'CreateTopics'
 API_KEY = 19
 
-REQUEST = {'name': 'CreateTopicsRequest', 'type': 'request', 'api_key': 19, 'valid': (0, 7), 'flexible': 5, 'fields': [
+REQUEST = {'name': 'CreateTopicsRequest', 'type': 'request', 'api_key': 19, 'valid': (2, 7), 'flexible': 5, 'fields': [
     {'name': 'topics', 'type': '[]CreatableTopic', 'versions': (0, None), 'fields': [
         {'name': 'name', 'type': 'string', 'versions': (0, None)},
         {'name': 'num_partitions', 'type': 'int32', 'versions': (0, None)},
@@ -22,7 +22,7 @@ REQUEST = {'name': 'CreateTopicsRequest', 'type': 'request', 'api_key': 19, 'val
     {'name': 'validate_only', 'type': 'bool', 'versions': (1, None), 'default': False},
 ]}
 
-RESPONSE = {'name': 'CreateTopicsResponse', 'type': 'response', 'api_key': 19, 'valid': (0, 7), 'flexible': 5, 'fields': [
+RESPONSE = {'name': 'CreateTopicsResponse', 'type': 'response', 'api_key': 19, 'valid': (2, 7), 'flexible': 5, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (2, None), 'ignorable': True},
     {'name': 'topics', 'type': '[]CreatableTopicResult', 'versions': (0, None), 'fields': [
         {'name': 'name', 'type': 'string', 'versions': (0, None)},

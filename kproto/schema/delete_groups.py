@@ -4,14 +4,15 @@
 NAME = 'DeleteGroups'
 API_KEY = 42
 
-REQUEST = {'name': 'DeleteGroupsRequest', 'type': 'request', 'api_key': 42, 'valid': (0, 2), 'flexible': 2, 'fields': [
+REQUEST = {'name': 'DeleteGroupsRequest', 'type': 'request', 'api_key': 42, 'valid': (0, 3), 'flexible': 2, 'fields': [
     {'name': 'groups_names', 'type': '[]string', 'versions': (0, None)},
 ]}
 
-RESPONSE = {'name': 'DeleteGroupsResponse', 'type': 'response', 'api_key': 42, 'valid': (0, 2), 'flexible': 2, 'fields': [
+RESPONSE = {'name': 'DeleteGroupsResponse', 'type': 'response', 'api_key': 42, 'valid': (0, 3), 'flexible': 2, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (0, None)},
     {'name': 'results', 'type': '[]DeletableGroupResult', 'versions': (0, None), 'fields': [
         {'name': 'group_id', 'type': 'string', 'versions': (0, None)},
         {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
+        {'name': 'error_message', 'type': 'string', 'versions': (3, None), 'nullable': (3, None), 'default': None, 'ignorable': True},
     ]},
 ]}

@@ -4,7 +4,7 @@
 NAME = 'DeleteTopics'
 API_KEY = 20
 
-REQUEST = {'name': 'DeleteTopicsRequest', 'type': 'request', 'api_key': 20, 'valid': (0, 6), 'flexible': 4, 'fields': [
+REQUEST = {'name': 'DeleteTopicsRequest', 'type': 'request', 'api_key': 20, 'valid': (1, 6), 'flexible': 4, 'fields': [
     {'name': 'topics', 'type': '[]DeleteTopicState', 'versions': (6, None), 'fields': [
         {'name': 'name', 'type': 'string', 'versions': (6, None), 'nullable': (6, None), 'default': None},
         {'name': 'topic_id', 'type': 'uuid', 'versions': (6, None)},
@@ -13,7 +13,7 @@ REQUEST = {'name': 'DeleteTopicsRequest', 'type': 'request', 'api_key': 20, 'val
     {'name': 'timeout_ms', 'type': 'int32', 'versions': (0, None)},
 ]}
 
-RESPONSE = {'name': 'DeleteTopicsResponse', 'type': 'response', 'api_key': 20, 'valid': (0, 6), 'flexible': 4, 'fields': [
+RESPONSE = {'name': 'DeleteTopicsResponse', 'type': 'response', 'api_key': 20, 'valid': (1, 6), 'flexible': 4, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (1, None), 'ignorable': True},
     {'name': 'responses', 'type': '[]DeletableTopicResult', 'versions': (0, None), 'fields': [
         {'name': 'name', 'type': 'string', 'versions': (0, None), 'nullable': (6, None)},

@@ -4,12 +4,13 @@
 NAME = 'DescribeCluster'
 API_KEY = 60
 
-REQUEST = {'name': 'DescribeClusterRequest', 'type': 'request', 'api_key': 60, 'valid': (0, 1), 'flexible': 0, 'fields': [
+REQUEST = {'name': 'DescribeClusterRequest', 'type': 'request', 'api_key': 60, 'valid': (0, 2), 'flexible': 0, 'fields': [
     {'name': 'include_cluster_authorized_operations', 'type': 'bool', 'versions': (0, None)},
     {'name': 'endpoint_type', 'type': 'int8', 'versions': (1, None), 'default': 1},
+    {'name': 'include_fenced_brokers', 'type': 'bool', 'versions': (2, None)},
 ]}
 
-RESPONSE = {'name': 'DescribeClusterResponse', 'type': 'response', 'api_key': 60, 'valid': (0, 1), 'flexible': 0, 'fields': [
+RESPONSE = {'name': 'DescribeClusterResponse', 'type': 'response', 'api_key': 60, 'valid': (0, 2), 'flexible': 0, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (0, None)},
     {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
     {'name': 'error_message', 'type': 'string', 'versions': (0, None), 'nullable': (0, None), 'default': None},
@@ -21,6 +22,7 @@ RESPONSE = {'name': 'DescribeClusterResponse', 'type': 'response', 'api_key': 60
         {'name': 'host', 'type': 'string', 'versions': (0, None)},
         {'name': 'port', 'type': 'int32', 'versions': (0, None)},
         {'name': 'rack', 'type': 'string', 'versions': (0, None), 'nullable': (0, None), 'default': None},
+        {'name': 'is_fenced', 'type': 'bool', 'versions': (2, None)},
     ]},
     {'name': 'cluster_authorized_operations', 'type': 'int32', 'versions': (0, None), 'default': -2147483648},
 ]}

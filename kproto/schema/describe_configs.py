@@ -4,7 +4,7 @@
 NAME = 'DescribeConfigs'
 API_KEY = 32
 
-REQUEST = {'name': 'DescribeConfigsRequest', 'type': 'request', 'api_key': 32, 'valid': (0, 4), 'flexible': 4, 'fields': [
+REQUEST = {'name': 'DescribeConfigsRequest', 'type': 'request', 'api_key': 32, 'valid': (1, 4), 'flexible': 4, 'fields': [
     {'name': 'resources', 'type': '[]DescribeConfigsResource', 'versions': (0, None), 'fields': [
         {'name': 'resource_type', 'type': 'int8', 'versions': (0, None)},
         {'name': 'resource_name', 'type': 'string', 'versions': (0, None)},
@@ -14,7 +14,7 @@ REQUEST = {'name': 'DescribeConfigsRequest', 'type': 'request', 'api_key': 32, '
     {'name': 'include_documentation', 'type': 'bool', 'versions': (3, None), 'default': False},
 ]}
 
-RESPONSE = {'name': 'DescribeConfigsResponse', 'type': 'response', 'api_key': 32, 'valid': (0, 4), 'flexible': 4, 'fields': [
+RESPONSE = {'name': 'DescribeConfigsResponse', 'type': 'response', 'api_key': 32, 'valid': (1, 4), 'flexible': 4, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (0, None)},
     {'name': 'results', 'type': '[]DescribeConfigsResult', 'versions': (0, None), 'fields': [
         {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
@@ -25,7 +25,6 @@ RESPONSE = {'name': 'DescribeConfigsResponse', 'type': 'response', 'api_key': 32
             {'name': 'name', 'type': 'string', 'versions': (0, None)},
             {'name': 'value', 'type': 'string', 'versions': (0, None), 'nullable': (0, None)},
             {'name': 'read_only', 'type': 'bool', 'versions': (0, None)},
-            {'name': 'is_default', 'type': 'bool', 'versions': (0, 0)},
             {'name': 'config_source', 'type': 'int8', 'versions': (1, None), 'default': -1, 'ignorable': True},
             {'name': 'is_sensitive', 'type': 'bool', 'versions': (0, None)},
             {'name': 'synonyms', 'type': '[]DescribeConfigsSynonym', 'versions': (1, None), 'ignorable': True, 'fields': [

@@ -4,15 +4,16 @@
 NAME = 'DescribeGroups'
 API_KEY = 15
 
-REQUEST = {'name': 'DescribeGroupsRequest', 'type': 'request', 'api_key': 15, 'valid': (0, 5), 'flexible': 5, 'fields': [
+REQUEST = {'name': 'DescribeGroupsRequest', 'type': 'request', 'api_key': 15, 'valid': (0, 6), 'flexible': 5, 'fields': [
     {'name': 'groups', 'type': '[]string', 'versions': (0, None)},
     {'name': 'include_authorized_operations', 'type': 'bool', 'versions': (3, None)},
 ]}
 
-RESPONSE = {'name': 'DescribeGroupsResponse', 'type': 'response', 'api_key': 15, 'valid': (0, 5), 'flexible': 5, 'fields': [
+RESPONSE = {'name': 'DescribeGroupsResponse', 'type': 'response', 'api_key': 15, 'valid': (0, 6), 'flexible': 5, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (1, None), 'ignorable': True},
     {'name': 'groups', 'type': '[]DescribedGroup', 'versions': (0, None), 'fields': [
         {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
+        {'name': 'error_message', 'type': 'string', 'versions': (6, None), 'nullable': (6, None), 'default': None},
         {'name': 'group_id', 'type': 'string', 'versions': (0, None)},
         {'name': 'group_state', 'type': 'string', 'versions': (0, None)},
         {'name': 'protocol_type', 'type': 'string', 'versions': (0, None)},

@@ -4,7 +4,7 @@
 NAME = 'EndTxn'
 API_KEY = 26
 
-REQUEST = {'name': 'EndTxnRequest', 'type': 'request', 'api_key': 26, 'valid': (0, 5), 'flexible': 3, 'latest_unstable': True, 'fields': [
+REQUEST = {'name': 'EndTxnRequest', 'type': 'request', 'api_key': 26, 'valid': (0, 5), 'flexible': 3, 'fields': [
     {'name': 'transactional_id', 'type': 'string', 'versions': (0, None)},
     {'name': 'producer_id', 'type': 'int64', 'versions': (0, None)},
     {'name': 'producer_epoch', 'type': 'int16', 'versions': (0, None)},

@@ -4,7 +4,7 @@
 NAME = 'Fetch'
 API_KEY = 1
 
-REQUEST = {'name': 'FetchRequest', 'type': 'request', 'api_key': 1, 'valid': (0, 17), 'flexible': 12, 'fields': [
+REQUEST = {'name': 'FetchRequest', 'type': 'request', 'api_key': 1, 'valid': (4, 18), 'flexible': 12, 'fields': [
     {'name': 'cluster_id', 'type': 'string', 'versions': (12, None), 'nullable': (12, None), 'tagged': (12, None), 'tag': 0, 'default': None, 'ignorable': True},
     {'name': 'replica_id', 'type': 'int32', 'versions': (0, 14), 'default': -1},
     {'name': 'replica_state', 'type': 'ReplicaState', 'versions': (15, None), 'tagged': (15, None), 'tag': 1, 'fields': [
@@ -28,6 +28,7 @@ REQUEST = {'name': 'FetchRequest', 'type': 'request', 'api_key': 1, 'valid': (0,
             {'name': 'log_start_offset', 'type': 'int64', 'versions': (5, None), 'default': -1, 'ignorable': True},
             {'name': 'partition_max_bytes', 'type': 'int32', 'versions': (0, None)},
             {'name': 'replica_directory_id', 'type': 'uuid', 'versions': (17, None), 'tagged': (17, None), 'tag': 0, 'ignorable': True},
+            {'name': 'high_watermark', 'type': 'int64', 'versions': (18, None), 'tagged': (18, None), 'tag': 1, 'default': 9223372036854775807, 'ignorable': True},
         ]},
     ]},
     {'name': 'forgotten_topics_data', 'type': '[]ForgottenTopic', 'versions': (7, None), 'fields': [
@@ -38,7 +39,7 @@ REQUEST = {'name': 'FetchRequest', 'type': 'request', 'api_key': 1, 'valid': (0,
     {'name': 'rack_id', 'type': 'string', 'versions': (11, None), 'default': '', 'ignorable': True},
 ]}
 
-RESPONSE = {'name': 'FetchResponse', 'type': 'response', 'api_key': 1, 'valid': (0, 17), 'flexible': 12, 'fields': [
+RESPONSE = {'name': 'FetchResponse', 'type': 'response', 'api_key': 1, 'valid': (4, 18), 'flexible': 12, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (1, None), 'ignorable': True},
     {'name': 'error_code', 'type': 'int16', 'versions': (7, None), 'ignorable': True},
     {'name': 'session_id', 'type': 'int32', 'versions': (7, None), 'default': 0},

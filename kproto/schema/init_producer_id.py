@@ -4,16 +4,20 @@
 NAME = 'InitProducerId'
 API_KEY = 22
 
-REQUEST = {'name': 'InitProducerIdRequest', 'type': 'request', 'api_key': 22, 'valid': (0, 5), 'flexible': 2, 'fields': [
+REQUEST = {'name': 'InitProducerIdRequest', 'type': 'request', 'api_key': 22, 'valid': (0, 6), 'flexible': 2, 'latest_unstable': True, 'fields': [
     {'name': 'transactional_id', 'type': 'string', 'versions': (0, None), 'nullable': (0, None)},
     {'name': 'transaction_timeout_ms', 'type': 'int32', 'versions': (0, None)},
     {'name': 'producer_id', 'type': 'int64', 'versions': (3, None), 'default': -1},
     {'name': 'producer_epoch', 'type': 'int16', 'versions': (3, None), 'default': -1},
+    {'name': 'enable2_pc', 'type': 'bool', 'versions': (6, None), 'default': False},
+    {'name': 'keep_prepared_txn', 'type': 'bool', 'versions': (6, None), 'default': False},
 ]}
 
-RESPONSE = {'name': 'InitProducerIdResponse', 'type': 'response', 'api_key': 22, 'valid': (0, 5), 'flexible': 2, 'fields': [
+RESPONSE = {'name': 'InitProducerIdResponse', 'type': 'response', 'api_key': 22, 'valid': (0, 6), 'flexible': 2, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (0, None), 'ignorable': True},
     {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
     {'name': 'producer_id', 'type': 'int64', 'versions': (0, None), 'default': -1},
     {'name': 'producer_epoch', 'type': 'int16', 'versions': (0, None)},
+    {'name': 'ongoing_txn_producer_id', 'type': 'int64', 'versions': (6, None), 'default': -1},
+    {'name': 'ongoing_txn_producer_epoch', 'type': 'int16', 'versions': (6, None), 'default': -1},
 ]}

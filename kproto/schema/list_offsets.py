@@ -4,7 +4,7 @@
 NAME = 'ListOffsets'
 API_KEY = 2
 
-REQUEST = {'name': 'ListOffsetsRequest', 'type': 'request', 'api_key': 2, 'valid': (0, 10), 'flexible': 6, 'fields': [
+REQUEST = {'name': 'ListOffsetsRequest', 'type': 'request', 'api_key': 2, 'valid': (1, 11), 'flexible': 6, 'fields': [
     {'name': 'replica_id', 'type': 'int32', 'versions': (0, None)},
     {'name': 'isolation_level', 'type': 'int8', 'versions': (2, None)},
     {'name': 'topics', 'type': '[]ListOffsetsTopic', 'versions': (0, None), 'fields': [
@@ -13,20 +13,18 @@ REQUEST = {'name': 'ListOffsetsRequest', 'type': 'request', 'api_key': 2, 'valid
             {'name': 'partition_index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'current_leader_epoch', 'type': 'int32', 'versions': (4, None), 'default': -1, 'ignorable': True},
             {'name': 'timestamp', 'type': 'int64', 'versions': (0, None)},
-            {'name': 'max_num_offsets', 'type': 'int32', 'versions': (0, 0), 'default': 1},
         ]},
     ]},
     {'name': 'timeout_ms', 'type': 'int32', 'versions': (10, None), 'ignorable': True},
 ]}
 
-RESPONSE = {'name': 'ListOffsetsResponse', 'type': 'response', 'api_key': 2, 'valid': (0, 10), 'flexible': 6, 'fields': [
+RESPONSE = {'name': 'ListOffsetsResponse', 'type': 'response', 'api_key': 2, 'valid': (1, 11), 'flexible': 6, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (2, None), 'ignorable': True},
     {'name': 'topics', 'type': '[]ListOffsetsTopicResponse', 'versions': (0, None), 'fields': [
         {'name': 'name', 'type': 'string', 'versions': (0, None)},
         {'name': 'partitions', 'type': '[]ListOffsetsPartitionResponse', 'versions': (0, None), 'fields': [
             {'name': 'partition_index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
-            {'name': 'old_style_offsets', 'type': '[]int64', 'versions': (0, 0)},
             {'name': 'timestamp', 'type': 'int64', 'versions': (1, None), 'default': -1},
             {'name': 'offset', 'type': 'int64', 'versions': (1, None), 'default': -1},
             {'name': 'leader_epoch', 'type': 'int32', 'versions': (4, None), 'default': -1},

@@ -4,7 +4,7 @@
 NAME = 'Metadata'
 API_KEY = 3
 
-REQUEST = {'name': 'MetadataRequest', 'type': 'request', 'api_key': 3, 'valid': (0, 12), 'flexible': 9, 'fields': [
+REQUEST = {'name': 'MetadataRequest', 'type': 'request', 'api_key': 3, 'valid': (0, 13), 'flexible': 9, 'fields': [
     {'name': 'topics', 'type': '[]MetadataRequestTopic', 'versions': (0, None), 'nullable': (1, None), 'fields': [
         {'name': 'topic_id', 'type': 'uuid', 'versions': (10, None), 'ignorable': True},
         {'name': 'name', 'type': 'string', 'versions': (0, None), 'nullable': (10, None)},
@@ -14,7 +14,7 @@ REQUEST = {'name': 'MetadataRequest', 'type': 'request', 'api_key': 3, 'valid': 
     {'name': 'include_topic_authorized_operations', 'type': 'bool', 'versions': (8, None)},
 ]}
 
-RESPONSE = {'name': 'MetadataResponse', 'type': 'response', 'api_key': 3, 'valid': (0, 12), 'flexible': 9, 'fields': [
+RESPONSE = {'name': 'MetadataResponse', 'type': 'response', 'api_key': 3, 'valid': (0, 13), 'flexible': 9, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (3, None), 'ignorable': True},
     {'name': 'brokers', 'type': '[]MetadataResponseBroker', 'versions': (0, None), 'fields': [
         {'name': 'node_id', 'type': 'int32', 'versions': (0, None)},
@@ -41,4 +41,5 @@ RESPONSE = {'name': 'MetadataResponse', 'type': 'response', 'api_key': 3, 'valid
         {'name': 'topic_authorized_operations', 'type': 'int32', 'versions': (8, None), 'default': -2147483648},
     ]},
     {'name': 'cluster_authorized_operations', 'type': 'int32', 'versions': (8, 10), 'default': -2147483648},
+    {'name': 'error_code', 'type': 'int16', 'versions': (13, None), 'ignorable': True},
 ]}

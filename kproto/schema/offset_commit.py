@@ -4,28 +4,29 @@
 NAME = 'OffsetCommit'
 API_KEY = 8
 
-REQUEST = {'name': 'OffsetCommitRequest', 'type': 'request', 'api_key': 8, 'valid': (0, 9), 'flexible': 8, 'fields': [
+REQUEST = {'name': 'OffsetCommitRequest', 'type': 'request', 'api_key': 8, 'valid': (2, 10), 'flexible': 8, 'fields': [
     {'name': 'group_id', 'type': 'string', 'versions': (0, None)},
     {'name': 'generation_id_or_member_epoch', 'type': 'int32', 'versions': (1, None), 'default': -1, 'ignorable': True},
     {'name': 'member_id', 'type': 'string', 'versions': (1, None), 'ignorable': True},
     {'name': 'group_instance_id', 'type': 'string', 'versions': (7, None), 'nullable': (7, None), 'default': None},
     {'name': 'retention_time_ms', 'type': 'int64', 'versions': (2, 4), 'default': -1, 'ignorable': True},
     {'name': 'topics', 'type': '[]OffsetCommitRequestTopic', 'versions': (0, None), 'fields': [
-        {'name': 'name', 'type': 'string', 'versions': (0, None)},
+        {'name': 'name', 'type': 'string', 'versions': (0, 9), 'ignorable': True},
+        {'name': 'topic_id', 'type': 'uuid', 'versions': (10, None), 'ignorable': True},
         {'name': 'partitions', 'type': '[]OffsetCommitRequestPartition', 'versions': (0, None), 'fields': [
             {'name': 'partition_index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'committed_offset', 'type': 'int64', 'versions': (0, None)},
             {'name': 'committed_leader_epoch', 'type': 'int32', 'versions': (6, None), 'default': -1, 'ignorable': True},
-            {'name': 'commit_timestamp', 'type': 'int64', 'versions': (1, 1), 'default': -1},
             {'name': 'committed_metadata', 'type': 'string', 'versions': (0, None), 'nullable': (0, None)},
         ]},
     ]},
 ]}
 
-RESPONSE = {'name': 'OffsetCommitResponse', 'type': 'response', 'api_key': 8, 'valid': (0, 9), 'flexible': 8, 'fields': [
+RESPONSE = {'name': 'OffsetCommitResponse', 'type': 'response', 'api_key': 8, 'valid': (2, 10), 'flexible': 8, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (3, None), 'ignorable': True},
     {'name': 'topics', 'type': '[]OffsetCommitResponseTopic', 'versions': (0, None), 'fields': [
-        {'name': 'name', 'type': 'string', 'versions': (0, None)},
+        {'name': 'name', 'type': 'string', 'versions': (0, 9), 'ignorable': True},
+        {'name': 'topic_id', 'type': 'uuid', 'versions': (10, None), 'ignorable': True},
         {'name': 'partitions', 'type': '[]OffsetCommitResponsePartition', 'versions': (0, None), 'fields': [
             {'name': 'partition_index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},

@@ -4,7 +4,7 @@
 NAME = 'OffsetFetch'
 API_KEY = 9
 
-REQUEST = {'name': 'OffsetFetchRequest', 'type': 'request', 'api_key': 9, 'valid': (0, 9), 'flexible': 6, 'fields': [
+REQUEST = {'name': 'OffsetFetchRequest', 'type': 'request', 'api_key': 9, 'valid': (1, 10), 'flexible': 6, 'fields': [
     {'name': 'group_id', 'type': 'string', 'versions': (0, 7)},
     {'name': 'topics', 'type': '[]OffsetFetchRequestTopic', 'versions': (0, 7), 'nullable': (2, 7), 'fields': [
         {'name': 'name', 'type': 'string', 'versions': (0, 7)},
@@ -15,14 +15,15 @@ REQUEST = {'name': 'OffsetFetchRequest', 'type': 'request', 'api_key': 9, 'valid
         {'name': 'member_id', 'type': 'string', 'versions': (9, None), 'nullable': (9, None), 'default': None, 'ignorable': True},
         {'name': 'member_epoch', 'type': 'int32', 'versions': (9, None), 'default': -1, 'ignorable': True},
         {'name': 'topics', 'type': '[]OffsetFetchRequestTopics', 'versions': (8, None), 'nullable': (8, None), 'fields': [
-            {'name': 'name', 'type': 'string', 'versions': (8, None)},
+            {'name': 'name', 'type': 'string', 'versions': (8, 9), 'ignorable': True},
+            {'name': 'topic_id', 'type': 'uuid', 'versions': (10, None), 'ignorable': True},
             {'name': 'partition_indexes', 'type': '[]int32', 'versions': (8, None)},
         ]},
     ]},
     {'name': 'require_stable', 'type': 'bool', 'versions': (7, None), 'default': False},
 ]}
 
-RESPONSE = {'name': 'OffsetFetchResponse', 'type': 'response', 'api_key': 9, 'valid': (0, 9), 'flexible': 6, 'fields': [
+RESPONSE = {'name': 'OffsetFetchResponse', 'type': 'response', 'api_key': 9, 'valid': (1, 10), 'flexible': 6, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (3, None), 'ignorable': True},
     {'name': 'topics', 'type': '[]OffsetFetchResponseTopic', 'versions': (0, 7), 'fields': [
         {'name': 'name', 'type': 'string', 'versions': (0, 7)},
@@ -38,7 +39,8 @@ RESPONSE = {'name': 'OffsetFetchResponse', 'type': 'response', 'api_key': 9, 'va
     {'name': 'groups', 'type': '[]OffsetFetchResponseGroup', 'versions': (8, None), 'fields': [
         {'name': 'group_id', 'type': 'string', 'versions': (8, None)},
         {'name': 'topics', 'type': '[]OffsetFetchResponseTopics', 'versions': (8, None), 'fields': [
-            {'name': 'name', 'type': 'string', 'versions': (8, None)},
+            {'name': 'name', 'type': 'string', 'versions': (8, 9), 'ignorable': True},
+            {'name': 'topic_id', 'type': 'uuid', 'versions': (10, None), 'ignorable': True},
             {'name': 'partitions', 'type': '[]OffsetFetchResponsePartitions', 'versions': (8, None), 'fields': [
                 {'name': 'partition_index', 'type': 'int32', 'versions': (8, None)},
                 {'name': 'committed_offset', 'type': 'int64', 'versions': (8, None)},

@@ -4,12 +4,13 @@
 NAME = 'Produce'
 API_KEY = 0
 
-REQUEST = {'name': 'ProduceRequest', 'type': 'request', 'api_key': 0, 'valid': (0, 11), 'flexible': 9, 'fields': [
+REQUEST = {'name': 'ProduceRequest', 'type': 'request', 'api_key': 0, 'valid': (3, 13), 'flexible': 9, 'fields': [
     {'name': 'transactional_id', 'type': 'string', 'versions': (3, None), 'nullable': (3, None), 'default': None},
     {'name': 'acks', 'type': 'int16', 'versions': (0, None)},
     {'name': 'timeout_ms', 'type': 'int32', 'versions': (0, None)},
     {'name': 'topic_data', 'type': '[]TopicProduceData', 'versions': (0, None), 'fields': [
-        {'name': 'name', 'type': 'string', 'versions': (0, None)},
+        {'name': 'name', 'type': 'string', 'versions': (0, 12), 'ignorable': True},
+        {'name': 'topic_id', 'type': 'uuid', 'versions': (13, None), 'ignorable': True},
         {'name': 'partition_data', 'type': '[]PartitionProduceData', 'versions': (0, None), 'fields': [
             {'name': 'index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'records', 'type': 'records', 'versions': (0, None), 'nullable': (0, None)},
@@ -17,9 +18,10 @@ REQUEST = {'name': 'ProduceRequest', 'type': 'request', 'api_key': 0, 'valid': (
     ]},
 ]}
 
-RESPONSE = {'name': 'ProduceResponse', 'type': 'response', 'api_key': 0, 'valid': (0, 11), 'flexible': 9, 'fields': [
+RESPONSE = {'name': 'ProduceResponse', 'type': 'response', 'api_key': 0, 'valid': (3, 13), 'flexible': 9, 'fields': [
     {'name': 'responses', 'type': '[]TopicProduceResponse', 'versions': (0, None), 'fields': [
-        {'name': 'name', 'type': 'string', 'versions': (0, None)},
+        {'name': 'name', 'type': 'string', 'versions': (0, 12), 'ignorable': True},
+        {'name': 'topic_id', 'type': 'uuid', 'versions': (13, None), 'ignorable': True},
         {'name': 'partition_responses', 'type': '[]PartitionProduceResponse', 'versions': (0, None), 'fields': [
             {'name': 'index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},

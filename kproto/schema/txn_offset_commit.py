@@ -4,16 +4,17 @@
 NAME = 'TxnOffsetCommit'
 API_KEY = 28
 
-REQUEST = {'name': 'TxnOffsetCommitRequest', 'type': 'request', 'api_key': 28, 'valid': (0, 4), 'flexible': 3, 'fields': [
+REQUEST = {'name': 'TxnOffsetCommitRequest', 'type': 'request', 'api_key': 28, 'valid': (0, 6), 'flexible': 3, 'fields': [
     {'name': 'transactional_id', 'type': 'string', 'versions': (0, None)},
     {'name': 'group_id', 'type': 'string', 'versions': (0, None)},
     {'name': 'producer_id', 'type': 'int64', 'versions': (0, None)},
     {'name': 'producer_epoch', 'type': 'int16', 'versions': (0, None)},
-    {'name': 'generation_id', 'type': 'int32', 'versions': (3, None), 'default': -1},
+    {'name': 'generation_id_or_member_epoch', 'type': 'int32', 'versions': (3, None), 'default': -1},
     {'name': 'member_id', 'type': 'string', 'versions': (3, None), 'default': ''},
     {'name': 'group_instance_id', 'type': 'string', 'versions': (3, None), 'nullable': (3, None), 'default': None},
     {'name': 'topics', 'type': '[]TxnOffsetCommitRequestTopic', 'versions': (0, None), 'fields': [
-        {'name': 'name', 'type': 'string', 'versions': (0, None)},
+        {'name': 'name', 'type': 'string', 'versions': (0, 5), 'ignorable': True},
+        {'name': 'topic_id', 'type': 'uuid', 'versions': (6, None), 'ignorable': True},
         {'name': 'partitions', 'type': '[]TxnOffsetCommitRequestPartition', 'versions': (0, None), 'fields': [
             {'name': 'partition_index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'committed_offset', 'type': 'int64', 'versions': (0, None)},
@@ -23,10 +24,11 @@ REQUEST = {'name': 'TxnOffsetCommitRequest', 'type': 'request', 'api_key': 28, '
     ]},
 ]}
 
-RESPONSE = {'name': 'TxnOffsetCommitResponse', 'type': 'response', 'api_key': 28, 'valid': (0, 4), 'flexible': 3, 'fields': [
+RESPONSE = {'name': 'TxnOffsetCommitResponse', 'type': 'response', 'api_key': 28, 'valid': (0, 6), 'flexible': 3, 'fields': [
     {'name': 'throttle_time_ms', 'type': 'int32', 'versions': (0, None)},
     {'name': 'topics', 'type': '[]TxnOffsetCommitResponseTopic', 'versions': (0, None), 'fields': [
-        {'name': 'name', 'type': 'string', 'versions': (0, None)},
+        {'name': 'name', 'type': 'string', 'versions': (0, 5), 'ignorable': True},
+        {'name': 'topic_id', 'type': 'uuid', 'versions': (6, None), 'ignorable': True},
         {'name': 'partitions', 'type': '[]TxnOffsetCommitResponsePartition', 'versions': (0, None), 'fields': [
             {'name': 'partition_index', 'type': 'int32', 'versions': (0, None)},
             {'name': 'error_code', 'type': 'int16', 'versions': (0, None)},
