@@ -45,12 +45,35 @@ def print_line(name, rate, us, secs):
 
 
 def bench_args(doc, default_records=1_000_000):
-    """The common command line: --records N and --only NAME (repeatable)."""
+    """The common command line: --records N, --only NAME (repeatable) and
+    --broker kafka|tansu (the broker the bench starts)."""
     import argparse
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--records", type=int, default=default_records)
     ap.add_argument("--only", action="append", help="run only clients whose name contains this")
+    ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                    help="the local broker to run against: Apache Kafka (the reference, "
+                         "default) or Tansu")
     return ap.parse_args()
+
+
+def local_broker(kind):
+    """The broker of ``--broker``, started; use it as a context manager."""
+    from kio.broker import start_broker
+    return start_broker(kind)
+
+
+def broker_label(broker) -> str:
+    if broker.kind == "kafka":
+        from kio.kafka_broker import KAFKA_VERSION
+        return f"Apache Kafka {KAFKA_VERSION}"
+    return "Tansu"
+
+
+def child_cpu() -> float:
+    """CPU seconds of this process's waited-for children (the Java tools)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def run_clients(clients, only, call):

@@ -1,15 +1,17 @@
 """Consume throughput: kio vs confluent-kafka, aiokafka and kafka-python.
 
-The bench starts a local Tansu broker (kio.broker.LocalBroker), writes N
+The bench starts a local broker (Apache Kafka, or Tansu with ``--broker tansu``), writes N
 records of 100 bytes to one partition, then each client reads all N from
 offset 0 (manual assignment, no group), one client after the other in this
 process. Per-record clients touch every record's value; kio's poll_batch
 touches every partition batch's value column. The measured time and CPU start
 before the client is created (background prefetching counts) and end when the
 last record is in the application's hands. Reported per client: records/s and
-client CPU microseconds per record (see bench/_bench.py).
+client CPU microseconds per record (see bench/_bench.py). The Java row is
+Kafka's own ConsumerPerformance tool in a child JVM (a group of one member;
+bench/_java.py says how its CPU is counted).
 
-    python bench/bench_consume.py --records 1000000
+    python bench/bench_consume.py --records 1000000 [--broker kafka|tansu]
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench import bench_args, create_topic, measure, print_table, run_clients  # noqa: E402
-from kio.broker import LocalBroker  # noqa: E402
+from _bench import (  # noqa: E402
+    bench_args, broker_label, create_topic, local_broker, measure, print_table, run_clients,
+)
 
 VALUE = b"x" * 100
 TIMEOUT = 120.0
@@ -152,6 +155,11 @@ def bench_kafka_python(bootstrap, topic, n):
                   lambda c: c.close(), n)
 
 
+def bench_java(bootstrap, topic, n):
+    import _java
+    return _java.consumer_perf(bootstrap, topic, n)
+
+
 CLIENTS = [
     ("confluent-kafka consume(500)", bench_confluent_consume),
     ("confluent-kafka poll()", bench_confluent_poll),
@@ -160,19 +168,20 @@ CLIENTS = [
     ("kio poll_batch(arrow=True)", functools.partial(bench_kio_poll_batch, arrow=True)),
     ("aiokafka getmany()", bench_aiokafka),
     ("kafka-python poll()", bench_kafka_python),
+    ("java ConsumerPerformance", bench_java),
 ]
 
 
 def main():
     args = bench_args(__doc__)
     n = args.records
-    with LocalBroker() as broker:
+    with local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         topic = create_topic(bs)
         fill(bs, topic, n)
         results = run_clients(CLIENTS, args.only, lambda fn: fn(bs, topic, n))
     print_table(results, f"{n:,} records x {len(VALUE)} B from offset 0 of one partition; "
-                         f"Python {sys.version.split()[0]}")
+                         f"{broker_label(broker)}; Python {sys.version.split()[0]}")
 
 
 if __name__ == "__main__":

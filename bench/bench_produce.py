@@ -1,7 +1,7 @@
 """Produce throughput: kio vs confluent-kafka, aiokafka and kafka-python.
 
-N records of 100 bytes to one partition with acks=1, on a local Tansu broker
-started by the bench (kio.broker.LocalBroker). Each client gets its own
+N records of 100 bytes to one partition with acks=1, on a local broker started
+by the bench: Apache Kafka (default) or Tansu (``--broker tansu``). Each client gets its own
 topic and runs in this process, one after the other. Reported per client:
 records/s (wall time from the first send to the last acknowledgement) and
 client CPU microseconds per record from resource.getrusage(RUSAGE_SELF)
@@ -9,9 +9,11 @@ deltas (user+system). RUSAGE_SELF covers every thread of this process, so for
 confluent-kafka it includes librdkafka's C threads, and for kio its network
 thread; the broker runs in another process and is not counted. "send_many(keys=)"
 adds a distinct 16-byte key per record and spreads them over 3 partitions
-(murmur2, 10,000 records per call, default buffer.memory).
+(murmur2, 10,000 records per call, default buffer.memory). The Java row is
+Kafka's own ProducerPerformance tool in a child JVM with kio's settings
+(bench/_java.py says how its CPU is counted).
 
-    python bench/bench_produce.py --records 1000000
+    python bench/bench_produce.py --records 1000000 [--broker kafka|tansu]
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench import bench_args, cpu, create_topic, measure, print_table, run_clients  # noqa: E402
-from kio.broker import LocalBroker  # noqa: E402
+from _bench import (  # noqa: E402
+    bench_args, broker_label, cpu, create_topic, local_broker, measure, print_table, run_clients,
+)
 
 VALUE = b"x" * 100
 
@@ -148,6 +151,12 @@ def bench_kafka_python(bootstrap, topic, n):
     return r
 
 
+def bench_java(bootstrap, topic, n):
+    import _java
+    return _java.producer_perf(bootstrap, topic, n, len(VALUE), {
+        "acks": 1, "linger.ms": 5, "batch.size": 262144, "buffer.memory": 128 * 1024 * 1024})
+
+
 CLIENTS = [
     ("kio send()", bench_kio_send),
     ("kio send_many()", bench_kio_send_many),
@@ -155,17 +164,18 @@ CLIENTS = [
     ("confluent-kafka produce()", bench_confluent),
     ("aiokafka send()", bench_aiokafka),
     ("kafka-python send()", bench_kafka_python),
+    ("java ProducerPerformance", bench_java),
 ]
 
 
 def main():
     args = bench_args(__doc__)
     n = args.records
-    with LocalBroker() as broker:
+    with local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         results = run_clients(CLIENTS, args.only, lambda fn: fn(bs, create_topic(bs), n))
     print_table(results, f"{n:,} records x {len(VALUE)} B, one partition, acks=1, linger.ms=5; "
-                         f"Python {sys.version.split()[0]}")
+                         f"{broker_label(broker)}; Python {sys.version.split()[0]}")
 
 
 if __name__ == "__main__":
