@@ -78,6 +78,9 @@ class ClusterMetadata:
         self.metadata_max_idle_ms = metadata_max_idle_ms
         self.last_used: dict[str, float] = {}               # topic -> last time it had data
         self.partitions: dict[str, dict[int, int]] = {}     # topic -> {partition: leader (-1 unknown)}
+        #: topic -> its topic id (Metadata v10+), for requests that name topics by
+        #: id only (Produce v13); a topic recreated under the same name gets a new one.
+        self.topic_ids: dict = {}
         self.topic_errors: dict[str, Exception] = {}        # last error per topic
         self.cluster_id = None
         self.controller_id = None
@@ -146,6 +149,7 @@ class ClusterMetadata:
             self.topics.discard(t)
             self.last_used.pop(t, None)
             self.partitions.pop(t, None)
+            self.topic_ids.pop(t, None)
             self.topic_errors.pop(t, None)
             self._by_node = None
 
@@ -196,8 +200,14 @@ class ClusterMetadata:
                 retry_soon = retry_soon or err.retriable
                 if not err.retriable or code == 3:
                     self.partitions.pop(name, None)
+                    self.topic_ids.pop(name, None)
                 continue
             self.topic_errors.pop(name, None)
+            topic_id = t.get("topic_id")
+            if topic_id is not None and topic_id.int:         # the zero UUID means "none"
+                self.topic_ids[name] = topic_id
+            else:
+                self.topic_ids.pop(name, None)
             parts = {}
             for p in t.get("partitions") or []:
                 leader = p["leader_id"]

@@ -26,11 +26,11 @@ UNSUPPORTED_VERSION = 35
 #: Versions newer than these exist in the schema tables (they follow the official
 #: definitions of the pinned Kafka release) but change what a request means in a
 #: way this client does not speak yet, so it never picks them: from these on, the
-#: requests name topics by topic id only (KIP-516 for Produce v13, KIP-848's
-#: OffsetCommit/OffsetFetch v10, KIP-1319's TxnOffsetCommit v6). Brokers keep
-#: serving the named versions.
+#: requests name topics by topic id only (KIP-848's OffsetCommit/OffsetFetch v10,
+#: KIP-1319's TxnOffsetCommit v6). Brokers keep serving the named versions.
+#: (Produce v13, topic ids too, is spoken: the sender picks v12 for a request
+#: with a topic whose id it does not know.)
 CLIENT_VERSION_CAPS = {
-    "Produce": 12,
     "OffsetCommit": 9,
     "OffsetFetch": 9,
     "TxnOffsetCommit": 5,

@@ -45,6 +45,7 @@ class FakeKafka:
         self.produce_requests = []
         self.pid = 1000
         self.topic_error = {}
+        self.topic_ids = {}                      # name -> uuid.UUID: Metadata answers with them
         for n, b in self.brokers.items():
             b.on("Metadata", self._metadata)
             b.on("Produce", lambda req, n=n: self._produce(n, req))
@@ -60,7 +61,9 @@ class FakeKafka:
             if name in self.topic_error:
                 topics.append({"name": name, "error_code": self.topic_error[name], "partitions": []})
             elif name in self.partitions:
-                topics.append({"name": name, "error_code": 0, "partitions": [
+                topics.append({"name": name, "error_code": 0,
+                               **({"topic_id": self.topic_ids[name]} if name in self.topic_ids else {}),
+                               "partitions": [
                     {"partition_index": p, "leader_id": self.leader(name, p), "error_code": 0,
                      "replica_nodes": [self.leader(name, p)], "isr_nodes": [self.leader(name, p)]}
                     for p in range(self.partitions[name])]})
@@ -82,12 +85,18 @@ class FakeKafka:
         if self.hold:
             return NO_RESPONSE
         responses = []
+        names = {v: k for k, v in self.topic_ids.items()}
         for t in req.body["topic_data"]:
             parts = []
+            name = t["name"] if req.version < 13 else names.get(t["topic_id"])
             for pd in t["partition_data"]:
-                tp = (t["name"], pd["index"])
+                if name is None:                                # UNKNOWN_TOPIC_ID
+                    parts.append({"index": pd["index"], "error_code": 100, "base_offset": -1})
+                    continue
+                tp = (name, pd["index"])
                 parts.append(self._append(node, tp, pd["records"]))
-            responses.append({"name": t["name"], "partition_responses": parts})
+            responses.append({"name": t.get("name", ""), "topic_id": t.get("topic_id"),
+                              "partition_responses": parts})
         if req.body["acks"] == 0:
             return NO_RESPONSE
         if self.hold_replies:
@@ -712,3 +721,37 @@ def test_illegal_topic_names_are_refused_before_any_metadata_request(bad):
     assert bad not in core.cluster.topics
     with pytest.raises(TypeError):
         core.send(None, b"v", now=0)
+
+
+def test_produce_v13_names_topics_by_id_when_every_id_is_known():
+    import uuid
+    kafka = FakeKafka(partitions={"t": 1, "u": 1})
+    kafka.topic_ids["t"] = uuid.uuid4()
+    core, kafka, sim = make(kafka, linger_ms=0)
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    assert h.error is None and kafka.values() == [b"a"]
+    (_, req), = kafka.produce_requests
+    assert req.version == 13 and req.body["topic_data"][0]["topic_id"] == kafka.topic_ids["t"]
+    # a topic without a known id (a broker before Metadata v10 ids): v12, by name
+    h2 = sim.send(b"b", topic="u", partition=0)
+    sim.run_until(lambda: h2.done)
+    assert h2.error is None and kafka.values("u") == [b"b"]
+    assert kafka.produce_requests[-1][1].version == 12
+    assert kafka.produce_requests[-1][1].body["topic_data"][0]["name"] == "u"
+
+
+def test_unknown_topic_id_refreshes_metadata_and_retries_with_the_new_id():
+    import uuid
+    kafka = FakeKafka()
+    old, new = uuid.uuid4(), uuid.uuid4()
+    kafka.topic_ids["t"] = old
+    core, kafka, sim = make(kafka, linger_ms=0)
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    kafka.topic_ids["t"] = new                 # the topic was recreated: a new id
+    h2 = sim.send(b"b")
+    sim.run_until(lambda: h2.done, max_ms=5000)
+    assert h2.error is None and kafka.values() == [b"a", b"b"]
+    ids = [req.body["topic_data"][0]["topic_id"] for _, req in kafka.produce_requests]
+    assert ids[0] == old and ids[-1] == new and len(ids) >= 3

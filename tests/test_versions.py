@@ -20,14 +20,15 @@ def test_highest_common_version_from_api_keys_list():
         {"api_key": 9999, "min_version": 0, "max_version": 1},  # unknown to us: kept, unused
     ])
     assert isinstance(table, VersionTable)
-    # Produce v13 names topics by id only: capped at v12 (CLIENT_VERSION_CAPS)
-    assert table.pick("Produce") == 12 == client_max_version("Produce") < m.api("Produce").max_version
+    assert table.pick("Produce") == m.api("Produce").max_version == client_max_version("Produce")
+    # OffsetCommit v10 names topics by id only: capped at v9 (CLIENT_VERSION_CAPS)
+    assert client_max_version("OffsetCommit") == 9 < m.api("OffsetCommit").max_version
     assert table.pick(1) == 11 and table.pick(m.api("Fetch")) == 11
     assert table.get("DeleteRecords") is None
     assert "Fetch" in table and "DeleteRecords" not in table and "Metadata" not in table
     assert table.broker_range("DeleteRecords") == (3, 5)
     assert table.broker[9999] == (0, 1)
-    assert table.as_dict() == {"Produce": 12, "Fetch": 11}
+    assert table.as_dict() == {"Produce": 13, "Fetch": 11}
 
 
 def test_pick_errors_name_the_api_and_both_ranges():

@@ -162,16 +162,30 @@ class Sender:
                 if n:
                     self.partitioner.on_new_batch(b.topic, n, b.partition,
                                                   self.cluster.available_partitions(b.topic))
+        # Produce v13 (KIP-516) names topics by id only: used when the broker
+        # offers it and every topic's id is known, else v12 and names.
+        version = self.client.api_version(node, "Produce")
+        ids = self.cluster.topic_ids
+        by_id = None
+        if version is not None and version >= 13:
+            if all(t in ids for t in topics):
+                by_id = {ids[t]: t for t in topics}
+            else:
+                version = 12
+        if by_id is None:
+            topic_data = [{"name": t, "partition_data": parts} for t, parts in topics.items()]
+        else:
+            topic_data = [{"topic_id": ids[t], "partition_data": parts} for t, parts in topics.items()]
         body = {"transactional_id": self.idem.transactional_id if self.idem is not None else None,
                 "acks": self.acks, "timeout_ms": self.cfg.request_timeout_ms,
-                "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+                "topic_data": topic_data}
         m = self.metrics
         m["requests"] += 1
         m["batches_sent"] += len(batches)
-        self.client.send(node, "Produce", body, now, expect_response=self.acks != 0,
-                         callback=lambda req: self._on_produce(req, by_tp))
+        self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
+                         callback=lambda req: self._on_produce(req, by_tp, by_id))
 
-    def _on_produce(self, req, by_tp):
+    def _on_produce(self, req, by_tp, by_id=None):
         now = req.completed_at
         self.metrics["request_latency_ms_total"] += now - req.sent_at
         self.metrics["responses"] += 1
@@ -187,8 +201,9 @@ class Sender:
             return
         seen = set()
         for t in req.result.get("responses") or []:
+            name = t["name"] if by_id is None else by_id.get(t.get("topic_id"))
             for p in t.get("partition_responses") or []:
-                b = by_tp.get((t["name"], p["index"]))
+                b = by_tp.get((name, p["index"]))
                 if b is None:
                     continue
                 seen.add(id(b))
