@@ -230,18 +230,25 @@ def test_bad_input_is_refused_on_the_driver(spark, bootstrap):
         spark.read.format("kio-kafka").option("kafka.bootstrap.servers", bootstrap).load().collect()
 
 
-def test_data_source_latest_ending_offsets_by_default(spark, bootstrap, make_topic):
-    # One record per batch: Tansu answers ListOffsets LATEST with the last
-    # batch's base offset + 1 (not the log end offset as Kafka does), which
-    # is the log end only when every batch holds one record.
+def test_data_source_latest_ending_offsets_by_default(spark, broker, bootstrap, make_topic):
     from kio import Producer
-    topic = make_topic(1)
-    with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
-        for i in range(5):
-            p.send(topic, b"r%d" % i).result(10)
+    topic = make_topic(2)
+    if broker.kind == "kafka":
+        # Many records per batch: LATEST is the high watermark, every row is read.
+        n = 2000
+        with Producer(bootstrap_servers=bootstrap, linger_ms=50) as p:
+            for part in (0, 1):
+                p.send_many(topic, [b"r%d" % i for i in range(part, n, 2)], partition=part).result(30)
+    else:
+        # Tansu deviation: ListOffsets LATEST is the last batch's base offset + 1,
+        # the log end only when every batch holds one record.
+        n = 5
+        with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
+            for i in range(n):
+                p.send(topic, b"r%d" % i, partition=i % 2).result(10)
     df = (spark.read.format("kio-kafka").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).load())
-    assert sorted(r.value for r in df.collect()) == [b"r%d" % i for i in range(5)]
+    assert sorted(r.value for r in df.collect()) == sorted(b"r%d" % i for i in range(n))
     none = (spark.read.format("kio-kafka").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("startingOffsets", "latest").load())
     assert none.count() == 0
@@ -273,19 +280,25 @@ def test_transactional_write_per_spark_partition(spark, bootstrap, make_topic):
     assert again.rows == 10
 
 
-def _produce_one_record_per_batch(bootstrap, topic, partitions, first, count):
-    # One record per batch: Tansu answers ListOffsets LATEST with the last
-    # batch's base offset + 1, the log end only when batches hold one record.
+def _produce_one_record_per_batch(bootstrap, topic, partitions, first, count, kind="tansu"):
+    # Against Tansu one record per batch: its ListOffsets LATEST is the last
+    # batch's base offset + 1, the log end only when batches hold one record
+    # (a deviation). Against Kafka the records go out in batches.
     from kio import Producer
-    with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
+    with Producer(bootstrap_servers=bootstrap, linger_ms=0 if kind == "tansu" else 20) as p:
+        handles = []
         for i in range(first, first + count):
-            p.send(topic, b"s%d" % i, key=b"%d" % i, partition=i % partitions).result(10)
+            h = p.send(topic, b"s%d" % i, key=b"%d" % i, partition=i % partitions)
+            if kind == "tansu":
+                h.result(10)
+            handles.append(h)
+        assert p.flush(30) == 0 and all(h.exception() is None for h in handles)
 
 
-def test_stream_read_resumes_from_sparks_checkpoint_with_max_offsets_per_trigger(spark, bootstrap, make_topic,
-                                                                              tmp_path):
+def test_stream_read_resumes_from_sparks_checkpoint_with_max_offsets_per_trigger(spark, broker, bootstrap,
+                                                                              make_topic, tmp_path):
     topic = make_topic(2)
-    _produce_one_record_per_batch(bootstrap, topic, 2, 0, 120)
+    _produce_one_record_per_batch(bootstrap, topic, 2, 0, 120, broker.kind)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
     def run(**trigger):
@@ -306,11 +319,11 @@ def test_stream_read_resumes_from_sparks_checkpoint_with_max_offsets_per_trigger
     assert sorted(r.value for r in got) == sorted(b"s%d" % i for i in range(120))
 
     # More records, the same checkpoint: only the new ones are read, once
-    _produce_one_record_per_batch(bootstrap, topic, 2, 120, 60)
+    _produce_one_record_per_batch(bootstrap, topic, 2, 120, 60, broker.kind)
     q = run(processingTime="100 milliseconds")
     try:
         q.processAllAvailable()
-        _produce_one_record_per_batch(bootstrap, topic, 2, 180, 20)   # while it runs
+        _produce_one_record_per_batch(bootstrap, topic, 2, 180, 20, broker.kind)   # while it runs
         q.processAllAvailable()
         assert q.exception() is None
     finally:
