@@ -32,7 +32,7 @@ import time
 from typing import Optional
 
 from kio._network import SocketLoop
-from kproto.errors import KafkaError
+from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
 from kproto.producer.core import (
     BufferExhausted, MetadataPending, ProducerClosedError, ProducerCore, RecordMetadata,
@@ -42,10 +42,6 @@ from kproto.producer.core import (
 __all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "BulkResult", "InOrderAcker"]
 
 log = logging.getLogger("kio.producer")
-
-
-class KafkaTimeoutError(KafkaError, TimeoutError):
-    """max.block.ms ran out waiting for metadata or buffer space."""
 
 
 _time_ns, _monotonic = time.time_ns, time.monotonic

@@ -48,7 +48,7 @@ from kproto.config import (
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.errors import (
-    ConfigError, ConnectionClosedError, KafkaError, NotReadyError, RequestTimedOutError,
+    ConfigError, ConnectionClosedError, KafkaError, KafkaTimeoutError, NotReadyError, RequestTimedOutError,
     UnsupportedVersionError,
 )
 
@@ -73,7 +73,7 @@ def parse_admin_config(conf=None, **kwargs) -> Config:
     return ADMIN_CONFIG.parse(conf, **kwargs)
 
 
-class AdminTimeoutError(KafkaError, TimeoutError):
+class AdminTimeoutError(KafkaTimeoutError):
     """An admin operation did not finish within its deadline (default.api.timeout.ms)."""
 
     retriable = True

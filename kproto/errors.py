@@ -50,7 +50,25 @@ class ConnectionClosedError(KafkaError):
     retriable = True
 
 
-class RequestTimedOutError(KafkaError):
+class KafkaTimeoutError(KafkaError, TimeoutError):
+    """Something did not complete in time: the one base of every timeout.
+
+    Also a built-in :class:`TimeoutError`. Its subclasses say which bound ran
+    out: :class:`RequestTimedOutError` (request.timeout.ms, one request),
+    ``kproto.producer.DeliveryTimeoutError`` (delivery.timeout.ms),
+    ``kproto.admin.AdminTimeoutError`` (default.api.timeout.ms of an admin
+    call), ``kproto.consumer.CommitTimeoutError`` and
+    ``kproto.consumer.core.OffsetsTimeoutError`` (a commit or an offsets
+    lookup). Raised as itself when ``max.block.ms`` or a ``timeout`` argument
+    of a kio call runs out. ``except KafkaTimeoutError`` catches them all
+    (every one is importable from :mod:`kio.errors`). Retriable, as Java's
+    TimeoutException: trying again may succeed.
+    """
+
+    retriable = True
+
+
+class RequestTimedOutError(KafkaTimeoutError):
     """No response arrived within request.timeout.ms."""
 
     retriable = True

@@ -32,7 +32,7 @@ from kproto.consumer import COORDINATOR, OffsetAndMetadata, OutgoingRequest, Top
 from kproto.consumer.coordinator import (
     COORDINATOR_ERRORS, CoordinatorLookupFailed,
 )
-from kproto.errors import KafkaError, UnsupportedVersionError
+from kproto.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
 
 __all__ = ["OffsetCommitter", "CommitHandle", "FetchHandle", "CommitCompleted", "CommitFailed",
            "OffsetsFetched", "CommitTimeoutError", "CommitFailedError"]
@@ -46,7 +46,7 @@ _MARK_UNKNOWN = COORDINATOR_ERRORS | {E.BrokerRequestTimedOutError.code}
 _GROUP_RESET = {E.UnknownMemberIdError.code, E.IllegalGenerationError.code}
 
 
-class CommitTimeoutError(KafkaError, TimeoutError):
+class CommitTimeoutError(KafkaTimeoutError):
     """A synchronous commit or committed-offsets fetch did not succeed in time."""
 
     retriable = True

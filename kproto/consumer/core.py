@@ -54,7 +54,7 @@ from kproto.consumer.membership import (
 from kproto.consumer.positions import (
     EARLIEST, LATEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, NoOffsetForPartitionError, Positions,
 )
-from kproto.errors import KafkaError, RequestTimedOutError, UnsupportedVersionError
+from kproto.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError, UnsupportedVersionError
 
 __all__ = ["ConsumerCore", "OffsetsHandle", "OffsetAndTimestamp", "InvalidGroupIdError",
            "ConsumerClosedError", "OffsetsTimeoutError"]
@@ -64,15 +64,16 @@ E = error_codes
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-class InvalidGroupIdError(KafkaError):
-    """The operation needs group.id (subscribe, commit, committed)."""
+# The operation needs group.id (subscribe, commit, committed): raised as the
+# broker's INVALID_GROUP_ID class, as Java throws InvalidGroupIdException.
+InvalidGroupIdError = error_codes.InvalidGroupIdError
 
 
 class ConsumerClosedError(KafkaError):
     """The consumer is closed."""
 
 
-class OffsetsTimeoutError(KafkaError, TimeoutError):
+class OffsetsTimeoutError(KafkaTimeoutError):
     """An offsets lookup (ListOffsets) did not complete in time."""
 
     retriable = True

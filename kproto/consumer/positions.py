@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Optional
 
+from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.errors import ConfigError, KafkaError
 
@@ -28,8 +29,10 @@ class NoOffsetForPartitionError(KafkaError):
     """A partition has no position and auto.offset.reset is 'none'."""
 
 
-class OffsetOutOfRangeError(KafkaError):
-    """The position is outside the log and auto.offset.reset is 'none'."""
+# The position is outside the log and auto.offset.reset is 'none': raised as
+# the broker's OFFSET_OUT_OF_RANGE class (one class, as Java's
+# OffsetOutOfRangeException), so one ``except`` catches both.
+OffsetOutOfRangeError = error_codes.OffsetOutOfRangeError
 
 
 class PartitionState:

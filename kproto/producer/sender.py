@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.connection import ReconnectBackoff
-from kproto.errors import KafkaError
+from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer.accumulator import iter_parts
 from kproto.records import BatchBuilder, read_batches
 
@@ -32,7 +32,7 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 UNKNOWN_PRODUCER_ID = 59
 
 
-class DeliveryTimeoutError(KafkaError):
+class DeliveryTimeoutError(KafkaTimeoutError):
     """A record was not acknowledged within delivery.timeout.ms."""
 
 
