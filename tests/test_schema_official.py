@@ -53,6 +53,8 @@ EXPECTED_APIS = {
     "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "CreateTopics", "DeleteTopics",
     "CreatePartitions", "DescribeConfigs", "DeleteRecords", "DescribeCluster",
     "SaslHandshake", "SaslAuthenticate",
+    "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "ShareGroupHeartbeat",
+    "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
               "bool", "string", "bytes", "records", "uuid"}

@@ -59,6 +59,13 @@ APIS = [
     ("DescribeCluster", "describe_cluster"),
     ("SaslHandshake", "sasl_handshake"),
     ("SaslAuthenticate", "sasl_authenticate"),
+    # The next-generation group protocols: KIP-848 consumer groups, KIP-932 share groups.
+    ("ConsumerGroupHeartbeat", "consumer_group_heartbeat"),
+    ("ConsumerGroupDescribe", "consumer_group_describe"),
+    ("ShareGroupHeartbeat", "share_group_heartbeat"),
+    ("ShareGroupDescribe", "share_group_describe"),
+    ("ShareFetch", "share_fetch"),
+    ("ShareAcknowledge", "share_acknowledge"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

@@ -37,6 +37,12 @@ from kproto.schema import delete_records
 from kproto.schema import describe_cluster
 from kproto.schema import sasl_handshake
 from kproto.schema import sasl_authenticate
+from kproto.schema import consumer_group_heartbeat
+from kproto.schema import consumer_group_describe
+from kproto.schema import share_group_heartbeat
+from kproto.schema import share_group_describe
+from kproto.schema import share_fetch
+from kproto.schema import share_acknowledge
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -68,4 +74,10 @@ API_MODULES = (
     describe_cluster,
     sasl_handshake,
     sasl_authenticate,
+    consumer_group_heartbeat,
+    consumer_group_describe,
+    share_group_heartbeat,
+    share_group_describe,
+    share_fetch,
+    share_acknowledge,
 )
