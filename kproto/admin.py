@@ -308,6 +308,8 @@ _NOT_CONTROLLER = 41
 #: Codes meaning "ask FindCoordinator again".
 _COORDINATOR_MOVED = frozenset({15, 16})
 _COORDINATOR_LOADING = 14
+#: DescribeGroups v6+ for a group that is not a classic one (or does not exist).
+GROUP_ID_NOT_FOUND = 69
 #: Partition-level codes meaning "the leader moved / is not known yet": look it up again.
 _LEADER_MOVED = frozenset({5, 6, 9, 13})
 
@@ -1013,6 +1015,9 @@ class AdminCore(DriverIO):
                 if d is None:
                     self._fail_call(call, KafkaError(f"DescribeGroups did not describe group {g!r}"))
                     return
+                if d["error_code"] == GROUP_ID_NOT_FOUND and self._describe_consumer_protocol_group(
+                        op, g, call, now):
+                    return
                 if self._group_error(call, d["error_code"], None, f"describe group {g!r}", now):
                     return
                 pt = d.get("protocol_type") or ""
@@ -1039,6 +1044,44 @@ class AdminCore(DriverIO):
 
             self._group_call(op, g, "DescribeGroups", build, handle)
         return op
+
+    def _describe_consumer_protocol_group(self, op, g, call, now) -> bool:
+        """DescribeGroups answers GROUP_ID_NOT_FOUND for a group of the KIP-848
+        consumer protocol too ("not a classic group"): ask ConsumerGroupDescribe
+        (as Java's Admin does) when this coordinator serves it. True when that
+        call was made; its answer completes ``g`` (GROUP_ID_NOT_FOUND again:
+        the group really does not exist)."""
+        if call.node is None or self.client.api_version(call.node, "ConsumerGroupDescribe") is None:
+            return False
+
+        def build(node, call=None):
+            return {"group_ids": [g], "include_authorized_operations": False}
+
+        def handle(call2, body, now2):
+            d = next((x for x in body.get("groups") or [] if x.get("group_id") == g), None)
+            if d is None:
+                self._fail_call(call2, KafkaError(f"ConsumerGroupDescribe did not describe group {g!r}"))
+                return
+            if self._group_error(call2, d["error_code"], d.get("error_message"),
+                                 f"describe group {g!r}", now2):
+                return
+            members = []
+            for m in d.get("members") or []:
+                owned = tuple(sorted(TopicPartition(t["topic_name"], p)
+                                     for t in (m.get("assignment") or {}).get("topic_partitions") or ()
+                                     for p in t["partitions"]))
+                subscription = MemberSubscription(tuple(m.get("subscribed_topic_names") or ()),
+                                                  rack_id=m.get("rack_id"),
+                                                  group_instance_id=m.get("instance_id"))
+                members.append(MemberDescription(m["member_id"], m.get("instance_id"),
+                                                 m.get("client_id") or "", m.get("client_host") or "",
+                                                 Assignment(owned), subscription))
+            self._complete(op, g, value=ConsumerGroupDescription(
+                g, False, d.get("group_state") or "", "consumer", d.get("assignor_name") or "",
+                tuple(members), getattr(call2, "coordinator", None)))
+
+        self._group_call(op, g, "ConsumerGroupDescribe", build, handle)
+        return True
 
     def delete_consumer_groups(self, group_ids, *, timeout_ms=None, now) -> AdminHandle:
         """DeleteGroups at each group's coordinator; one item per group."""

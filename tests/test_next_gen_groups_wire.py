@@ -106,3 +106,31 @@ def test_share_group_heartbeat_join_and_describe(bootstrap, make_topic):
         assert [m["member_id"] for m in g["members"]] == [member]
         leave = client.request("ShareGroupHeartbeat", dict(join, member_epoch=-1))
         assert leave["error_code"] == 0 and leave["member_epoch"] == -1
+
+
+def test_admin_describes_a_consumer_protocol_group(bootstrap, make_topic):
+    # DescribeGroups answers GROUP_ID_NOT_FOUND ("not a classic group") for a
+    # KIP-848 group; the admin client asks ConsumerGroupDescribe instead, as Java's does.
+    from kio.admin import Admin
+    from kproto.error_codes import GroupIdNotFoundError
+    topic = make_topic(2)
+    group, member = "cg-adm-" + uuid.uuid4().hex[:8], str(uuid.uuid4())
+    with BlockingClient(bootstrap) as client:
+        join = {"group_id": group, "member_id": member, "member_epoch": 0, "instance_id": "inst-1",
+                "rack_id": None, "rebalance_timeout_ms": 30000, "subscribed_topic_names": [topic],
+                "server_assignor": None, "topic_partitions": []}
+        r = _heartbeat_until(client, "ConsumerGroupHeartbeat", join, _assigned)
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            desc = admin.describe_consumer_groups([group])[group]
+            assert (desc.state, desc.protocol_type, desc.is_simple) == ("Stable", "consumer", False)
+            assert desc.assignor == "uniform"                    # the broker's default assignor
+            (m,) = desc.members
+            assert (m.member_id, m.group_instance_id) == (member, "inst-1")
+            assert [tp.partition for tp in m.assignment.partitions] == [0, 1]
+            assert {tp.topic for tp in m.assignment.partitions} == {topic}
+            assert m.subscription.topics == (topic,)
+            assert desc.coordinator is not None
+            # a group that exists under neither protocol is still an error naming it
+            missing = admin.describe_consumer_groups(["no-such-" + group], raise_errors=False)
+            assert isinstance(missing.items["no-such-" + group].error, GroupIdNotFoundError)
+        client.request("ConsumerGroupHeartbeat", dict(join, member_epoch=-1))      # leave
