@@ -27,15 +27,21 @@ import logging
 import re
 import threading
 import time
-from typing import NamedTuple, Optional
+from typing import (
+    Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Set, Tuple,
+    Union,
+)
 
 from kio._common import rebalance_calls
 from kio._network import SocketLoop
+from kio._types import CommitCallback, Offsets, Partitions, RebalanceListener
 from kio.producer import KafkaTimeoutError
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
+from kproto.config import Config
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError
+from kproto.records import Record
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionBatch",
            "ConsumerThreadError", "ConsumerClosedError", "KafkaTimeoutError", "WakeupError"]
@@ -55,12 +61,13 @@ class PartitionBatch(NamedTuple):
     """The columnar records of one partition (lists, or Arrow arrays)."""
     topic: str
     partition: int
-    offsets: object
-    timestamps: object
-    keys: object
-    values: object
+    offsets: Any
+    timestamps: Any
+    keys: Any
+    values: Any
 
-    def __len__(self):
+    def __len__(self) -> int:
+        """The number of records."""
         return len(self.offsets)
 
 
@@ -72,7 +79,10 @@ class Consumer:
     """``Consumer(bootstrap_servers=..., group_id="g", auto_offset_reset="earliest")``
     or ``Consumer({"bootstrap.servers": ...})``; see the module docstring."""
 
-    def __init__(self, config: Optional[dict] = None, **kwargs):
+    config: Config
+    """The parsed settings (``consumer.config.group_id``)."""
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         self._core = ConsumerCore(config, **kwargs)
         self.config = self._core.config
         self._lock = threading.Lock()
@@ -95,7 +105,9 @@ class Consumer:
         self._thread.start()
 
     # == subscriptions ========================================================================
-    def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
+    def subscribe(self, topics: Union[str, Iterable[str], Pattern[str]],
+                  on_assign: Optional[RebalanceListener] = None, on_revoke: Optional[RebalanceListener] = None,
+                  on_lost: Optional[RebalanceListener] = None) -> None:
         """Join the group for ``topics``: a list of names, one name, a compiled
         regex or a string starting with ``^`` (a pattern). Listeners are
         called with a list of TopicPartition; ``on_lost`` defaults to
@@ -111,8 +123,9 @@ class Consumer:
                 self._core.subscribe(topics, now)
         self._net.wake()
 
-    def assign(self, partitions) -> None:
-        """Manual assignment of these TopicPartitions (no group management)."""
+    def assign(self, partitions: Partitions) -> None:
+        """Manual assignment of these TopicPartitions (no group management);
+        replaces the previous assignment."""
         self._enter()
         with self._lock:
             self._check_usable()
@@ -120,30 +133,38 @@ class Consumer:
         self._net.wake()
 
     def unsubscribe(self) -> None:
+        """Leave the group (the revocation listener runs) or drop the manual
+        assignment; records buffered for the partitions are dropped.
+        subscribe() or assign() again to consume."""
         self._enter()
         with self._lock:
             self._core.unsubscribe(_now_ms())
         self._dispatch()
         self._net.wake()
 
-    def assignment(self) -> set:
+    def assignment(self) -> Set[TopicPartition]:
+        """The partitions assigned to this consumer now (by the group, or by assign())."""
         self._enter()
         with self._lock:
             return self._core.assignment()
 
-    def subscription(self) -> set:
+    def subscription(self) -> Set[str]:
+        """The topics subscribed to (for a pattern: the topics it matches now);
+        empty without subscribe()."""
         self._enter()
         with self._lock:
             return self._core.subscription()
 
     # == records ===================================================================================
-    def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> list:
+    def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[Record]:
         """Records fetched so far (up to ``max_records``, default
-        max.poll.records), waiting up to ``timeout`` seconds for some."""
+        max.poll.records), waiting up to ``timeout`` seconds for some
+        (None: until there are). Rebalance listeners and commit callbacks
+        run inside poll, on this thread."""
         return self._poll(timeout, lambda core: core.drain(max_records))
 
     def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
-                   arrow: bool = False) -> list:
+                   arrow: bool = False) -> List[PartitionBatch]:
         """Columnar poll: a list of :class:`PartitionBatch` (offsets,
         timestamps, keys, values as lists). With ``arrow=True`` they are
         pyarrow arrays built straight from the fetched bytes (int64, int64,
@@ -157,7 +178,8 @@ class Consumer:
         cols = self._poll(timeout, lambda core: core.drain_columns(limit))
         return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Record]:
+        """Every record, as it arrives (``poll(1.0)`` in a loop), until the consumer is closed."""
         while not self._closed:
             yield from self.poll(1.0)
 
@@ -193,13 +215,16 @@ class Consumer:
         return out
 
     # == commits ==================================================================================
-    def commit(self, offsets: Optional[dict] = None, asynchronous: bool = False, callback=None,
-               timeout: Optional[float] = None):
+    def commit(self, offsets: Optional[Offsets] = None, asynchronous: bool = False,
+               callback: Optional[CommitCallback] = None,
+               timeout: Optional[float] = None) -> Optional[Dict[TopicPartition, OffsetAndMetadata]]:
         """Commit ``offsets`` ({tp: next offset to consume, or OffsetAndMetadata};
         default: the positions of everything consumed). Synchronous by default
         (returns the committed offsets, raises on failure); with
         ``asynchronous=True`` it returns at once and ``callback(offsets, error)``
-        runs on this thread in a later poll/commit/close."""
+        runs on this thread in a later poll/commit/close (then commit returns
+        None). ``timeout`` bounds a synchronous commit (default
+        default.api.timeout.ms; then :class:`CommitTimeoutError`)."""
         self._enter()
         with self._lock:
             self._check_usable()
@@ -216,8 +241,10 @@ class Consumer:
         self._dispatch()
         return h.result()
 
-    def committed(self, partitions, timeout: Optional[float] = None) -> dict:
-        """{tp: OffsetAndMetadata or None (nothing committed)}."""
+    def committed(self, partitions: Partitions,
+                  timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndMetadata]]:
+        """The group's committed offsets of these partitions: {tp:
+        OffsetAndMetadata, or None (nothing committed)}."""
         self._enter()
         with self._lock:
             self._check_usable()
@@ -227,25 +254,31 @@ class Consumer:
         return h.result()
 
     # == positions ==================================================================================
-    def seek(self, partition, offset: int) -> None:
+    def seek(self, partition: Tuple[str, int], offset: int) -> None:
+        """Consume ``partition`` from ``offset`` on: the next record poll()
+        returns for it is the one at ``offset`` (what was buffered is dropped)."""
         self._enter()
         with self._lock:
             self._core.seek(partition, offset)
         self._net.wake()
 
-    def seek_to_beginning(self, partitions=None) -> None:
+    def seek_to_beginning(self, partitions: Optional[Partitions] = None) -> None:
+        """Consume these partitions (default: every assigned one) from their
+        first offset (the log start offset, looked up on the next poll)."""
         self._enter()
         with self._lock:
             self._core.seek_to_beginning(partitions)
         self._net.wake()
 
-    def seek_to_end(self, partitions=None) -> None:
+    def seek_to_end(self, partitions: Optional[Partitions] = None) -> None:
+        """Consume these partitions (default: every assigned one) from their
+        end: only records written from now on (looked up on the next poll)."""
         self._enter()
         with self._lock:
             self._core.seek_to_end(partitions)
         self._net.wake()
 
-    def position(self, partition, timeout: Optional[float] = None) -> int:
+    def position(self, partition: Tuple[str, int], timeout: Optional[float] = None) -> int:
         """The offset of the next record poll() returns for this partition;
         waits (up to ``timeout``, default default.api.timeout.ms) while it is
         being looked up (committed offset or auto.offset.reset)."""
@@ -261,39 +294,51 @@ class Consumer:
         with self._lock:
             return self._core.position(tp)
 
-    def pause(self, partitions) -> None:
+    def pause(self, partitions: Partitions) -> None:
+        """Stop fetching these partitions (poll() returns none of their
+        records) until resume(); they stay assigned, their positions kept."""
         self._enter()
         with self._lock:
             self._core.pause(partitions)
 
-    def resume(self, partitions) -> None:
+    def resume(self, partitions: Partitions) -> None:
+        """Fetch paused partitions again."""
         self._enter()
         with self._lock:
             self._core.resume(partitions)
         self._net.wake()
 
-    def paused(self) -> set:
+    def paused(self) -> Set[TopicPartition]:
+        """The partitions paused with pause()."""
         self._enter()
         with self._lock:
             return self._core.paused()
 
-    def lag(self, partition) -> Optional[int]:
+    def lag(self, partition: Tuple[str, int]) -> Optional[int]:
         """Records between the position and the last high watermark the
         broker reported (None until a fetch answered)."""
         self._enter()
         with self._lock:
             return self._core.lag(partition)
 
-    def offsets_for_times(self, timestamps: dict, timeout: Optional[float] = None) -> dict:
-        """{tp: OffsetAndTimestamp of the first record at or after the
-        timestamp, or None}."""
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                          timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """For {tp: timestamp in ms}: {tp: OffsetAndTimestamp of the first
+        record at or after the timestamp, or None (there is none)}."""
         return self._lookup(lambda core, now, t: core.list_offsets(timestamps, now, t), timeout)
 
-    def beginning_offsets(self, partitions, timeout: Optional[float] = None) -> dict:
+    def beginning_offsets(self, partitions: Partitions,
+                          timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
+        """{tp: the first offset in the log} (ListOffsets earliest; waits up to
+        ``timeout``, default default.api.timeout.ms)."""
         res = self._lookup(lambda core, now, t: core.beginning_offsets(partitions, now, t), timeout)
         return {tp: None if v is None else v.offset for tp, v in res.items()}
 
-    def end_offsets(self, partitions, timeout: Optional[float] = None) -> dict:
+    def end_offsets(self, partitions: Partitions,
+                    timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
+        """{tp: the offset the next record written will get} (ListOffsets
+        latest: the high watermark, or the last stable offset under
+        read_committed; waits up to ``timeout``, default default.api.timeout.ms)."""
         res = self._lookup(lambda core, now, t: core.end_offsets(partitions, now, t), timeout)
         return {tp: None if v is None else v.offset for tp, v in res.items()}
 
@@ -336,10 +381,10 @@ class Consumer:
             self._closed = True
             self._dispatch()
 
-    def __enter__(self):
+    def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # == helpers (user's thread) =======================================================================

@@ -29,9 +29,11 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kio._network import SocketLoop
+from kio._types import BulkCallback, DeliveryCallback, Headers
+from kproto.config import Config
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
 from kproto.producer.core import (
@@ -224,9 +226,20 @@ class BulkResult(tuple):
     """Result of send_many: (topic, count, ranges) with ranges as
     (partition, first_offset, count) tuples."""
     __slots__ = ()
-    topic = property(lambda s: s[0])
-    count = property(lambda s: s[1])
-    ranges = property(lambda s: s[2])
+
+    @property
+    def topic(self) -> str:
+        return self[0]
+
+    @property
+    def count(self) -> int:
+        """How many records were delivered."""
+        return self[1]
+
+    @property
+    def ranges(self) -> List[Tuple[int, int, int]]:
+        """(partition, first_offset, count) of each run of records written."""
+        return self[2]
 
 
 class BulkFuture(concurrent.futures.Future):
@@ -266,7 +279,10 @@ class Producer:
     """``Producer(bootstrap_servers=..., linger_ms=5, acks="all")`` or
     ``Producer({"bootstrap.servers": ...})``; see the module docstring."""
 
-    def __init__(self, config: Optional[dict] = None, **kwargs):
+    config: Config
+    """The parsed settings (``producer.config.linger_ms``)."""
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         self._core = ProducerCore(config, **kwargs)
         cfg = self._core.config
         self.config = cfg
@@ -285,9 +301,19 @@ class Producer:
         self._thread.start()
 
     # -- user API ---------------------------------------------------------------------------
-    def send(self, topic, value=None, key=None, partition=None, headers=None, timestamp_ms=None,
-             on_delivery=None):
-        """Queue one record; returns a Future resolving to RecordMetadata."""
+    def send(self, topic: str, value: object = None, key: object = None, partition: Optional[int] = None,
+             headers: Optional[Headers] = None, timestamp_ms: Optional[int] = None,
+             on_delivery: Optional[DeliveryCallback] = None) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue one record; returns a Future resolving to its RecordMetadata
+        (or raising the delivery error).
+
+        ``value`` and ``key`` are bytes, str (UTF-8) or None, or anything the
+        configured serializers take; ``partition`` None lets the partitioner
+        choose (by key); ``headers`` are (str, bytes) pairs or a dict;
+        ``timestamp_ms`` defaults to now. ``on_delivery(error, metadata)``
+        runs on the network thread once the record is acknowledged or failed.
+        Blocks only while the topic's metadata is unknown or buffer.memory is
+        full, up to max.block.ms, then raises :class:`KafkaTimeoutError`."""
         core = self._core
         if self._plain and type(value) is bytes and (key is None or type(key) is bytes):
             key_b, value_b = key, value                             # nothing to serialize
@@ -327,11 +353,17 @@ class Producer:
             except (MetadataPending, BufferExhausted) as e2:
                 deadline = self._block(e2, topic, deadline)
 
-    def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None,
-                  on_delivery=None):
+    def send_many(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
+                  partition: Optional[int] = None, headers: Optional[Sequence[Optional[Headers]]] = None,
+                  timestamp_ms: Optional[int] = None,
+                  on_delivery: Optional[BulkCallback] = None) -> concurrent.futures.Future[BulkResult]:
         """Queue many records in one call (sequences of bytes/str/None, or
         Arrow arrays). Returns one Future resolving to a BulkResult
-        (topic, count, ranges) or raising the first delivery error."""
+        (topic, count, ranges) or raising the first delivery error.
+
+        ``keys`` and ``headers`` (one header list or None per record) are
+        as long as ``values``; ``on_delivery(error, result)`` runs once, when
+        every record is resolved."""
         core = self._core
         values, keys = core.serialize_columns(topic, values, keys)     # outside the lock
         fut = BulkFuture(len(values), topic, on_delivery)
@@ -388,11 +420,13 @@ class Producer:
         self._thread.join()
         self._closed = True
 
-    def metrics(self) -> dict:
+    def metrics(self) -> Dict[str, Any]:
+        """The producer's counters and gauges ({name: value}: records and
+        bytes sent, batches, retries, errors, buffer use, ...)."""
         with self._lock:
             return self._core.metrics()
 
-    def partitions_for(self, topic, timeout: Optional[float] = None) -> int:
+    def partitions_for(self, topic: str, timeout: Optional[float] = None) -> int:
         """Partition count of ``topic`` (waits for metadata up to max.block.ms)."""
         with self._lock:
             deadline = None
@@ -410,10 +444,12 @@ class Producer:
         self._txn_call(lambda: self._core.init_transactions(), timeout)
 
     def begin_transaction(self) -> None:
+        """Start a transaction (after :meth:`init_transactions`): the records
+        sent from now on are committed or aborted together."""
         with self._lock:
             self._core.begin_transaction()
 
-    def send_offsets_to_transaction(self, offsets: dict, group_id: str,
+    def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_id: str,
                                     timeout: Optional[float] = None) -> None:
         """Commit consumer offsets ({(topic, partition): next offset}) as part
         of the transaction."""
@@ -451,10 +487,10 @@ class Producer:
         if res.error is not None:
             raise res.error
 
-    def __enter__(self):
+    def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self):
@@ -577,13 +613,21 @@ class InOrderAcker:
         acker.send("topic", value, token=binlog_position)
     """
 
-    def __init__(self, producer: "Producer", on_release, capacity: int = 10000):
+    def __init__(self, producer: Producer, on_release: Callable[[Any, Optional[BaseException]], Any],
+                 capacity: int = 10000) -> None:
         self.producer = producer
         self.on_release = on_release
         self._acks = InOrderAcks(capacity)
         self._cond = threading.Condition()
 
-    def send(self, topic, value=None, token=None, timeout: Optional[float] = None, **kwargs):
+    def send(self, topic: str, value: object = None, token: Any = None, timeout: Optional[float] = None,
+             **kwargs: Any) -> concurrent.futures.Future[RecordMetadata]:
+        """Send one record through the producer (``kwargs`` as
+        :meth:`Producer.send`'s, but no ``on_delivery``) and remember
+        ``token``: ``on_release(token, error)`` is called once this record and
+        every record sent before it are resolved. Waits (up to ``timeout``)
+        while ``capacity`` records are outstanding, then raises
+        :class:`KafkaTimeoutError`."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -613,4 +657,6 @@ class InOrderAcker:
 
     @property
     def acked_position(self) -> int:
+        """Every record whose sequence number (0, 1, ... in send order) is
+        below this has been released."""
         return self._acks.acked_position

@@ -37,7 +37,7 @@ describe_topics.
 from __future__ import annotations
 
 import random
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, Iterable, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.client import DriverIO, network_for
@@ -103,11 +103,13 @@ class ConfigResource(NamedTuple):
     BROKER_LOGGER = 8
 
     @classmethod
-    def topic(cls, name):
+    def topic(cls, name: str) -> "ConfigResource":
+        """The settings of topic ``name``."""
         return cls(2, name)
 
     @classmethod
-    def broker(cls, node_id):
+    def broker(cls, node_id: int) -> "ConfigResource":
+        """The settings of broker ``node_id``."""
         return cls(4, str(node_id))
 
 
@@ -232,13 +234,19 @@ class AdminResult:
     ``value``, ``error``; ``result()`` returns the value or raises the error."""
     __slots__ = ("key", "done", "value", "error")
 
-    def __init__(self, key):
+    key: Any
+    done: bool
+    value: Any
+    error: Optional[BaseException]
+
+    def __init__(self, key: Any) -> None:
         self.key = key
         self.done = False
         self.value = None
         self.error = None
 
-    def result(self):
+    def result(self) -> Any:
+        """The value, or raise the error (KafkaError while not done)."""
         if not self.done:
             raise KafkaError(f"the result for {self.key!r} is not ready yet")
         if self.error is not None:
@@ -260,9 +268,9 @@ class AdminHandle:
     ``all()``); ``errors()``: {key: exception} of failed items. Drivers may
     subclass it and override ``_resolved`` (called once, when done)."""
 
-    def __init__(self, operation: str, keys, deadline, single=False):
+    def __init__(self, operation: str, keys: Iterable[Any], deadline: float, single: bool = False) -> None:
         self.operation = operation
-        self.items = {k: AdminResult(k) for k in keys}
+        self.items: Dict[Any, AdminResult] = {k: AdminResult(k) for k in keys}
         self.single = single
         self.deadline = deadline
         self.done = False
@@ -270,20 +278,24 @@ class AdminHandle:
         self._listeners: list = []
 
     @property
-    def error(self):
+    def error(self) -> Optional[BaseException]:
+        """The first failed item's error, or None."""
         for r in self.items.values():
             if r.error is not None:
                 return r.error
         return None
 
-    def errors(self) -> dict:
+    def errors(self) -> Dict[Any, BaseException]:
+        """{key: exception} of the items that failed."""
         return {k: r.error for k, r in self.items.items() if r.error is not None}
 
-    def values(self) -> dict:
+    def values(self) -> Dict[Any, Any]:
         """{key: value} of the items that succeeded."""
         return {k: r.value for k, r in self.items.items() if r.done and r.error is None}
 
-    def result(self):
+    def result(self) -> Any:
+        """The single value, or {key: value}; raises the first item's error
+        (Java's ``all().get()``), or KafkaError while not done."""
         if not self.done:
             raise KafkaError(f"{self.operation} is not done yet")
         err = self.error

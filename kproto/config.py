@@ -16,7 +16,7 @@ both spellings of the same key in one input is an error.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional
 
 from kproto.errors import ConfigError
 
@@ -146,7 +146,7 @@ class Config:
         object.__setattr__(self, "explicit", frozenset(explicit))
         object.__setattr__(self, "definition", definition)
 
-    def __getattr__(self, attr):
+    def __getattr__(self, attr: str) -> Any:
         try:
             return self._values[attr.replace("_", ".")]
         except KeyError:
@@ -155,13 +155,15 @@ class Config:
     def __setattr__(self, key, value):
         raise AttributeError("Config is read-only; build a new one with ConfigDef.parse")
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> Any:
         return self._values[normalize_name(name)]
 
-    def is_set(self, name):
+    def is_set(self, name: str) -> bool:
+        """Whether the user gave this setting (rather than its default)."""
         return normalize_name(name) in self.explicit
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
+        """{dotted name: value} of every setting."""
         return dict(self._values)
 
     def __repr__(self):

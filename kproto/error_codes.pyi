@@ -170,535 +170,669 @@ def raise_for_code(code: int, message: Optional[str] = None, context: str = "") 
 
 class UnknownServerError(BrokerError):
     """Kafka error UNKNOWN_SERVER_ERROR (-1): the broker hit an unexpected error while handling the request."""
+    code: int
 
 
 class OffsetOutOfRangeError(BrokerError):
     """Kafka error OFFSET_OUT_OF_RANGE (1): the requested offset is outside the log's range."""
+    code: int
 
 
 class CorruptMessageError(BrokerError):
     """Kafka error CORRUPT_MESSAGE (2): a message failed its CRC check, is too large or is otherwise corrupt."""
+    code: int
 
 
 class UnknownTopicOrPartitionError(BrokerError):
     """Kafka error UNKNOWN_TOPIC_OR_PARTITION (3): this broker does not host the topic-partition."""
+    code: int
 
 
 class InvalidFetchSizeError(BrokerError):
     """Kafka error INVALID_FETCH_SIZE (4): the requested fetch size is invalid."""
+    code: int
 
 
 class LeaderNotAvailableError(BrokerError):
     """Kafka error LEADER_NOT_AVAILABLE (5): the partition has no leader right now (election in progress)."""
+    code: int
 
 
 class NotLeaderOrFollowerError(BrokerError):
     """Kafka error NOT_LEADER_OR_FOLLOWER (6): this broker is not the leader (or not a replica) of the partition."""
+    code: int
 
 
 class BrokerRequestTimedOutError(BrokerError, RequestTimedOutError):
     """Kafka error REQUEST_TIMED_OUT (7): the request timed out on the broker."""
+    code: int
 
 
 class BrokerNotAvailableError(BrokerError):
     """Kafka error BROKER_NOT_AVAILABLE (8): the broker is not available."""
+    code: int
 
 
 class ReplicaNotAvailableError(BrokerError):
     """Kafka error REPLICA_NOT_AVAILABLE (9): the replica is not available for the partition."""
+    code: int
 
 
 class MessageTooLargeError(BrokerError):
     """Kafka error MESSAGE_TOO_LARGE (10): a message is larger than the broker accepts."""
+    code: int
 
 
 class StaleControllerEpochError(BrokerError):
     """Kafka error STALE_CONTROLLER_EPOCH (11): the controller moved to another broker."""
+    code: int
 
 
 class OffsetMetadataTooLargeError(BrokerError):
     """Kafka error OFFSET_METADATA_TOO_LARGE (12): the offset commit metadata is too large."""
+    code: int
 
 
 class NetworkError(BrokerError):
     """Kafka error NETWORK_EXCEPTION (13): the broker disconnected before answering."""
+    code: int
 
 
 class CoordinatorLoadInProgressError(BrokerError):
     """Kafka error COORDINATOR_LOAD_IN_PROGRESS (14): the coordinator is still loading its state."""
+    code: int
 
 
 class CoordinatorNotAvailableError(BrokerError):
     """Kafka error COORDINATOR_NOT_AVAILABLE (15): the coordinator is not available."""
+    code: int
 
 
 class NotCoordinatorError(BrokerError):
     """Kafka error NOT_COORDINATOR (16): this broker is not the coordinator."""
+    code: int
 
 
 class InvalidTopicError(BrokerError):
     """Kafka error INVALID_TOPIC_EXCEPTION (17): the topic name is invalid for this operation."""
+    code: int
 
 
 class RecordListTooLargeError(BrokerError):
     """Kafka error RECORD_LIST_TOO_LARGE (18): a record batch is larger than the broker's segment size."""
+    code: int
 
 
 class NotEnoughReplicasError(BrokerError):
     """Kafka error NOT_ENOUGH_REPLICAS (19): fewer in-sync replicas than min.insync.replicas: records rejected."""
+    code: int
 
 
 class NotEnoughReplicasAfterAppendError(BrokerError):
     """Kafka error NOT_ENOUGH_REPLICAS_AFTER_APPEND (20): records were written but to fewer in-sync replicas than required."""
+    code: int
 
 
 class InvalidRequiredAcksError(BrokerError):
     """Kafka error INVALID_REQUIRED_ACKS (21): invalid acks value in a produce request."""
+    code: int
 
 
 class IllegalGenerationError(BrokerError):
     """Kafka error ILLEGAL_GENERATION (22): the group generation id is not current."""
+    code: int
 
 
 class InconsistentGroupProtocolError(BrokerError):
     """Kafka error INCONSISTENT_GROUP_PROTOCOL (23): the member's protocols do not match the group's."""
+    code: int
 
 
 class InvalidGroupIdError(BrokerError):
     """Kafka error INVALID_GROUP_ID (24): the group id is invalid."""
+    code: int
 
 
 class UnknownMemberIdError(BrokerError):
     """Kafka error UNKNOWN_MEMBER_ID (25): the coordinator does not know this member id."""
+    code: int
 
 
 class InvalidSessionTimeoutError(BrokerError):
     """Kafka error INVALID_SESSION_TIMEOUT (26): the session timeout is outside the broker's allowed range."""
+    code: int
 
 
 class RebalanceInProgressError(BrokerError):
     """Kafka error REBALANCE_IN_PROGRESS (27): the group is rebalancing: rejoin."""
+    code: int
 
 
 class InvalidCommitOffsetSizeError(BrokerError):
     """Kafka error INVALID_COMMIT_OFFSET_SIZE (28): the offset commit is too large."""
+    code: int
 
 
 class TopicAuthorizationFailedError(AuthorizationError):
     """Kafka error TOPIC_AUTHORIZATION_FAILED (29): not authorized to access the topic."""
+    code: int
 
 
 class GroupAuthorizationFailedError(AuthorizationError):
     """Kafka error GROUP_AUTHORIZATION_FAILED (30): not authorized to access the group."""
+    code: int
 
 
 class ClusterAuthorizationFailedError(AuthorizationError):
     """Kafka error CLUSTER_AUTHORIZATION_FAILED (31): not authorized for this cluster operation."""
+    code: int
 
 
 class InvalidTimestampError(BrokerError):
     """Kafka error INVALID_TIMESTAMP (32): a record timestamp is out of the accepted range."""
+    code: int
 
 
 class UnsupportedSaslMechanismError(AuthenticationError):
     """Kafka error UNSUPPORTED_SASL_MECHANISM (33): the broker does not support this SASL mechanism."""
+    code: int
 
 
 class IllegalSaslStateError(AuthenticationError):
     """Kafka error ILLEGAL_SASL_STATE (34): the request is not valid in the current SASL state."""
+    code: int
 
 
 class BrokerUnsupportedVersionError(BrokerError, UnsupportedVersionError):
     """Kafka error UNSUPPORTED_VERSION (35): the broker does not support this API version."""
+    code: int
 
 
 class TopicAlreadyExistsError(BrokerError):
     """Kafka error TOPIC_ALREADY_EXISTS (36): the topic already exists."""
+    code: int
 
 
 class InvalidPartitionsError(BrokerError):
     """Kafka error INVALID_PARTITIONS (37): the partition count is invalid."""
+    code: int
 
 
 class InvalidReplicationFactorError(BrokerError):
     """Kafka error INVALID_REPLICATION_FACTOR (38): the replication factor is invalid for this cluster."""
+    code: int
 
 
 class InvalidReplicaAssignmentError(BrokerError):
     """Kafka error INVALID_REPLICA_ASSIGNMENT (39): the replica assignment is invalid."""
+    code: int
 
 
 class InvalidConfigError(BrokerError):
     """Kafka error INVALID_CONFIG (40): the configuration is invalid."""
+    code: int
 
 
 class NotControllerError(BrokerError):
     """Kafka error NOT_CONTROLLER (41): this broker is not the controller."""
+    code: int
 
 
 class InvalidRequestError(BrokerError):
     """Kafka error INVALID_REQUEST (42): the broker found the request malformed (client bug or incompatible broker; see broker logs)."""
+    code: int
 
 
 class UnsupportedForMessageFormatError(BrokerError):
     """Kafka error UNSUPPORTED_FOR_MESSAGE_FORMAT (43): the broker's message format version does not support the request."""
+    code: int
 
 
 class PolicyViolationError(BrokerError):
     """Kafka error POLICY_VIOLATION (44): the request violates a broker policy."""
+    code: int
 
 
 class OutOfOrderSequenceNumberError(BrokerError):
     """Kafka error OUT_OF_ORDER_SEQUENCE_NUMBER (45): the broker saw an out-of-order producer sequence number."""
+    code: int
 
 
 class DuplicateSequenceNumberError(BrokerError):
     """Kafka error DUPLICATE_SEQUENCE_NUMBER (46): the broker saw a duplicate producer sequence number."""
+    code: int
 
 
 class InvalidProducerEpochError(BrokerError):
     """Kafka error INVALID_PRODUCER_EPOCH (47): the producer epoch is stale."""
+    code: int
 
 
 class InvalidTxnStateError(BrokerError):
     """Kafka error INVALID_TXN_STATE (48): the transactional operation is invalid in the current state."""
+    code: int
 
 
 class InvalidProducerIdMappingError(BrokerError):
     """Kafka error INVALID_PRODUCER_ID_MAPPING (49): the producer id is not assigned to this transactional id."""
+    code: int
 
 
 class InvalidTransactionTimeoutError(BrokerError):
     """Kafka error INVALID_TRANSACTION_TIMEOUT (50): the transaction timeout exceeds transaction.max.timeout.ms."""
+    code: int
 
 
 class ConcurrentTransactionsError(BrokerError):
     """Kafka error CONCURRENT_TRANSACTIONS (51): another operation on the same transaction is in progress."""
+    code: int
 
 
 class TransactionCoordinatorFencedError(BrokerError):
     """Kafka error TRANSACTION_COORDINATOR_FENCED (52): the transaction coordinator is no longer current."""
+    code: int
 
 
 class TransactionalIdAuthorizationFailedError(AuthorizationError):
     """Kafka error TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53): not authorized for this transactional id."""
+    code: int
 
 
 class SecurityDisabledError(BrokerError):
     """Kafka error SECURITY_DISABLED (54): security features are disabled on the broker."""
+    code: int
 
 
 class OperationNotAttemptedError(BrokerError):
     """Kafka error OPERATION_NOT_ATTEMPTED (55): the broker did not attempt this operation (another in the batch failed)."""
+    code: int
 
 
 class KafkaStorageError(BrokerError):
     """Kafka error KAFKA_STORAGE_ERROR (56): the broker had a disk error accessing the log."""
+    code: int
 
 
 class LogDirNotFoundError(BrokerError):
     """Kafka error LOG_DIR_NOT_FOUND (57): the log directory is not in the broker's configuration."""
+    code: int
 
 
 class SaslAuthenticationFailedError(AuthenticationError):
     """Kafka error SASL_AUTHENTICATION_FAILED (58): SASL authentication failed."""
+    code: int
 
 
 class UnknownProducerIdError(BrokerError):
     """Kafka error UNKNOWN_PRODUCER_ID (59): the broker has no state for this producer id (e.g. its records expired)."""
+    code: int
 
 
 class ReassignmentInProgressError(BrokerError):
     """Kafka error REASSIGNMENT_IN_PROGRESS (60): a partition reassignment is in progress."""
+    code: int
 
 
 class DelegationTokenAuthDisabledError(BrokerError):
     """Kafka error DELEGATION_TOKEN_AUTH_DISABLED (61): delegation tokens are disabled."""
+    code: int
 
 
 class DelegationTokenNotFoundError(BrokerError):
     """Kafka error DELEGATION_TOKEN_NOT_FOUND (62): the delegation token was not found."""
+    code: int
 
 
 class DelegationTokenOwnerMismatchError(BrokerError):
     """Kafka error DELEGATION_TOKEN_OWNER_MISMATCH (63): the principal is not the token's owner or renewer."""
+    code: int
 
 
 class DelegationTokenRequestNotAllowedError(BrokerError):
     """Kafka error DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (64): delegation token requests are not allowed on this channel."""
+    code: int
 
 
 class DelegationTokenAuthorizationFailedError(AuthorizationError):
     """Kafka error DELEGATION_TOKEN_AUTHORIZATION_FAILED (65): not authorized for the delegation token."""
+    code: int
 
 
 class DelegationTokenExpiredError(BrokerError):
     """Kafka error DELEGATION_TOKEN_EXPIRED (66): the delegation token has expired."""
+    code: int
 
 
 class InvalidPrincipalTypeError(BrokerError):
     """Kafka error INVALID_PRINCIPAL_TYPE (67): the principal type is not supported."""
+    code: int
 
 
 class NonEmptyGroupError(BrokerError):
     """Kafka error NON_EMPTY_GROUP (68): the group is not empty."""
+    code: int
 
 
 class GroupIdNotFoundError(BrokerError):
     """Kafka error GROUP_ID_NOT_FOUND (69): the group does not exist."""
+    code: int
 
 
 class FetchSessionIdNotFoundError(BrokerError):
     """Kafka error FETCH_SESSION_ID_NOT_FOUND (70): the fetch session id is unknown."""
+    code: int
 
 
 class InvalidFetchSessionEpochError(BrokerError):
     """Kafka error INVALID_FETCH_SESSION_EPOCH (71): the fetch session epoch is invalid."""
+    code: int
 
 
 class ListenerNotFoundError(BrokerError):
     """Kafka error LISTENER_NOT_FOUND (72): the leader has no listener matching the one the metadata came from."""
+    code: int
 
 
 class TopicDeletionDisabledError(BrokerError):
     """Kafka error TOPIC_DELETION_DISABLED (73): topic deletion is disabled."""
+    code: int
 
 
 class FencedLeaderEpochError(BrokerError):
     """Kafka error FENCED_LEADER_EPOCH (74): our leader epoch is older than the broker's."""
+    code: int
 
 
 class UnknownLeaderEpochError(BrokerError):
     """Kafka error UNKNOWN_LEADER_EPOCH (75): our leader epoch is newer than the broker's."""
+    code: int
 
 
 class UnsupportedCompressionTypeError(BrokerError):
     """Kafka error UNSUPPORTED_COMPRESSION_TYPE (76): the client does not support the partition's compression type."""
+    code: int
 
 
 class StaleBrokerEpochError(BrokerError):
     """Kafka error STALE_BROKER_EPOCH (77): the broker epoch has changed."""
+    code: int
 
 
 class OffsetNotAvailableError(BrokerError):
     """Kafka error OFFSET_NOT_AVAILABLE (78): the new leader's high watermark has not caught up yet."""
+    code: int
 
 
 class MemberIdRequiredError(BrokerError):
     """Kafka error MEMBER_ID_REQUIRED (79): the member must rejoin with the member id the broker assigned."""
+    code: int
 
 
 class PreferredLeaderNotAvailableError(BrokerError):
     """Kafka error PREFERRED_LEADER_NOT_AVAILABLE (80): the preferred leader is not available."""
+    code: int
 
 
 class GroupMaxSizeReachedError(BrokerError):
     """Kafka error GROUP_MAX_SIZE_REACHED (81): the group is full."""
+    code: int
 
 
 class FencedInstanceIdError(BrokerError):
     """Kafka error FENCED_INSTANCE_ID (82): another member with the same group.instance.id fenced this one."""
+    code: int
 
 
 class EligibleLeadersNotAvailableError(BrokerError):
     """Kafka error ELIGIBLE_LEADERS_NOT_AVAILABLE (83): no eligible leader is available."""
+    code: int
 
 
 class ElectionNotNeededError(BrokerError):
     """Kafka error ELECTION_NOT_NEEDED (84): the leader election is not needed."""
+    code: int
 
 
 class NoReassignmentInProgressError(BrokerError):
     """Kafka error NO_REASSIGNMENT_IN_PROGRESS (85): no partition reassignment is in progress."""
+    code: int
 
 
 class GroupSubscribedToTopicError(BrokerError):
     """Kafka error GROUP_SUBSCRIBED_TO_TOPIC (86): the group is subscribed to the topic, its offsets cannot be deleted."""
+    code: int
 
 
 class InvalidRecordError(BrokerError):
     """Kafka error INVALID_RECORD (87): the broker rejected a record that failed validation."""
+    code: int
 
 
 class UnstableOffsetCommitError(BrokerError):
     """Kafka error UNSTABLE_OFFSET_COMMIT (88): there are pending transactional offsets for the partition."""
+    code: int
 
 
 class ThrottlingQuotaExceededError(BrokerError):
     """Kafka error THROTTLING_QUOTA_EXCEEDED (89): the throttling quota is exceeded."""
+    code: int
 
 
 class ProducerFencedError(BrokerError):
     """Kafka error PRODUCER_FENCED (90): a newer producer with the same transactional id fenced this one."""
+    code: int
 
 
 class ResourceNotFoundError(BrokerError):
     """Kafka error RESOURCE_NOT_FOUND (91): the request refers to a resource that does not exist."""
+    code: int
 
 
 class DuplicateResourceError(BrokerError):
     """Kafka error DUPLICATE_RESOURCE (92): the request names the same resource twice."""
+    code: int
 
 
 class UnacceptableCredentialError(BrokerError):
     """Kafka error UNACCEPTABLE_CREDENTIAL (93): the credential does not meet the acceptance criteria."""
+    code: int
 
 
 class InconsistentVoterSetError(BrokerError):
     """Kafka error INCONSISTENT_VOTER_SET (94): sender or receiver is not one of the expected voters."""
+    code: int
 
 
 class InvalidUpdateVersionError(BrokerError):
     """Kafka error INVALID_UPDATE_VERSION (95): the update version is invalid."""
+    code: int
 
 
 class FeatureUpdateFailedError(BrokerError):
     """Kafka error FEATURE_UPDATE_FAILED (96): updating the finalized features failed on the broker."""
+    code: int
 
 
 class PrincipalDeserializationFailureError(BrokerError):
     """Kafka error PRINCIPAL_DESERIALIZATION_FAILURE (97): the broker could not deserialize a forwarded principal."""
+    code: int
 
 
 class SnapshotNotFoundError(BrokerError):
     """Kafka error SNAPSHOT_NOT_FOUND (98): the requested snapshot was not found."""
+    code: int
 
 
 class PositionOutOfRangeError(BrokerError):
     """Kafka error POSITION_OUT_OF_RANGE (99): the requested position is outside the snapshot."""
+    code: int
 
 
 class UnknownTopicIdError(BrokerError):
     """Kafka error UNKNOWN_TOPIC_ID (100): this broker does not host the topic id."""
+    code: int
 
 
 class DuplicateBrokerRegistrationError(BrokerError):
     """Kafka error DUPLICATE_BROKER_REGISTRATION (101): the broker id is already registered."""
+    code: int
 
 
 class BrokerIdNotRegisteredError(BrokerError):
     """Kafka error BROKER_ID_NOT_REGISTERED (102): the broker id is not registered."""
+    code: int
 
 
 class InconsistentTopicIdError(BrokerError):
     """Kafka error INCONSISTENT_TOPIC_ID (103): the log's topic id differs from the request's."""
+    code: int
 
 
 class InconsistentClusterIdError(BrokerError):
     """Kafka error INCONSISTENT_CLUSTER_ID (104): the cluster id differs from the server's."""
+    code: int
 
 
 class TransactionalIdNotFoundError(BrokerError):
     """Kafka error TRANSACTIONAL_ID_NOT_FOUND (105): the transactional id was not found."""
+    code: int
 
 
 class FetchSessionTopicIdError(BrokerError):
     """Kafka error FETCH_SESSION_TOPIC_ID_ERROR (106): the fetch session used topic ids inconsistently."""
+    code: int
 
 
 class IneligibleReplicaError(BrokerError):
     """Kafka error INELIGIBLE_REPLICA (107): the new ISR contains an ineligible replica."""
+    code: int
 
 
 class NewLeaderElectedError(BrokerError):
     """Kafka error NEW_LEADER_ELECTED (108): the partition state was updated but the leader changed."""
+    code: int
 
 
 class OffsetMovedToTieredStorageError(BrokerError):
     """Kafka error OFFSET_MOVED_TO_TIERED_STORAGE (109): the requested offset has moved to tiered storage."""
+    code: int
 
 
 class FencedMemberEpochError(BrokerError):
     """Kafka error FENCED_MEMBER_EPOCH (110): the member epoch is fenced: give up partitions and rejoin."""
+    code: int
 
 
 class UnreleasedInstanceIdError(BrokerError):
     """Kafka error UNRELEASED_INSTANCE_ID (111): the instance id is still held by another member."""
+    code: int
 
 
 class UnsupportedAssignorError(BrokerError):
     """Kafka error UNSUPPORTED_ASSIGNOR (112): the group does not support the assignor or its version."""
+    code: int
 
 
 class StaleMemberEpochError(BrokerError):
     """Kafka error STALE_MEMBER_EPOCH (113): the member epoch is stale: retry with the epoch from the heartbeat."""
+    code: int
 
 
 class MismatchedEndpointTypeError(BrokerError):
     """Kafka error MISMATCHED_ENDPOINT_TYPE (114): the request went to an endpoint of the wrong type."""
+    code: int
 
 
 class UnsupportedEndpointTypeError(BrokerError):
     """Kafka error UNSUPPORTED_ENDPOINT_TYPE (115): this endpoint type is not supported."""
+    code: int
 
 
 class UnknownControllerIdError(BrokerError):
     """Kafka error UNKNOWN_CONTROLLER_ID (116): the controller id is unknown."""
+    code: int
 
 
 class UnknownSubscriptionIdError(BrokerError):
     """Kafka error UNKNOWN_SUBSCRIPTION_ID (117): the telemetry subscription id is unknown or outdated."""
+    code: int
 
 
 class TelemetryTooLargeError(BrokerError):
     """Kafka error TELEMETRY_TOO_LARGE (118): the telemetry push is larger than the broker accepts."""
+    code: int
 
 
 class InvalidRegistrationError(BrokerError):
     """Kafka error INVALID_REGISTRATION (119): the controller considers the broker registration invalid."""
+    code: int
 
 
 class TransactionAbortableError(BrokerError):
     """Kafka error TRANSACTION_ABORTABLE (120): the transaction failed on the broker; abort it to continue."""
+    code: int
 
 
 class InvalidRecordStateError(BrokerError):
     """Kafka error INVALID_RECORD_STATE (121): the record state is invalid; the acknowledgement failed."""
+    code: int
 
 
 class ShareSessionNotFoundError(BrokerError):
     """Kafka error SHARE_SESSION_NOT_FOUND (122): the share session was not found."""
+    code: int
 
 
 class InvalidShareSessionEpochError(BrokerError):
     """Kafka error INVALID_SHARE_SESSION_EPOCH (123): the share session epoch is invalid."""
+    code: int
 
 
 class FencedStateEpochError(BrokerError):
     """Kafka error FENCED_STATE_EPOCH (124): the share-group state epoch does not match."""
+    code: int
 
 
 class InvalidVoterKeyError(BrokerError):
     """Kafka error INVALID_VOTER_KEY (125): the voter key does not match the replica's."""
+    code: int
 
 
 class DuplicateVoterError(BrokerError):
     """Kafka error DUPLICATE_VOTER (126): the voter is already in the voter set."""
+    code: int
 
 
 class VoterNotFoundError(BrokerError):
     """Kafka error VOTER_NOT_FOUND (127): the voter is not in the voter set."""
+    code: int
 
 
 class InvalidRegularExpressionError(BrokerError):
     """Kafka error INVALID_REGULAR_EXPRESSION (128): the regular expression is invalid."""
+    code: int
 
 
 class RebootstrapRequiredError(BrokerError):
     """Kafka error REBOOTSTRAP_REQUIRED (129): client metadata is stale; rebootstrap from the bootstrap servers."""
+    code: int
 
 
 class StreamsInvalidTopologyError(BrokerError):
     """Kafka error STREAMS_INVALID_TOPOLOGY (130): the streams topology is invalid."""
+    code: int
 
 
 class StreamsInvalidTopologyEpochError(BrokerError):
     """Kafka error STREAMS_INVALID_TOPOLOGY_EPOCH (131): the streams topology epoch is invalid."""
+    code: int
 
 
 class StreamsTopologyFencedError(BrokerError):
     """Kafka error STREAMS_TOPOLOGY_FENCED (132): the streams topology epoch is outdated."""
+    code: int
 
 
 class ShareSessionLimitReachedError(BrokerError):
     """Kafka error SHARE_SESSION_LIMIT_REACHED (133): the share session limit has been reached."""
+    code: int

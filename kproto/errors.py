@@ -5,12 +5,15 @@ come from the broker as an error code are :class:`BrokerError` subclasses, one
 per Kafka error code (see :mod:`kproto.error_codes`), carrying the code, its
 Kafka name, whether a retry can succeed, and a message.
 """
+from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
+
+_E = TypeVar("_E", bound="BrokerError")
 
 
 class KafkaError(Exception):
     """Base of every exception raised by kproto and kio."""
 
-    retriable = False
+    retriable: bool = False
 
 
 class DecodeError(KafkaError, ValueError):
@@ -94,13 +97,15 @@ class BrokerError(KafkaError):
     ``str()`` is ``"NAME (code N): message"``.
     """
 
-    code = None
-    name = "UNKNOWN"
+    code: Optional[int] = None
+    name: str = "UNKNOWN"
     retriable = False
-    invalid_metadata = False
-    default_message = "the broker reported an error"
+    invalid_metadata: bool = False
+    default_message: str = "the broker reported an error"
+    message: str
+    context: str
 
-    def __init__(self, message=None, *, context=""):
+    def __init__(self, message: Optional[str] = None, *, context: str = "") -> None:
         msg = message or self.default_message
         if context:
             msg = f"{context}: {msg}"
@@ -108,18 +113,18 @@ class BrokerError(KafkaError):
         self.context = context
         super().__init__(msg)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name} (code {self.code}): {self.message}"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Callable[..., Any], Tuple[Any, ...]]:
         # The subclasses take different constructor arguments; rebuild from state.
         return (_restore_broker_error, (type(self), self.__dict__.copy(), self.args))
 
 
-def _restore_broker_error(cls, state, args):
+def _restore_broker_error(cls: Type[_E], state: Dict[str, Any], args: Tuple[Any, ...]) -> _E:
     exc = cls.__new__(cls)
     exc.args = args
     exc.__dict__.update(state)
@@ -148,7 +153,9 @@ class UnknownBrokerError(BrokerError):
 
     name = "UNKNOWN_ERROR_CODE"
 
-    def __init__(self, code, message=None, *, context=""):
+    code: int
+
+    def __init__(self, code: int, message: Optional[str] = None, *, context: str = "") -> None:
         self.code = code
         super().__init__(message or f"the broker returned error code {code}, which this client does not know",
                          context=context)

@@ -36,7 +36,8 @@ def render() -> str:
         bases = [b.__name__ for b in cls.__bases__]
         names.append(cls.__name__)
         classes.append(f"class {cls.__name__}({', '.join(bases)}):\n"
-                       f"    \"\"\"Kafka error {name} ({code}): {message}.\"\"\"\n")
+                       f"    \"\"\"Kafka error {name} ({code}): {message}.\"\"\"\n"
+                       f"    code: int\n")
     static = [n for n in error_codes.__all__ if n not in names]
     out = [
         HEADER,

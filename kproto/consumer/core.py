@@ -83,13 +83,18 @@ class OffsetAndTimestamp(tuple):
     """(offset, timestamp) found by offsets_for_times."""
     __slots__ = ()
 
-    def __new__(cls, offset, timestamp):
+    def __new__(cls, offset: int, timestamp: int) -> "OffsetAndTimestamp":
         return tuple.__new__(cls, (offset, timestamp))
 
-    offset = property(lambda s: s[0])
-    timestamp = property(lambda s: s[1])
+    @property
+    def offset(self) -> int:
+        return self[0]
 
-    def __repr__(self):
+    @property
+    def timestamp(self) -> int:
+        return self[1]
+
+    def __repr__(self) -> str:
         return f"OffsetAndTimestamp(offset={self[0]}, timestamp={self[1]})"
 
 

@@ -65,15 +65,27 @@ class RecordMetadata(tuple):
     is -1 when unknown (acks=0, or a duplicate the broker did not re-report)."""
     __slots__ = ()
 
-    def __new__(cls, topic, partition, offset, timestamp):
+    def __new__(cls, topic: str, partition: int, offset: int, timestamp: int) -> "RecordMetadata":
         return tuple.__new__(cls, (topic, partition, offset, timestamp))
 
-    topic = property(lambda self: self[0])
-    partition = property(lambda self: self[1])
-    offset = property(lambda self: self[2])
-    timestamp = property(lambda self: self[3])
+    @property
+    def topic(self) -> str:
+        return self[0]
 
-    def __repr__(self):
+    @property
+    def partition(self) -> int:
+        return self[1]
+
+    @property
+    def offset(self) -> int:
+        return self[2]
+
+    @property
+    def timestamp(self) -> int:
+        """Create time (or the broker's log append time) in ms."""
+        return self[3]
+
+    def __repr__(self) -> str:
         return (f"RecordMetadata(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "
                 f"timestamp={self[3]})")
 
