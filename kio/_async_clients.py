@@ -12,29 +12,59 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from typing import Optional
+import uuid
+from typing import (
+    TYPE_CHECKING, Any, AsyncIterator, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
+    Protocol, Sequence, Set, Tuple, Type, TypeVar, Union, overload,
+)
 
 from kio._async_engine import Engine
 from kio._common import now_ms, rebalance_calls, wall_ms
+from kio._types import (
+    AsyncCommitCallback, AsyncRebalanceListener, DeliveryCallback, Headers, Offsets, Partitions,
+)
+from kio.consumer import PartitionBatch
 from kio.producer import BulkResult, KafkaTimeoutError
-from kproto.admin import AdminCore
+from kproto.admin import (
+    AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
+    ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic,
+    TopicDescription, TopicListing,
+)
 from kproto.cluster import TopicPartition
-from kproto.consumer.core import ConsumerClosedError, ConsumerCore
+from kproto.config import Config
+from kproto.consumer import OffsetAndMetadata
+from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError
+from kproto.records import Record
 from kproto.producer import (
     BufferExhausted, BulkDelivery, DeliveryHandle, MetadataPending, ProducerClosedError, ProducerCore,
     RecordMetadata, complete_results,
 )
 
-__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncAdmin", "bind"]
+__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncAdmin", "RecordHandle", "delivery_classes"]
 
 log = logging.getLogger("kio.async")
 _time_ns, _monotonic = time.time_ns, time.monotonic
+_C = TypeVar("_C", bound="_Client")
+
+
+class RecordHandle(Protocol):
+    """What an async ``send`` returns: ``await handle`` for the record's
+    RecordMetadata (or raises its delivery error); ``handle.done``."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the record is acknowledged or failed."""
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        """Wait for the record's RecordMetadata."""
 
 
 class _Client:
     """What the three clients share: the backend, the engine, waiting."""
-    backend_class = None          # set by kio.aio / kio.trio
+    backend_class: Any = None     # set by kio.aio / kio.trio
+    config: Config
+    """The parsed settings."""
 
     def _setup(self, core, nursery, recv_size):
         self._core = core
@@ -82,12 +112,12 @@ class _Client:
             return
         await self._io.shielded(lambda: self._close(timeout))
 
-    async def __aenter__(self):
+    async def __aenter__(self: _C) -> _C:
         await self._io.enter()
         self._ensure_started()
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         try:
             await self.close()
         finally:
@@ -117,7 +147,7 @@ class AsyncDelivery:
     def _outcome_done(self):
         self._event.set()
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
         outcome = self._outcome
         if not outcome.done:
             if self._event is None:
@@ -171,6 +201,9 @@ class AsyncCallbackDelivery(_AwaitDone, DeliveryHandle):
     def _value(self):
         return self.metadata
 
+    if TYPE_CHECKING:
+        def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
+
 
 class AsyncBulkDelivery(_AwaitDone, BulkDelivery):
     """``await handle`` -> BulkResult(topic, count, ranges)."""
@@ -187,14 +220,17 @@ class AsyncBulkDelivery(_AwaitDone, BulkDelivery):
     def _value(self):
         return BulkResult((self.topic, self.delivered, sorted(self.ranges)))
 
+    if TYPE_CHECKING:
+        def __await__(self) -> Generator[Any, None, BulkResult]: ...
+
 
 class AsyncProducer(_Client):
     """``async with Producer(bootstrap_servers=...) as p: md = await (await p.send("t", b"v"))``."""
-    delivery_class = AsyncDelivery
-    callback_delivery_class = AsyncCallbackDelivery
-    bulk_class = AsyncBulkDelivery
+    delivery_class: Type[AsyncDelivery] = AsyncDelivery
+    callback_delivery_class: Type[AsyncCallbackDelivery] = AsyncCallbackDelivery
+    bulk_class: Type[AsyncBulkDelivery] = AsyncBulkDelivery
 
-    def __init__(self, config: Optional[dict] = None, *, nursery=None, **kwargs):
+    def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
         self._setup(ProducerCore(config, **kwargs), nursery, 1 << 18)
         self._max_block_ms = self.config.max_block_ms
         self._closing = False
@@ -230,10 +266,14 @@ class AsyncProducer(_Client):
         self._check_usable()
         return deadline
 
-    async def send(self, topic, value=None, key=None, partition=None, headers=None, timestamp_ms=None,
-                   on_delivery=None):
+    async def send(self, topic: str, value: object = None, key: object = None, partition: Optional[int] = None,
+                   headers: Optional[Headers] = None, timestamp_ms: Optional[int] = None,
+                   on_delivery: Optional[DeliveryCallback] = None) -> RecordHandle:
         """Queue one record, waiting (up to max.block.ms) only for metadata or
-        buffer space; returns a handle: ``await handle`` for its RecordMetadata."""
+        buffer space; returns a handle: ``await handle`` for its RecordMetadata.
+
+        Arguments as the threading :meth:`kio.Producer.send`'s;
+        ``on_delivery(error, metadata)`` runs in the network task."""
         if self._engine._main is None:
             self._ensure_started()
         if self._closing or self._closed or self._engine.fatal is not None:
@@ -263,9 +303,11 @@ class AsyncProducer(_Client):
             self._engine.kick()
         return handle
 
-    async def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None):
+    async def send_many(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
+                        partition: Optional[int] = None, headers: Optional[Sequence[Optional[Headers]]] = None,
+                        timestamp_ms: Optional[int] = None) -> AsyncBulkDelivery:
         """Queue many records (sequences or Arrow arrays); ``await`` the returned
-        handle for a BulkResult."""
+        handle for a BulkResult (topic, count, ranges), or the first delivery error."""
         self._ensure_started()
         core = self._core
         values, keys = core.serialize_columns(topic, values, keys)
@@ -303,7 +345,8 @@ class AsyncProducer(_Client):
         finally:
             self._core.end_flush()
 
-    async def partitions_for(self, topic) -> int:
+    async def partitions_for(self, topic: str) -> int:
+        """Partition count of ``topic`` (waits for metadata up to max.block.ms)."""
         self._ensure_started()
         deadline = None
         while True:
@@ -312,7 +355,8 @@ class AsyncProducer(_Client):
                 return n
             deadline = await self._block(MetadataPending(topic), topic, deadline)
 
-    def metrics(self) -> dict:
+    def metrics(self) -> Dict[str, Any]:
+        """The producer's counters and gauges ({name: value})."""
         return self._core.metrics()
 
     # -- transactions -----------------------------------------------------------------------------
@@ -325,19 +369,30 @@ class AsyncProducer(_Client):
             raise res.error
 
     async def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Find the coordinator and get a producer id (fencing older
+        producers with the same transactional id); waits up to ``timeout``
+        seconds (default max.block.ms)."""
         await self._txn(self._core.init_transactions, timeout)
 
     def begin_transaction(self) -> None:
+        """Start a transaction: the records sent from now on are committed
+        or aborted together."""
         self._core.begin_transaction()
 
-    async def send_offsets_to_transaction(self, offsets: dict, group_id: str,
+    async def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_id: str,
                                           timeout: Optional[float] = None) -> None:
+        """Commit consumer offsets ({(topic, partition): next offset}) as part
+        of the transaction."""
         await self._txn(lambda: self._core.send_offsets_to_transaction(offsets, group_id), timeout)
 
     async def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Send every record of the transaction, wait for them, then commit.
+        Raises if a record failed (then call abort_transaction)."""
         await self._txn(self._core.commit_transaction, timeout)
 
     async def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort: unsent records fail with TransactionAbortedError, the
+        coordinator writes abort markers."""
         await self._txn(self._core.abort_transaction, timeout)
 
     async def _close(self, timeout):
@@ -364,7 +419,7 @@ class AsyncConsumer(_Client):
     Rebalance listeners may be plain functions or coroutine functions; they
     run in the task that polls, commits or closes."""
 
-    def __init__(self, config: Optional[dict] = None, *, nursery=None, **kwargs):
+    def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
         self._setup(ConsumerCore(config, **kwargs), nursery, 1 << 20)
         self._listeners = (None, None, None)
         self._app_events = []
@@ -411,7 +466,14 @@ class AsyncConsumer(_Client):
         if error is not None:
             raise error
 
-    def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
+    def subscribe(self, topics: Union[str, Iterable[str], Pattern[str]],
+                  on_assign: Optional[AsyncRebalanceListener] = None,
+                  on_revoke: Optional[AsyncRebalanceListener] = None,
+                  on_lost: Optional[AsyncRebalanceListener] = None) -> None:
+        """Join the group for ``topics``: a list of names, one name, a compiled
+        regex or a string starting with ``^`` (a pattern). Listeners (plain or
+        coroutine functions) are called with a list of TopicPartition in the
+        task that polls; ``on_lost`` defaults to ``on_revoke``."""
         import re
         self._ensure_started()
         self._check_usable()
@@ -422,29 +484,39 @@ class AsyncConsumer(_Client):
             self._core.subscribe(topics, now_ms())
         self._engine.kick()
 
-    def assign(self, partitions) -> None:
+    def assign(self, partitions: Partitions) -> None:
+        """Manual assignment of these TopicPartitions (no group management);
+        replaces the previous assignment."""
         self._ensure_started()
         self._check_usable()
         self._core.assign(partitions, now_ms())
         self._engine.kick()
 
     async def unsubscribe(self) -> None:
+        """Leave the group (the revocation listener runs) or drop the manual
+        assignment; records buffered for the partitions are dropped."""
         self._core.unsubscribe(now_ms())
         await self._dispatch()
         self._engine.kick()
 
-    def assignment(self) -> set:
+    def assignment(self) -> Set[TopicPartition]:
+        """The partitions assigned to this consumer now (by the group, or by assign())."""
         return self._core.assignment()
 
-    def subscription(self) -> set:
+    def subscription(self) -> Set[str]:
+        """The topics subscribed to (for a pattern: the topics it matches now)."""
         return self._core.subscription()
 
-    async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> list:
+    async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[Record]:
+        """Records fetched so far (up to ``max_records``, default
+        max.poll.records), waiting up to ``timeout`` seconds for some (None:
+        until there are). Rebalance listeners and commit callbacks run here."""
         return await self._poll(timeout, lambda core: core.drain(max_records))
 
     async def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
-                         arrow: bool = False) -> list:
-        from kio.consumer import PartitionBatch
+                         arrow: bool = False) -> List[PartitionBatch]:
+        """Columnar poll: a list of :class:`kio.consumer.PartitionBatch` (lists,
+        or pyarrow arrays with ``arrow=True``), as the threading Consumer's."""
         limit = max_records or (1 << 62)
         if arrow:
             from kproto.records.arrow import arrow_columns
@@ -473,7 +545,8 @@ class AsyncConsumer(_Client):
                 return out
             await self._wait(left)
 
-    def __aiter__(self):
+    def __aiter__(self) -> AsyncIterator[Record]:
+        """Every record, as it arrives, until the consumer is closed."""
         return self._records()
 
     async def _records(self):
@@ -481,8 +554,9 @@ class AsyncConsumer(_Client):
             for record in await self.poll(1.0):
                 yield record
 
-    async def commit(self, offsets: Optional[dict] = None, asynchronous: bool = False, callback=None,
-                     timeout: Optional[float] = None):
+    async def commit(self, offsets: Optional[Offsets] = None, asynchronous: bool = False,
+                     callback: Optional[AsyncCommitCallback] = None,
+                     timeout: Optional[float] = None) -> Optional[Dict[TopicPartition, OffsetAndMetadata]]:
         """As the threading Consumer's: synchronous by default (returns the
         committed offsets); ``asynchronous=True`` returns at once and
         ``callback(offsets, error)`` runs in a later poll/commit/close."""
@@ -499,25 +573,34 @@ class AsyncConsumer(_Client):
         await self._dispatch()
         return h.result()
 
-    async def committed(self, partitions, timeout: Optional[float] = None) -> dict:
+    async def committed(self, partitions: Partitions,
+                        timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndMetadata]]:
+        """The group's committed offsets of these partitions: {tp:
+        OffsetAndMetadata, or None (nothing committed)}."""
         self._ensure_started()
         h = self._core.committed(partitions, now_ms(), None if timeout is None else int(timeout * 1000))
         await self._wait_done(h)
         return h.result()
 
-    def seek(self, partition, offset: int) -> None:
+    def seek(self, partition: Tuple[str, int], offset: int) -> None:
+        """Consume ``partition`` from ``offset`` on (what was buffered is dropped)."""
         self._core.seek(partition, offset)
         self._engine.kick()
 
-    def seek_to_beginning(self, partitions=None) -> None:
+    def seek_to_beginning(self, partitions: Optional[Partitions] = None) -> None:
+        """Consume these partitions (default: every assigned one) from their first offset."""
         self._core.seek_to_beginning(partitions)
         self._engine.kick()
 
-    def seek_to_end(self, partitions=None) -> None:
+    def seek_to_end(self, partitions: Optional[Partitions] = None) -> None:
+        """Consume these partitions (default: every assigned one) from their
+        end: only records written from now on."""
         self._core.seek_to_end(partitions)
         self._engine.kick()
 
-    async def position(self, partition, timeout: Optional[float] = None) -> int:
+    async def position(self, partition: Tuple[str, int], timeout: Optional[float] = None) -> int:
+        """The offset of the next record poll() returns for this partition;
+        waits (up to ``timeout``) while it is being looked up."""
         self._ensure_started()
         tp = TopicPartition(*partition)
         end = None if timeout is None else now_ms() + timeout * 1000.0
@@ -529,17 +612,22 @@ class AsyncConsumer(_Client):
             await self._wait(left)
         return self._core.position(tp)
 
-    def pause(self, partitions) -> None:
+    def pause(self, partitions: Partitions) -> None:
+        """Stop fetching these partitions until resume(); they stay assigned."""
         self._core.pause(partitions)
 
-    def resume(self, partitions) -> None:
+    def resume(self, partitions: Partitions) -> None:
+        """Fetch paused partitions again."""
         self._core.resume(partitions)
         self._engine.kick()
 
-    def paused(self) -> set:
+    def paused(self) -> Set[TopicPartition]:
+        """The partitions paused with pause()."""
         return self._core.paused()
 
-    def lag(self, partition) -> Optional[int]:
+    def lag(self, partition: Tuple[str, int]) -> Optional[int]:
+        """Records between the position and the last high watermark the
+        broker reported (None until a fetch answered)."""
         return self._core.lag(partition)
 
     async def _lookup(self, start, timeout):
@@ -549,14 +637,22 @@ class AsyncConsumer(_Client):
         await self._wait_done(h)
         return h.result()
 
-    async def offsets_for_times(self, timestamps: dict, timeout: Optional[float] = None) -> dict:
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], timeout: Optional[float] = None
+                                ) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """For {tp: timestamp in ms}: {tp: OffsetAndTimestamp of the first
+        record at or after the timestamp, or None}."""
         return await self._lookup(lambda core, now, t: core.list_offsets(timestamps, now, t), timeout)
 
-    async def beginning_offsets(self, partitions, timeout: Optional[float] = None) -> dict:
+    async def beginning_offsets(self, partitions: Partitions,
+                                timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
+        """{tp: the first offset in the log}."""
         res = await self._lookup(lambda core, now, t: core.beginning_offsets(partitions, now, t), timeout)
         return {tp: None if v is None else v.offset for tp, v in res.items()}
 
-    async def end_offsets(self, partitions, timeout: Optional[float] = None) -> dict:
+    async def end_offsets(self, partitions: Partitions,
+                          timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
+        """{tp: the offset the next record written will get} (the last stable
+        offset under read_committed)."""
         res = await self._lookup(lambda core, now, t: core.end_offsets(partitions, now, t), timeout)
         return {tp: None if v is None else v.offset for tp, v in res.items()}
 
@@ -578,47 +674,249 @@ class AsyncConsumer(_Client):
 
 # == admin ==========================================================================================
 
-def _admin_operation(name):
-    async def method(self, *args, timeout: Optional[float] = None, raise_errors: bool = True, **kwargs):
+class AsyncAdmin(_Client):
+    """``async with Admin(bootstrap_servers=...) as admin: await admin.list_topics()``.
+
+    The operations of the threading :class:`kio.Admin`, awaitable: each
+    takes ``timeout`` (seconds; default default.api.timeout.ms) and
+    ``raise_errors`` (False: return the :class:`AdminHandle`)."""
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
+        self._setup(AdminCore(config, **kwargs), nursery, 1 << 18)
+
+    async def _op(self, name: str, *args: Any, timeout: Optional[float] = None, raise_errors: bool = True,
+                  **kwargs: Any) -> Any:
+        """Run the core operation ``name`` (``now`` supplied, ``timeout`` in
+        seconds instead of ``timeout_ms``) to its end."""
         self._ensure_started()
         if timeout is not None:
             kwargs["timeout_ms"] = int(timeout * 1000)
         handle = getattr(self._core, name)(*args, now=now_ms(), **kwargs)
         await self._wait_done(handle)
         return handle.result() if raise_errors else handle
-    method.__name__ = name
-    method.__doc__ = getattr(AdminCore, name).__doc__
-    return method
 
+    @overload
+    async def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = ...,
+                      replication_factor: int = ..., validate_only: bool = ..., timeout: Optional[float] = ...,
+                      raise_errors: Literal[True] = ...) -> Dict[str, Optional[uuid.UUID]]: ...
 
-class AsyncAdmin(_Client):
-    """``async with Admin(bootstrap_servers=...) as admin: await admin.list_topics()``."""
+    @overload
+    async def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = ...,
+                      replication_factor: int = ..., validate_only: bool = ..., timeout: Optional[float] = ...,
+                      raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def __init__(self, config: Optional[dict] = None, *, nursery=None, **kwargs):
-        self._setup(AdminCore(config, **kwargs), nursery, 1 << 18)
-
-    async def create_topics(self, topics, *, num_partitions: int = -1, replication_factor: int = -1,
-                            validate_only: bool = False, timeout: Optional[float] = None,
-                            raise_errors: bool = True):
-        from kproto.admin import NewTopic
+    async def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = -1,
+                      replication_factor: int = -1, validate_only: bool = False,
+                      timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """Create topics: NewTopic values, or names (with ``num_partitions`` and
+        ``replication_factor``; -1 is the broker's default). Returns {name:
+        topic id} (a :class:`uuid.UUID`; None from a broker that reports no
+        ids). A name Kafka does not allow fails with InvalidTopicError, one
+        that exists with TopicAlreadyExistsError. ``validate_only``: only check."""
         new = [t if isinstance(t, NewTopic) else NewTopic(t, num_partitions, replication_factor)
                for t in topics]
-        return await _admin_operation("create_topics")(self, new, validate_only=validate_only,
-                                                        timeout=timeout, raise_errors=raise_errors)
+        return await self._op("create_topics", new, validate_only=validate_only, timeout=timeout,
+                        raise_errors=raise_errors)
 
-    delete_topics = _admin_operation("delete_topics")
-    list_topics = _admin_operation("list_topics")
-    describe_topics = _admin_operation("describe_topics")
-    describe_cluster = _admin_operation("describe_cluster")
-    create_partitions = _admin_operation("create_partitions")
-    describe_configs = _admin_operation("describe_configs")
-    list_consumer_groups = _admin_operation("list_consumer_groups")
-    describe_consumer_groups = _admin_operation("describe_consumer_groups")
-    delete_consumer_groups = _admin_operation("delete_consumer_groups")
-    list_consumer_group_offsets = _admin_operation("list_consumer_group_offsets")
-    consumer_group_lag = _admin_operation("consumer_group_lag")
-    list_offsets = _admin_operation("list_offsets")
-    delete_records = _admin_operation("delete_records")
+    @overload
+    async def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
+                      raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
+
+    @overload
+    async def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
+                      raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = None,
+                      raise_errors: bool = True) -> Any:
+        """Delete topics by name: {name: None}; a missing topic fails with
+        UnknownTopicOrPartitionError."""
+        return await self._op("delete_topics", topics, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def list_topics(self, *, list_internal: bool = ..., timeout: Optional[float] = ...,
+                    raise_errors: Literal[True] = ...) -> Dict[str, TopicListing]: ...
+
+    @overload
+    async def list_topics(self, *, list_internal: bool = ..., timeout: Optional[float] = ...,
+                    raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def list_topics(self, *, list_internal: bool = False, timeout: Optional[float] = None,
+                    raise_errors: bool = True) -> Any:
+        """Every topic: {name: TopicListing(name, topic_id, internal)}, by name;
+        internal topics (``__consumer_offsets``...) only with ``list_internal``."""
+        return await self._op("list_topics", list_internal=list_internal, timeout=timeout,
+                        raise_errors=raise_errors)
+
+    @overload
+    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
+                        raise_errors: Literal[True] = ...) -> Dict[str, TopicDescription]: ...
+
+    @overload
+    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
+                        raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = None,
+                        raise_errors: bool = True) -> Any:
+        """{name: TopicDescription(name, topic_id, internal, partitions)}, the
+        partitions as PartitionInfo (leader, replicas, isr, ...); a missing
+        topic fails with UnknownTopicOrPartitionError."""
+        return await self._op("describe_topics", topics, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def describe_cluster(self, *, timeout: Optional[float] = ...,
+                         raise_errors: Literal[True] = ...) -> ClusterDescription: ...
+
+    @overload
+    async def describe_cluster(self, *, timeout: Optional[float] = ...,
+                         raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def describe_cluster(self, *, timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """ClusterDescription(cluster_id, controller, nodes): the brokers as
+        Node(id, host, port, rack)."""
+        return await self._op("describe_cluster", timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
+                          validate_only: bool = ..., timeout: Optional[float] = ...,
+                          raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
+
+    @overload
+    async def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
+                          validate_only: bool = ..., timeout: Optional[float] = ...,
+                          raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
+                          validate_only: bool = False, timeout: Optional[float] = None,
+                          raise_errors: bool = True) -> Any:
+        """Grow topics to {name: total partition count, or NewPartitions(total_count,
+        assignments)}: {name: None}."""
+        return await self._op("create_partitions", new_partitions, validate_only=validate_only, timeout=timeout,
+                        raise_errors=raise_errors)
+
+    @overload
+    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = ...,
+                         timeout: Optional[float] = ...,
+                         raise_errors: Literal[True] = ...) -> Dict[ConfigResource, Dict[str, ConfigEntry]]: ...
+
+    @overload
+    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = ...,
+                         timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = False,
+                         timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """The settings of topics and brokers (``ConfigResource.topic(name)``,
+        ``ConfigResource.broker(node_id)``): {resource: {name: ConfigEntry}}."""
+        return await self._op("describe_configs", resources, include_synonyms=include_synonyms, timeout=timeout,
+                        raise_errors=raise_errors)
+
+    @overload
+    async def list_consumer_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
+                             raise_errors: Literal[True] = ...) -> List[ConsumerGroupListing]: ...
+
+    @overload
+    async def list_consumer_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
+                             raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def list_consumer_groups(self, *, states: Optional[Iterable[str]] = None, timeout: Optional[float] = None,
+                             raise_errors: bool = True) -> Any:
+        """Every group of every broker: [ConsumerGroupListing(group_id,
+        is_simple, state, ...)]; ``states`` keeps only groups in these states
+        (e.g. ["Stable", "Empty"])."""
+        return await self._op("list_consumer_groups", states=states, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                 raise_errors: Literal[True] = ...) -> Dict[str, ConsumerGroupDescription]: ...
+
+    @overload
+    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                 raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+                                 raise_errors: bool = True) -> Any:
+        """{group: ConsumerGroupDescription(state, assignor, members, ...)},
+        each member's assignment decoded."""
+        return await self._op("describe_consumer_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                               raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
+
+    @overload
+    async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                               raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+                               raise_errors: bool = True) -> Any:
+        """Delete groups (and their committed offsets): {group: None}; a group
+        with members fails with NonEmptyGroupError."""
+        return await self._op("delete_consumer_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
+                                    *, require_stable: bool = ..., timeout: Optional[float] = ...,
+                                    raise_errors: Literal[True] = ...
+                                    ) -> Dict[TopicPartition, OffsetAndMetadata]: ...
+
+    @overload
+    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
+                                    *, require_stable: bool = ..., timeout: Optional[float] = ...,
+                                    raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None,
+                                    *, require_stable: bool = True, timeout: Optional[float] = None,
+                                    raise_errors: bool = True) -> Any:
+        """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
+        partitions, or ``partitions``); partitions without a commit are left out."""
+        return await self._op("list_consumer_group_offsets", group_id, partitions, require_stable=require_stable,
+                        timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = ...,
+                           raise_errors: Literal[True] = ...) -> Dict[TopicPartition, ConsumerLag]: ...
+
+    @overload
+    async def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = ...,
+                           raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = None,
+                           raise_errors: bool = True) -> Any:
+        """{TopicPartition: ConsumerLag(committed, end_offset, lag)} for every
+        partition ``group_id`` committed (end offset: the high watermark)."""
+        return await self._op("consumer_group_lag", group_id, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = ...,
+                     timeout: Optional[float] = ...,
+                     raise_errors: Literal[True] = ...) -> Dict[TopicPartition, ListOffsetsResultInfo]: ...
+
+    @overload
+    async def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = ...,
+                     timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = 0,
+                     timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """{TopicPartition: ListOffsetsResultInfo(offset, timestamp, leader_epoch)}
+        for {TopicPartition: spec}, spec one of OffsetSpec.EARLIEST/LATEST/
+        MAX_TIMESTAMP, 'earliest'/'latest', or a timestamp in ms (the first
+        offset with a timestamp >= it; offset -1 when there is none).
+        ``isolation_level`` 1 = read_committed."""
+        return await self._op("list_offsets", specs, isolation_level=isolation_level, timeout=timeout,
+                        raise_errors=raise_errors)
+
+    @overload
+    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = ...,
+                       raise_errors: Literal[True] = ...) -> Dict[TopicPartition, DeletedRecords]: ...
+
+    @overload
+    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = ...,
+                       raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = None,
+                       raise_errors: bool = True) -> Any:
+        """Delete the records before {TopicPartition: offset} (-1: the high
+        watermark, i.e. all): {TopicPartition: DeletedRecords(low_watermark)}."""
+        return await self._op("delete_records", before, timeout=timeout, raise_errors=raise_errors)
 
     async def _close(self, timeout):
         if self._engine.started:
@@ -627,19 +925,13 @@ class AsyncAdmin(_Client):
         self._closed = True
 
 
-def bind(module: str, backend_class, event_class):
-    """The Producer, Consumer and Admin classes of one framework: these
-    clients with its backend and its event type (for :mod:`kio.aio` and
-    :mod:`kio.trio`)."""
-    def make(name, base, **attrs):
-        ns = {"__module__": module, "__qualname__": name, **attrs}
-        if "__slots__" in vars(base):
-            ns["__slots__"] = ()          # handles stay without a __dict__: one small object per record
-        return type(name, (base,), ns)
-    producer = make("Producer", AsyncProducer, backend_class=backend_class,
-                    delivery_class=make("Delivery", AsyncDelivery, new_event=event_class),
-                    callback_delivery_class=make("CallbackDelivery", AsyncCallbackDelivery,
-                                                 new_event=event_class),
-                    bulk_class=make("BulkDelivery", AsyncBulkDelivery, new_event=event_class))
-    return (producer, make("Consumer", AsyncConsumer, backend_class=backend_class),
-            make("Admin", AsyncAdmin, backend_class=backend_class))
+def delivery_classes(module: str, event_class: Any) -> Tuple[
+        Type[AsyncDelivery], Type[AsyncCallbackDelivery], Type[AsyncBulkDelivery]]:
+    """The producer's handle classes for one framework (its event type), for
+    the Producer classes of :mod:`kio.aio` and :mod:`kio.trio`."""
+    def make(name, base):
+        # __slots__ = (): handles stay without a __dict__, one small object per record
+        return type(name, (base,), {"__module__": module, "__qualname__": name, "__slots__": (),
+                                    "new_event": event_class})
+    return (make("Delivery", AsyncDelivery), make("CallbackDelivery", AsyncCallbackDelivery),
+            make("BulkDelivery", AsyncBulkDelivery))

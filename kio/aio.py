@@ -117,4 +117,20 @@ class AsyncioBackend:
         return await asyncio.shield(fn())
 
 
-Producer, Consumer, Admin = clients.bind(__name__, AsyncioBackend, Event)
+class Producer(clients.AsyncProducer):
+    """The asyncio producer: ``async with kio.aio.Producer(bootstrap_servers=...) as p``,
+    then ``handle = await p.send(topic, value)`` and ``metadata = await handle``."""
+    backend_class = AsyncioBackend
+    delivery_class, callback_delivery_class, bulk_class = clients.delivery_classes(__name__, Event)
+
+
+class Consumer(clients.AsyncConsumer):
+    """The asyncio consumer: ``async with kio.aio.Consumer(bootstrap_servers=..., group_id=...) as c``,
+    then ``c.subscribe([...])`` and ``await c.poll()`` or ``async for record in c``."""
+    backend_class = AsyncioBackend
+
+
+class Admin(clients.AsyncAdmin):
+    """The asyncio admin client: ``async with kio.aio.Admin(bootstrap_servers=...) as a``,
+    then ``await a.create_topics([...])``."""
+    backend_class = AsyncioBackend

@@ -232,7 +232,7 @@ class BulkResult(tuple):
         return self[0]
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # a field, as before: not tuple.count
         """How many records were delivered."""
         return self[1]
 

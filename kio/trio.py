@@ -73,4 +73,22 @@ class TrioBackend:
             return await fn()
 
 
-Producer, Consumer, Admin = clients.bind(__name__, TrioBackend, trio.Event)
+class Producer(clients.AsyncProducer):
+    """The trio producer: ``async with kio.trio.Producer(bootstrap_servers=...) as p``
+    (or pass ``nursery=``), then ``handle = await p.send(topic, value)`` and
+    ``metadata = await handle``."""
+    backend_class = TrioBackend
+    delivery_class, callback_delivery_class, bulk_class = clients.delivery_classes(__name__, trio.Event)
+
+
+class Consumer(clients.AsyncConsumer):
+    """The trio consumer: ``async with kio.trio.Consumer(bootstrap_servers=..., group_id=...) as c``
+    (or pass ``nursery=``), then ``c.subscribe([...])`` and ``await c.poll()`` or
+    ``async for record in c``."""
+    backend_class = TrioBackend
+
+
+class Admin(clients.AsyncAdmin):
+    """The trio admin client: ``async with kio.trio.Admin(bootstrap_servers=...) as a``
+    (or pass ``nursery=``), then ``await a.create_topics([...])``."""
+    backend_class = TrioBackend
