@@ -56,7 +56,8 @@ def _produce(client, topic, partition, batch_bytes, acks=-1):
     resp = client.request("Produce", {"transactional_id": None, "acks": acks, "timeout_ms": 10000,
                                       "topic_data": [{"name": topic, "partition_data": [
                                           {"index": partition, "records": batch_bytes}]}]},
-                          node_id=leader)
+                          node_id=leader,   # v13 names topics by id only: v12 at most
+                          version=client.node(leader).versions.pick("Produce", max_version=12))
     (pr,) = resp["responses"][0]["partition_responses"]
     raise_for_code(pr["error_code"], pr["error_message"])
     return pr["base_offset"]
@@ -182,7 +183,8 @@ def test_several_batches_and_pipelined_requests(client):
             expected.append(v)
         pending.append(conn.send("Produce", {"transactional_id": None, "acks": 1, "timeout_ms": 10000,
                                              "topic_data": [{"name": topic, "partition_data": [
-                                                 {"index": 0, "records": builder.build()}]}]}))
+                                                 {"index": 0, "records": builder.build()}]}]},
+                                   version=conn.versions.pick("Produce", max_version=12)))   # by name
         if len(pending) == 5:           # five produce requests in flight on one connection
             conn.wait(*pending)
             pending.clear()
