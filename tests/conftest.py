@@ -48,6 +48,21 @@ def bootstrap(broker):
     return broker.bootstrap_servers
 
 
+def wait_for_leaders(client, topic, partitions, timeout=15.0):
+    """Kafka answers CreateTopics once the controller has the topic; a broker's
+    metadata shows its leaders a moment later. Tests that talk to partition
+    leaders directly wait for that (bounded), as a client's metadata refresh does."""
+    import time
+    end = time.monotonic() + timeout
+    while True:
+        leaders = client.leaders(topic)
+        if len(leaders) == partitions and all(n >= 0 for n in leaders.values()):
+            return leaders
+        if time.monotonic() > end:
+            raise AssertionError(f"topic {topic}: leaders {leaders} after {timeout} s")
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def make_topic(bootstrap):
     """make_topic(partitions=1, prefix="t", configs=None) -> the name of a new topic."""
@@ -64,7 +79,8 @@ def make_topic(bootstrap):
                 "assignments": [],
                 "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
                 "timeout_ms": 10000})
-        raise_for_code(r["topics"][0]["error_code"], r["topics"][0].get("error_message"))
+            raise_for_code(r["topics"][0]["error_code"], r["topics"][0].get("error_message"))
+            wait_for_leaders(client, name, partitions)
         return name
     return make
 

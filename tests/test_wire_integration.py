@@ -10,6 +10,7 @@ import uuid
 import confluent_kafka as ck
 import pytest
 
+from conftest import wait_for_leaders
 from kio.blocking import BlockingClient
 from kproto import messages
 from kproto.error_codes import TopicAlreadyExistsError, raise_for_code
@@ -32,6 +33,7 @@ def _new_topic(client, partitions=1):
         "timeout_ms": 10000})
     (t,) = resp["topics"]
     raise_for_code(t["error_code"], t["error_message"])
+    wait_for_leaders(client, name, partitions)
     return name
 
 
