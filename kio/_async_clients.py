@@ -253,7 +253,8 @@ class AsyncProducer(_Client):
         if self._core.client.auth_error is not None:
             raise self._core.client.auth_error     # wrong credentials: waiting will not help
         now = now_ms()
-        if deadline is None:
+        first = deadline is None
+        if first:
             deadline = now + self._max_block_ms
         if now >= deadline:
             if isinstance(exc, MetadataPending):
@@ -261,7 +262,15 @@ class AsyncProducer(_Client):
                 raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {self._max_block_ms} ms"
                                         + (f" (no broker answered: {trouble})" if trouble else ""))
             raise KafkaTimeoutError(f"failed to allocate memory within max.block.ms ({self._max_block_ms} ms)")
-        self._engine.kick()
+        acc = self._core.accumulator
+        if first or acc.wakeup:
+            # The core needs a poll for what the append asked for (the topic's
+            # metadata, draining to free memory, a batch it filled). Not on
+            # every retry: the main task notifies waiters after each of its
+            # polls, and a kick per wake-up made the two tasks wake each other
+            # without end - a spinning core while no broker answers.
+            acc.wakeup = False
+            self._engine.kick()
         await self._wait((deadline - now) / 1000.0)
         self._check_usable()
         return deadline

@@ -5,8 +5,9 @@ The framework is reached only through a small *backend* (see
 :mod:`kio.aio` and :mod:`kio.trio`)::
 
     backend.event()                  -> an event: set(), is_set(), await wait()
-    await backend.wait(event, secs)  -> returns when the event is set or secs ran out
+    await backend.wait(event, secs)  -> returns when the event is set or secs (None: never) ran out
     backend.spawn(fn, *args)         -> a running task; .cancel()
+    await backend.getaddrinfo(host, port) -> socket.getaddrinfo's answer, without blocking the loop
     await backend.wait_readable(sock) / wait_writable(sock)
     backend.forget(sock)             -> before closing a socket a task may wait on
     backend.shielded()               -> a context in which cancellation waits
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import ssl
 
-from kio._common import connect_error, now_ms, open_socket
+from kio._common import connect_error, now_ms, open_socket, sleep_time
 from kio._tls import context_for, tls_error
 from kproto.client import Close, Connect
 
@@ -79,8 +80,11 @@ class Engine:
         ev.set()
 
     async def wait_changed(self, timeout):
-        """Wait until something changed or ``timeout`` seconds (None: 0.5 s) passed."""
-        await self.io.wait(self.changed, 0.5 if timeout is None else max(0.0, min(timeout, 0.5)))
+        """Wait until something changed or ``timeout`` seconds (None: no limit)
+        passed. No polling interval: the main task notifies after every poll
+        while a task waits (``after_poll``), and it polls on every I/O event
+        and at every core deadline."""
+        await self.io.wait(self.changed, None if timeout is None else max(0.0, timeout))
 
     async def stop(self):
         """Stop the main task after its last poll; close every socket."""
@@ -109,9 +113,8 @@ class Engine:
                 if self.stopping:
                     break
                 deadline = core.next_deadline(now)
-                timeout = 0.2 if deadline is None else max(0.0, min(0.2, (deadline - now_ms()) / 1000.0))
                 if not self.kicked.is_set():
-                    await self.io.wait(self.kicked, timeout)
+                    await self.io.wait(self.kicked, sleep_time(deadline, now_ms()))
                 self.kicked = self.io.event()
         except BaseException as e:  # noqa: BLE001 - fail the waiters loudly, never hang them
             if not isinstance(e, Exception):
@@ -127,13 +130,7 @@ class Engine:
     # -- connections ---------------------------------------------------------------------------
     def _open(self, action):
         self._close(action.node)
-        sock, error = open_socket(action.host, action.port)
-        if sock is None:
-            self.core.disconnected(action.node, now_ms(), error)
-            self.kick()
-            return
         conn = self.conns[action.node] = _Conn()
-        conn.sock = sock
         conn.tasks.append(self.io.spawn(self._connection, action.node, conn, action.host, action.port))
 
     def _close(self, node):
@@ -142,8 +139,9 @@ class Engine:
             return
         for task in conn.tasks:
             task.cancel()
-        self.io.forget(conn.sock)
-        conn.sock.close()
+        if conn.sock is not None:            # None while the name is being resolved
+            self.io.forget(conn.sock)
+            conn.sock.close()
 
     def _lost(self, node, conn, exc):
         if self.conns.get(node) is conn:
@@ -152,8 +150,21 @@ class Engine:
             self.kick()
 
     async def _connection(self, node, conn, host, port):
-        """Finish the connect (and the TLS handshake), then read until the connection goes."""
-        sock = conn.sock
+        """Resolve, connect (and the TLS handshake), then read until the connection goes."""
+        try:
+            # Through the framework: a blocking getaddrinfo here would stop
+            # every task of the application while DNS answers.
+            infos = await self.io.getaddrinfo(host, port)
+        except OSError as e:
+            self._lost(node, conn, e)
+            return
+        if self.conns.get(node) is not conn:
+            return
+        sock, error = open_socket(host, port, infos)
+        if sock is None:
+            self._lost(node, conn, error)
+            return
+        conn.sock = sock
         await self.io.wait_writable(sock)
         err = connect_error(sock)
         if err is not None:

@@ -7,7 +7,7 @@ import time
 
 from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 
-__all__ = ["now_ms", "wall_ms", "rebalance_calls", "open_socket", "connect_error"]
+__all__ = ["now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
 
 
 def now_ms() -> float:
@@ -18,6 +18,15 @@ def now_ms() -> float:
 def wall_ms() -> int:
     """Record timestamps: wall-clock milliseconds."""
     return time.time_ns() // 1000000
+
+
+def sleep_time(deadline, now):
+    """How long a driver waits for I/O: until the core's ``next_deadline``
+    (seconds, never negative), or None - no timer at all - when the core has
+    none. A wake-up (a socket, the application) ends the wait earlier; a
+    fixed polling interval would only burn CPU, and hide a core that forgot
+    to report a deadline."""
+    return None if deadline is None else max(0.0, (deadline - now) / 1000.0)
 
 
 def rebalance_calls(events, on_assign, on_revoke, on_lost):
@@ -45,11 +54,21 @@ def rebalance_calls(events, on_assign, on_revoke, on_lost):
     return calls, revoked, fatal
 
 
-def open_socket(host, port):
+def resolve(host, port):
+    """The addresses of ``host``, as ``open_socket`` takes them. Blocking (DNS):
+    the threading drivers call it on their network thread; the async drivers
+    resolve through their framework instead (``backend.getaddrinfo``), which
+    runs it without blocking the event loop."""
+    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+def open_socket(host, port, infos=None):
     """A non-blocking TCP socket with its connect started: (socket, None),
-    or (None, OSError) when it failed at once."""
+    or (None, OSError) when it failed at once. ``infos``: the result of
+    :func:`resolve` (or the framework's getaddrinfo); None resolves here."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        if infos is None:
+            infos = resolve(host, port)
         family, stype, proto, _, addr = infos[0]
         sock = socket.socket(family, stype, proto)
         sock.setblocking(False)

@@ -37,6 +37,7 @@ class SocketLoop:
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, _READ, None)
         self.wake_pending = False
+        self.woken = False               # a wake-up arrived (the caller resets it)
         self.socks: dict = {}            # node -> socket
         self._connecting: set = set()
         self._interest: dict = {}        # node -> registered event mask
@@ -109,6 +110,7 @@ class SocketLoop:
     # -- internals ---------------------------------------------------------------------
     def _drain_wakeups(self):
         self.wake_pending = False
+        self.woken = True
         try:
             while self._wake_r.recv(4096):
                 pass

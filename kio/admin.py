@@ -23,6 +23,7 @@ import time
 import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
+from kio._common import sleep_time
 from kio._network import SocketLoop
 from kproto.admin import (
     AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
@@ -89,8 +90,7 @@ class Admin:
                     return handle
                 deadline = core.next_deadline(now)
                 net.update_interest()
-                timeout = 0.2 if deadline is None else max(0.0, min(0.2, (deadline - now) / 1000.0))
-                net.handle(net.select(timeout), _now_ms())
+                net.handle(net.select(sleep_time(deadline, _now_ms())), _now_ms())
 
     # -- topics --------------------------------------------------------------------------------
     @overload

@@ -16,6 +16,7 @@ event loop that created its first task (asyncio objects are loop-bound).
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from kio import _async_clients as clients
 
@@ -75,11 +76,18 @@ class AsyncioBackend:
         if event.is_set():
             return
         fut = event._future()
+        if timeout is None:                  # no deadline: only the event ends the wait
+            await fut
+            return
         timer = asyncio.get_running_loop().call_later(timeout, _wake, fut)
         try:
             await fut
         finally:
             timer.cancel()
+
+    async def getaddrinfo(self, host, port):
+        # In the loop's executor: a slow DNS server must not stall the loop.
+        return await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
     def spawn(self, fn, *args):
         task = asyncio.get_running_loop().create_task(fn(*args))

@@ -32,7 +32,7 @@ from typing import (
     Union,
 )
 
-from kio._common import rebalance_calls
+from kio._common import rebalance_calls, sleep_time
 from kio._network import SocketLoop
 from kio._types import CommitCallback, Offsets, Partitions, RebalanceListener
 from kio.producer import KafkaTimeoutError
@@ -208,7 +208,7 @@ class Consumer:
                         return out
                     self._waiters += 1
                     try:
-                        self._changed.wait(0.5 if left is None else min(left, 0.5))
+                        self._changed.wait(left)     # the network thread notifies: no polling
                     finally:
                         self._waiters -= 1
         self._net.wake()       # partitions drained: their next fetch can go out now
@@ -420,7 +420,7 @@ class Consumer:
                     raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
                 self._waiters += 1
                 try:
-                    self._changed.wait(0.2 if left is None else min(left, 0.2))
+                    self._changed.wait(left)
                 finally:
                     self._waiters -= 1
 
@@ -468,17 +468,21 @@ class Consumer:
                         self._app_events.extend(evs)
                     # Wake the application only when something it may wait for
                     # can have changed: records, rebalance events, a completed
-                    # request, or a timer (commit and lookup timeouts). Not on
-                    # every partial read of a large fetch response.
+                    # request, a timer (commit and lookup timeouts), or a poll
+                    # after the application woke us (what it asked for may be
+                    # done at once: closing, a commit that cannot be sent).
+                    # Not on every partial read of a large fetch response. The
+                    # application waits without a timer: each of these counts.
                     progress = core.client.progress
-                    if self._waiters and (evs or core.data_ready or progress != seen_progress or not events):
+                    woken, net.woken = net.woken, False
+                    if self._waiters and (evs or core.data_ready or progress != seen_progress
+                                          or not events or woken):
                         self._changed.notify_all()
                     seen_progress = progress
                     core.data_ready = False
                     deadline = core.next_deadline(now)
                     net.update_interest()
-                timeout = 0.2 if deadline is None else max(0.0, min(0.2, (deadline - _now_ms()) / 1000.0))
-                events = net.select(timeout)
+                events = net.select(sleep_time(deadline, _now_ms()))
                 with self._lock:
                     net.handle(events, _now_ms())
         except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the caller

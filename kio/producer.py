@@ -31,6 +31,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from kio._common import sleep_time
 from kio._network import SocketLoop
 from kio._types import BulkCallback, DeliveryCallback, Headers
 from kproto.config import Config
@@ -294,6 +295,7 @@ class Producer:
         self._closed = False
         self._fatal: Optional[BaseException] = None
         self._metadata_version = -1
+        self._progress = -1
         self._txn_waiting = 0
         self._plain = cfg.key_serializer is None and cfg.value_serializer is None
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -399,7 +401,7 @@ class Producer:
                     left = None if end is None else end - time.monotonic()
                     if left is not None and left <= 0:
                         break
-                    self._changed.wait(left if left is not None else 1.0)
+                    self._changed.wait(left)
                 return self._pending_records()
             finally:
                 self._core.end_flush()
@@ -479,7 +481,7 @@ class Producer:
                     left = end - time.monotonic()
                     if left <= 0:
                         raise KafkaTimeoutError(f"{res.name} did not complete within {limit:.3f} s")
-                    self._changed.wait(min(left, 0.5))
+                    self._changed.wait(left)
                     if self._fatal is not None:
                         self._check_usable()
             finally:
@@ -541,7 +543,7 @@ class Producer:
                 f"failed to allocate memory within the configured max blocking time "
                 f"{self._max_block_ms} ms (buffer.memory={self.config.buffer_memory})") from None
         self._wake_locked()
-        self._changed.wait(min(deadline - now, 0.5))
+        self._changed.wait(deadline - now)
         self._check_usable()
         return deadline
 
@@ -564,8 +566,16 @@ class Producer:
                     net.write_all(now)
                     results = core.events()
                     version = core.cluster.version
-                    if results or version != self._metadata_version or self._txn_waiting:
+                    progress = core.client.progress
+                    # The application's waits (send blocked on metadata or memory,
+                    # flush, transactions) have no polling timer: wake them whenever
+                    # what they wait for can have changed - completions, metadata,
+                    # a connection event (an authentication failure ends a blocked
+                    # send at once), a transaction step.
+                    if (results or version != self._metadata_version or progress != self._progress
+                            or self._txn_waiting):
                         self._metadata_version = version
+                        self._progress = progress
                         self._changed.notify_all()
                     done = self._closing and not core.pending
                     deadline = core.next_deadline(now)
@@ -573,8 +583,7 @@ class Producer:
                 complete_results(results)       # user callbacks: outside the lock
                 if done:
                     break
-                timeout = 0.2 if deadline is None else max(0.0, min(0.2, (deadline - _now_ms()) / 1000.0))
-                events = net.select(timeout)
+                events = net.select(sleep_time(deadline, _now_ms()))
                 with self._lock:
                     net.handle(events, _now_ms())
         except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the callers

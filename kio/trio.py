@@ -17,6 +17,8 @@ or ``commit`` leaves the client consistent, and ``close`` is shielded.
 """
 from __future__ import annotations
 
+import math
+
 import trio
 
 from kio import _async_clients as clients
@@ -47,8 +49,12 @@ class TrioBackend:
             await own.__aexit__(*exc)
 
     async def wait(self, event, timeout):
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(math.inf if timeout is None else timeout):
             await event.wait()
+
+    async def getaddrinfo(self, host, port):
+        # trio resolves names in a worker thread (numeric addresses at once).
+        return await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
 
     def spawn(self, fn, *args):
         scope = trio.CancelScope()

@@ -380,13 +380,9 @@ class AdminCore(DriverIO):
     def next_deadline(self, now) -> Optional[float]:
         best = self.client.next_deadline(now)
         for c in self._calls:
-            wake = None
-            if c.next_try_at > now:
-                wake = c.next_try_at                     # backing off
-            elif c.target == NODE and c.node is not None:
-                delay = self.client.connection_delay(c.node, now)
-                if delay:                                # its node is in reconnect backoff
-                    wake = now + delay
+            # A call waiting for its node (reconnect backoff) needs no timer
+            # of ours: the client's deadline covers the nodes we asked for.
+            wake = c.next_try_at if c.next_try_at > now else None     # backing off
             for d in (c.op.deadline, wake):
                 if d is not None and (best is None or d < best):
                     best = d

@@ -73,6 +73,11 @@ class NetworkClient:
         self.on_ready = None                  # called (node) when a connection becomes READY
         self.closing = False
         self.progress = 0                   # bumped whenever connection events were handled
+        self._polled_progress = 0           # ``progress`` at the end of the last poll
+        # Nodes a core asked for (ready / least_loaded_node) and could not have
+        # because they back off: next_deadline wakes the driver when they can
+        # be used again, so no core needs a polling timer to notice.
+        self._wanted: set = set()
 
     # -- connections ------------------------------------------------------------------
     def _conn(self, node) -> Optional[Connection]:
@@ -119,6 +124,8 @@ class NetworkClient:
         if c.can_connect(now):
             c.start_connect(now)
             self._actions.append(Connect(node, c.host, c.port))
+        else:
+            self._wanted.add(node)
         return False
 
     def connection_delay(self, node, now) -> float:
@@ -132,6 +139,22 @@ class NetworkClient:
         if c.is_throttled(now):
             return c.throttled_until - now
         return 0 if c.can_send() else self.request_timeout_ms
+
+    def ready_at(self, node, now) -> Optional[float]:
+        """When ``node`` can take a request or a new connection attempt at the
+        earliest (Java's ``pollDelayMs``): the end of its reconnect backoff or
+        of a broker-asked throttle; ``now`` if at once; None while the
+        connection is being set up or is busy - then an I/O event, not a
+        timer, is what changes it."""
+        c = self.connections.get(node)
+        if c is None:
+            return now
+        t = c.next_connect_time
+        if t is not None:                        # DISCONNECTED: the reconnect backoff
+            return max(now, t)
+        if c.is_ready and c.is_throttled(now):
+            return c.throttled_until
+        return now if c.can_send(now) else None
 
     def is_connecting(self, node) -> bool:
         c = self.connections.get(node)
@@ -157,6 +180,9 @@ class NetworkClient:
                     best, best_load = node, load
             elif connectable is None and (c is None or c.can_connect(now) or c.is_connected):
                 connectable = node
+        if best is None and connectable is None:
+            # Every candidate backs off: wake up when the first one may be tried.
+            self._wanted.update(candidates)
         return best if best is not None else connectable
 
     # -- requests ----------------------------------------------------------------------
@@ -259,18 +285,38 @@ class NetworkClient:
                     self._handle(c.close("idle", now))
         self._maybe_update_metadata(now)
         actions, self._actions = self._actions, []
+        self._polled_progress = self.progress
         return actions
 
     def next_deadline(self, now) -> Optional[float]:
+        if self.progress != self._polled_progress:
+            # Events since the last poll (a write that failed after it, say):
+            # their effects - retries, reconnects, a metadata refresh - come
+            # out of the next poll, so that is due now. The deadlines below
+            # were computed without them and could sleep past the work.
+            return now
         best = None
         for c in self.connections.values():
             for d in (c.next_deadline(now), c.idle_deadline):
                 if d is not None and (best is None or d < best):
                     best = d
-        if self._metadata_in_flight is None and (self.cluster.need_update or self.cluster.topics):
-            d = now + self.cluster.time_to_next_update(now)
-            if best is None or d < best:
-                best = d
+        if self._metadata_in_flight is None and not self.closing and (self.cluster.need_update
+                                                                      or self.cluster.topics):
+            d = self.cluster.time_to_next_update(now)
+            # Due now but not sent: no node could take it. Then the node it
+            # waits for is in _wanted (or connecting), and returning ``now``
+            # here would only make the drivers spin through the reconnect
+            # backoff (Java's metadata updater waits for the connection too).
+            if d > 0 and (best is None or now + d < best):
+                best = now + d
+        for node in list(self._wanted):
+            t = self.ready_at(node, now) if not self.closing else None
+            if t is None or t <= now:
+                # Usable now, connecting, or gone: whoever still needs it asks
+                # again at the next poll (I/O events run one); no timer needed.
+                self._wanted.discard(node)
+            elif best is None or t < best:
+                best = t
         return best
 
     def close(self, now):

@@ -231,3 +231,113 @@ def handshake(conn, broker, now=0):
         conn.start_connect(now)
     conn.connection_made(now)
     return pump(conn, broker, now)
+
+
+class ScriptedServer:
+    """A :class:`ScriptedBroker` on a real loopback socket, for tests of the
+    drivers (threading, asyncio, trio) against a broker whose every answer
+    the test controls::
+
+        with ScriptedServer(broker) as server:       # server.bootstrap: "127.0.0.1:port"
+            ...
+
+    Like a Kafka broker it answers the requests of one connection in order,
+    one at a time: a request that expects an answer and gets none
+    (:data:`NO_RESPONSE`, e.g. a JoinGroup the coordinator holds) holds back
+    every later request of that connection. ``server.port`` is what handlers
+    put into Metadata/FindCoordinator answers. One thread serves every
+    connection; handlers run on it. A handler that raises (or a request
+    nothing answers) closes its connection; the error is re-raised when the
+    ``with`` block ends.
+    """
+
+    def __init__(self, broker):
+        import socket
+        self.broker = broker
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.setblocking(False)
+        self.port = self._listener.getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._stop_r, self._stop_w = socket.socketpair()
+        self._thread = None
+        self.connections = 0
+        self.errors = []
+
+    def start(self) -> "ScriptedServer":
+        import threading
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="scripted-server")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop_w.send(b"x")
+            self._thread.join(10)
+            self._thread = None
+        for s in (self._listener, self._stop_r, self._stop_w):
+            s.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, *exc):
+        self.stop()
+        if self.errors and exc_type is None:
+            raise self.errors[0]
+
+    def _serve(self):
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(self._listener, selectors.EVENT_READ, "accept")
+        sel.register(self._stop_r, selectors.EVENT_READ, "stop")
+        conns = {}                               # socket -> [decoder, channel, held]
+        try:
+            while True:
+                for key, _ in sel.select():
+                    if key.data == "stop":
+                        return
+                    if key.data == "accept":
+                        try:
+                            sock, _ = self._listener.accept()
+                        except BlockingIOError:
+                            continue
+                        self.connections += 1
+                        sock.setblocking(True)
+                        conns[sock] = [FrameDecoder(), BrokerChannel(self.broker), False]
+                        sel.register(sock, selectors.EVENT_READ, "conn")
+                        continue
+                    sock = key.fileobj
+                    state = conns[sock]
+                    try:
+                        data = sock.recv(1 << 16)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        sel.unregister(sock)
+                        sock.close()
+                        del conns[sock]
+                        continue
+                    if state[2]:
+                        continue                 # held: nothing more is answered here
+                    for payload in state[0].feed(data):
+                        seen = len(self.broker.requests)
+                        try:
+                            reply = self.broker._handle(state[1], payload)
+                        except Exception as e:  # noqa: BLE001 - reported by __exit__
+                            self.errors.append(e)
+                            sel.unregister(sock)
+                            sock.close()
+                            del conns[sock]
+                            break
+                        if reply:
+                            sock.sendall(reply)
+                            continue
+                        req = self.broker.requests[seen] if len(self.broker.requests) > seen else None
+                        acks0 = req is not None and req.api.name == "Produce" and req.body.get("acks") == 0
+                        if not acks0:
+                            state[2] = True      # an unanswered request holds the connection
+                            break
+        finally:
+            for sock in conns:
+                sock.close()
+            sel.close()

@@ -75,6 +75,15 @@ def _config(args) -> dict:
             "default.api.timeout.ms": int(args.timeout * 1000)}
     if args.group:
         conf["group.id"] = args.group
+        # The first records come once the group is joined, and a coordinator
+        # holds the JoinGroup for a time that grows with session.timeout.ms
+        # (Tansu, the bundled broker: half of it, ~23 s with Java's 45 s
+        # default; Kafka: group.initial.rebalance.delay.ms, 3 s by default).
+        # A console tool wants records within seconds: the smallest session
+        # timeout brokers accept by default (group.min.session.timeout.ms), a
+        # heartbeat a third of it. --property overrides both.
+        conf["session.timeout.ms"] = 6000
+        conf["heartbeat.interval.ms"] = 2000
     conf.update(properties(args.property))
     return conf
 

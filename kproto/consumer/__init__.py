@@ -6,7 +6,8 @@ clock; ``now`` is milliseconds)::
 
     for req in machine.poll(now):          # list of OutgoingRequest
         node = "least loaded node" if req.destination == ANY else coordinator.coordinator
-        # (connect to the coordinator under coordinator.connection_id, as Java does)
+        # (connect to the coordinator under coordinator.connection_id, as Java does;
+        #  COORDINATOR_NODE: under its node id, i.e. not on the group connection)
         ... if the version negotiated for req.api_name < req.min_version:
                 req.owner.on_failure(req, UnsupportedVersionError(...), now)
         ... else send req.api_name / req.body there (timeout: req.timeout_ms or request.timeout.ms)
@@ -37,6 +38,11 @@ from typing import Any, NamedTuple, Optional
 #: or the group coordinator found by FindCoordinator.
 ANY = "any"
 COORDINATOR = "coordinator"
+#: The coordinator's broker over its ordinary connection (its node id), not
+#: the group connection: for a request that must not queue behind a JoinGroup
+#: or SyncGroup the coordinator holds there - a broker answers the requests of
+#: one connection in order, and holds those until the rebalance completes.
+COORDINATOR_NODE = "coordinator-node"
 
 
 # One TopicPartition type for the whole client (the metadata cache, the fetcher
@@ -105,7 +111,7 @@ from kproto.consumer.commits import (  # noqa: E402
 )
 
 __all__ = [
-    "ANY", "COORDINATOR", "TopicPartition", "OffsetAndMetadata", "OutgoingRequest",
+    "ANY", "COORDINATOR", "COORDINATOR_NODE", "TopicPartition", "OffsetAndMetadata", "OutgoingRequest",
     "Assignment", "MemberSubscription", "RebalanceProtocol", "RangeAssignor",
     "RoundRobinAssignor", "CooperativeStickyAssignor", "assignor_by_name", "build_assignors",
     "GroupCoordinator", "CoordinatorState", "CoordinatorInfo", "CoordinatorFound",

@@ -42,7 +42,7 @@ from typing import Optional
 from kproto import error_codes
 from kproto.client import DriverIO, network_for
 from kproto.cluster import ClusterMetadata, TopicPartition, validate_topic_name
-from kproto.consumer import ANY, OffsetAndMetadata
+from kproto.consumer import ANY, COORDINATOR_NODE, OffsetAndMetadata
 from kproto.consumer.commits import OffsetCommitter
 from kproto.consumer.config import parse_consumer_config
 from kproto.consumer.coordinator import CoordinatorFound, CoordinatorLost, GroupCoordinator
@@ -586,6 +586,11 @@ class ConsumerCore(DriverIO):
                 continue
             if req.destination == ANY:
                 node = self.client.least_loaded_node(now)
+            elif req.destination == COORDINATOR_NODE and self.coordinator.known:
+                c = self.coordinator.coordinator
+                node = c.node_id
+                if self.cluster.node_address(node) is None:
+                    self.cluster.add_node(node, c.host, c.port)
             else:
                 node = self.coordinator.connection_id if self.coordinator.known else None
                 if node is None:
@@ -799,13 +804,21 @@ class ConsumerCore(DriverIO):
                 ds.append(self.membership.next_deadline(now))
             ds.append(self.committer.next_deadline(now))
         if self._unsent:
-            ds.append(now + self.config.retry_backoff_ms)
-        if self._lookups:
-            ds.append(now + self.config.retry_backoff_ms)
-            ds.extend(h.deadline for h in self._lookups)
-        if self._committed_pending or self.positions.awaiting_reset() or self.closing:
-            ds.append(now + self.config.retry_backoff_ms)
-        elif self.positions.needs_position():
+            # They wait for a node: the client's deadline says when the one
+            # in backoff may be tried, and a connection coming up is an I/O
+            # event - only their expiry is ours.
+            ds.append(min(expiry for _, expiry in self._unsent))
+        # Offset lookups and resets, committed-offset fetches and closing wait
+        # for answers (I/O events), for a node (the client's deadline) or for
+        # metadata (the client's deadline too): no polling timer of our own.
+        ds.extend(h.deadline for h in self._lookups)
+        if self.closing and not self.close_done:
+            ds.append(self._close_deadline)
+        if any(tp not in self._committed_pending and tp not in self._no_offset
+               for tp in self.positions.needs_position()):
+            # Committed offsets to fetch again after a failure. (A partition
+            # without offset under auto.offset.reset=none waits for a seek, not
+            # for a timer: counting it made the drivers spin.)
             ds.append(max(now, self._committed_retry_at))
         ds = [d for d in ds if d is not None]
         return min(ds) if ds else None

@@ -37,7 +37,7 @@ import re
 from typing import NamedTuple, Optional
 
 from kproto import error_codes
-from kproto.consumer import COORDINATOR, OutgoingRequest
+from kproto.consumer import COORDINATOR, COORDINATOR_NODE, OutgoingRequest
 from kproto.consumer.assignors import (
     RebalanceProtocol, build_assignors, decode_assignment, decode_subscription,
     encode_assignment, encode_subscription, rebalance_protocol_for,
@@ -211,7 +211,8 @@ class GroupMembership:
 
     def close(self, now) -> None:
         """Revoke owned partitions and leave (dynamic members only). Keep polling
-        until :attr:`closed` is True (the LeaveGroup is sent once, best effort)."""
+        until :attr:`closed` is True (the LeaveGroup is sent once, best effort).
+        A pending join is not waited for (see :meth:`_send_leave_or_reset`)."""
         if self.state in (MemberState.CLOSED, MemberState.FATAL):
             self.state = MemberState.CLOSED
             return
@@ -688,7 +689,7 @@ class GroupMembership:
             self._events.append(PartitionsRevoked(tuple(sorted(self.assignment))))
         self.assignment = frozenset()
 
-    def _leave_request(self, reason, now) -> Optional[OutgoingRequest]:
+    def _leave_request(self, reason, now, destination=COORDINATOR) -> Optional[OutgoingRequest]:
         """A LeaveGroup for dynamic members that are in the group, else None."""
         if (self.group_instance_id is not None or not self.member_id
                 or not self.coordinator.known or self._leave_req is not None):
@@ -696,12 +697,19 @@ class GroupMembership:
         body = {"group_id": self.group_id, "member_id": self.member_id,
                 "members": [{"member_id": self.member_id, "group_instance_id": None,
                              "reason": reason}]}
-        self._leave_req = OutgoingRequest(COORDINATOR, "LeaveGroup", body, self,
+        self._leave_req = OutgoingRequest(destination, "LeaveGroup", body, self,
                                           coordinator_epoch=self.coordinator.epoch)
         return self._leave_req
 
     def _send_leave_or_reset(self, reason, now) -> None:
-        leave = self._leave_request(reason, now)
+        # A JoinGroup (or SyncGroup) in flight is held by the coordinator until
+        # the rebalance completes - with default settings many seconds, up to
+        # the rebalance timeout - and the broker answers nothing else on that
+        # connection before. A LeaveGroup behind it made close() and Ctrl-C
+        # wait for the whole join: it goes around it instead (the join is
+        # abandoned; its late answer is ignored), so leaving takes one round trip.
+        held = self._join_req is not None or self._sync_req is not None
+        leave = self._leave_request(reason, now, COORDINATOR_NODE if held else COORDINATOR)
         if leave is not None:
             self._pending_leave = leave
         self._reset_generation(reason, lost=False)

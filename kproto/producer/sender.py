@@ -64,6 +64,8 @@ class Sender:
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
         self._muted: set = set()
         self._init_in_flight = False
+        self._init_retry_at = 0                  # a failed InitProducerId: ask again then
+        self._init_failures = 0
         self.fatal_error: Optional[BaseException] = None
         self.txn = None                          # TransactionManager, set by the core
 
@@ -82,7 +84,10 @@ class Sender:
         elif self.idem is not None and not self._maybe_init_producer_id(now):
             # No producer id yet: nothing may be drained, but deadlines still run.
             self._expire(now)
-            return self._next_expiry()
+            exp = self._next_expiry()
+            if self._init_retry_at > now and (exp is None or self._init_retry_at < exp):
+                exp = self._init_retry_at
+            return exp
         nodes, delay, unknown = self.acc.ready(self.cluster, now, self._muted)
         if unknown:
             self.cluster.request_update()
@@ -116,7 +121,7 @@ class Sender:
         idem = self.idem
         if idem.ready:
             return True
-        if idem.fatal_error is not None or self._init_in_flight:
+        if idem.fatal_error is not None or self._init_in_flight or now < self._init_retry_at:
             return False
         if not idem.needs_init_request(len(self.in_flight)):
             return False
@@ -141,6 +146,14 @@ class Sender:
         if err is not None:
             self.fatal_error = err
             self._fail_all(err)
+        elif self.idem.ready:
+            self._init_failures = 0
+        else:
+            # Retriable (COORDINATOR_LOAD_IN_PROGRESS while a broker starts, a
+            # lost connection): ask again after retry.backoff.ms, growing, as
+            # Java does - at once made a request loop as fast as the broker answers.
+            self._init_retry_at = req.completed_at + self.retry_backoff.backoff(self._init_failures)
+            self._init_failures += 1
 
     # -- sending -------------------------------------------------------------------------
     def _send_produce(self, node, batches, now):
