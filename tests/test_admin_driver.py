@@ -75,7 +75,17 @@ def test_calls_from_several_threads_are_serialised(bootstrap):
         def create(t):
             try:
                 admin.create_topics([t], num_partitions=1)
-                assert t in admin.describe_topics([t])
+                # Kafka answers CreateTopics once the controller has the topic; the
+                # broker's metadata can lag a moment (Java's Admin sees the same).
+                end = time.monotonic() + 15
+                while True:
+                    try:
+                        assert t in admin.describe_topics([t])
+                        break
+                    except UnknownTopicOrPartitionError:
+                        if time.monotonic() > end:
+                            raise
+                        time.sleep(0.1)
             except BaseException as e:  # noqa: BLE001
                 errors.append(e)
         threads = [threading.Thread(target=create, args=(t,)) for t in topics]
