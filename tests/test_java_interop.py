@@ -131,6 +131,8 @@ def test_group_of_kio_confluent_kafka_and_the_java_console_consumer(bootstrap, m
         end = time.monotonic() + 45
         while time.monotonic() < end and read["kio"] | read["confluent"] | read["java"] != want:
             time.sleep(0.2)
+        # the assignment while the wave was read (closing members rebalance the rest)
+        during = {k: set(v) for k, v in owned.items()}
     finally:
         done.set()
         for t in threads[1:]:
@@ -145,6 +147,6 @@ def test_group_of_kio_confluent_kafka_and_the_java_console_consumer(bootstrap, m
     assert not errors, errors
     assert read["kio"] | read["confluent"] | read["java"] == want
     # each member read exactly the partitions it owned
-    assert {p for p, _ in read["kio"]} == owned["kio"]
-    assert {p for p, _ in read["confluent"]} == owned["confluent"]
+    assert {p for p, _ in read["kio"]} == during["kio"]
+    assert {p for p, _ in read["confluent"]} == during["confluent"]
     assert {p for p, _ in read["java"]} == java_parts
