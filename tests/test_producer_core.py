@@ -755,3 +755,74 @@ def test_unknown_topic_id_refreshes_metadata_and_retries_with_the_new_id():
     assert h2.error is None and kafka.values() == [b"a", b"b"]
     ids = [req.body["topic_data"][0]["topic_id"] for _, req in kafka.produce_requests]
     assert ids[0] == old and ids[-1] == new and len(ids) >= 3
+
+
+# --- batches that grow (batch.size larger than what a partition needs) ---------------------
+
+def _open_batch(core, topic="t", p=0):
+    return core.accumulator.queues[(topic, p)][-1]
+
+
+def test_a_new_batch_reserves_the_initial_size_and_doubles_up_to_batch_size():
+    core, kafka, sim = make(batch_size=64 * 1024, buffer_memory=1 << 20, linger_ms=100000,
+                            max_request_size=1 << 20)
+    core.accumulator.initial_reserve = 4096
+    hs = [sim.send(b"x" * 100)]
+    batch = _open_batch(core)
+    assert (batch.reserved, batch.builder.batch_size, core.accumulator.used_memory) == (4096, 4096, 4096)
+    while len(hs) < 100:                                     # ~11.5 KiB: grown twice
+        hs.append(sim.send(b"x" * 100))
+    assert _open_batch(core) is batch and batch.builder.batch_size == 16384
+    assert batch.reserved == core.accumulator.used_memory == 16384
+    while batch.builder.record_count == len(hs):             # until the batch is full at 64 KiB
+        hs.append(sim.send(b"x" * 100))
+    assert batch.full and batch.builder.batch_size == 64 * 1024
+    assert 64 * 1024 - 200 < batch.builder.size_in_bytes() <= 64 * 1024
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert all(h.error is None for h in hs)
+    assert kafka.values() == [b"x" * 100] * len(hs)
+    assert core.accumulator.used_memory == 0                 # every reservation came back
+
+
+def test_a_batch_does_not_grow_past_buffer_memory_it_is_sent_as_it_is():
+    core, kafka, sim = make(batch_size=64 * 1024, buffer_memory=12 * 1024, linger_ms=100000,
+                            max_request_size=1 << 20)
+    core.accumulator.initial_reserve = 4096
+    hs = []
+    with pytest.raises(BufferExhausted):
+        for _ in range(1000):
+            hs.append(sim.send(b"y" * 100))
+    first = core.accumulator.queues[("t", 0)][0]
+    assert first.full and first.builder.batch_size == 8192    # 8 KiB: 16 KiB would not fit
+    assert core.accumulator.used_memory <= 12 * 1024
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert all(h.error is None for h in hs) and kafka.values() == [b"y" * 100] * len(hs)
+    assert core.accumulator.used_memory == 0
+
+
+def test_send_many_grows_its_batch_and_keeps_one_part_per_call():
+    core, kafka, sim = make(batch_size=64 * 1024, buffer_memory=1 << 20, linger_ms=100000,
+                            max_request_size=1 << 20)
+    core.accumulator.initial_reserve = 4096
+    warm = sim.send(b"warm")                                 # metadata; opens the batch
+    values = [b"%04d" % i + b"z" * 96 for i in range(500)]
+    bulk, n = core.send_many("t", values, partition=0, now=sim.now)
+    assert n == 500
+    batch = _open_batch(core)
+    assert batch.builder.record_count == 501 and batch.builder.batch_size == 64 * 1024
+    assert batch.parts == [warm, (bulk, 500)]                # grown, not split into parts
+    sim.run_until(lambda: bulk.done)
+    assert bulk.error is None and bulk.delivered == 500 and kafka.values()[1:] == values
+
+
+def test_keyed_send_many_with_growing_batches_stays_within_buffer_memory_and_in_order():
+    # batch.size far above the initial reserve: the keyed memory bound must
+    # count the growth of open batches too, or an append would be refused
+    # after the bound said it fits (AssertionError in the bulk result).
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}), buffer_memory=48 * 1024, batch_size=32 * 1024,
+                            linger_ms=100000, max_request_size=32 * 1024)
+    core.accumulator.initial_reserve = 2048
+    sim.send(b"warm")
+    _, first, calls = _keyed_send_many_through_a_small_buffer(core, kafka, sim, 3000)
+    assert 0 < first < 3000 and calls > 1
+    assert core.accumulator.used_memory == 0

@@ -28,7 +28,9 @@ from typing import Optional
 from kproto.client import DriverIO, network_for
 from kproto.cluster import validate_topic_name
 from kproto.errors import KafkaError
-from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
+from kproto.producer.accumulator import (
+    BufferExhausted, RecordAccumulator, RecordTooLargeError,
+)
 from kproto.records import RECORD_BATCH_OVERHEAD
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
@@ -462,12 +464,17 @@ class ProducerCore(DriverIO):
         for p, rows in groups.items():
             count = len(rows[0])
             pending = sizes[p] + count * _MAX_RECORD_OVERHEAD + header_bytes
-            room = acc.open_room((topic, p))
+            room, growth = acc.open_room((topic, p))
             if pending <= room:
                 continue
             pending -= max(0, room - largest)
             batches = count if per_batch < 1 else min(count, -(-pending // per_batch))
-            need += batches * batch_size
+            # Batches open at acc.initial_reserve and double (accumulator):
+            # each reserves at most batch.size, and one that grew to L refused
+            # a record at L/2, so L < 2 * (its records + a record + overhead).
+            # The open batch may also grow, by at most ``growth``.
+            grown = growth + 2 * pending + batches * (acc.initial_reserve + 2 * (largest + RECORD_BATCH_OVERHEAD))
+            need += min(batches * batch_size + growth, grown)
         return need
 
     # -- transactions (transactional.id set) ------------------------------------------------
