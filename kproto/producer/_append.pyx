@@ -35,9 +35,9 @@ def append_open(dict queues, tuple tp, ts, key, value, headers, handle):
     n = builder.record_count
     if not builder.append(ts, key, value, headers):
         return None
+    handle._delta = n
     if handle.notify:
         PyList_Append(batch.parts, handle)
     else:
         handle._outcome = batch.outcome
-        handle._delta = n
     return batch

@@ -52,11 +52,12 @@ class ProducerBatch:
     ``outcome`` is shared by the handles attached to the batch (those with
     ``notify`` false, see :mod:`kproto.producer.outcome`); ``parts`` lists
     the handles told one by one, in record order: a bare handle owns one
-    record, a ``(handle, count)`` tuple owns ``count`` consecutive records (a
-    bulk send). A record's offset delta is the number of records owned by the
-    parts before it (:func:`iter_parts`). A bare handle instead of a tuple
-    per record matters: every container allocated per record is one more
-    object for the cyclic garbage collector to walk while batches wait."""
+    record, whose offset delta is the handle's ``_delta``; a ``(handle,
+    delta, count)`` tuple owns ``count`` consecutive records from ``delta``
+    (a bulk send). Deltas are stored, not counted from the parts, because
+    attached records between them are in no part. A bare handle instead of
+    a tuple per record matters: every container allocated per record is one
+    more object for the cyclic garbage collector to walk while batches wait."""
 
     __slots__ = ("topic", "partition", "builder", "parts", "created_ms", "deadline_ms", "attempts",
                  "retry_after_ms", "reserved", "full", "base_sequence", "producer_id", "epoch",
@@ -100,14 +101,11 @@ class ProducerBatch:
 
 def iter_parts(parts):
     """(handle, offset_delta, count) for each part of a batch."""
-    delta = 0
     for part in parts:
         if type(part) is tuple:
-            handle, count = part
+            yield part
         else:
-            handle, count = part, 1
-        yield handle, delta, count
-        delta += count
+            yield part, part._delta, 1
 
 
 class RecordAccumulator:
@@ -216,11 +214,11 @@ class RecordAccumulator:
                     if not self._grow(batch):       # rare: once per doubling
                         break
                 else:
+                    handle._delta = n
                     if handle.notify:
                         batch.parts.append(handle)
                     else:
                         handle._outcome = batch.outcome
-                        handle._delta = n
                     return batch
                 batch.full = True
         elif dq is None:
@@ -229,11 +227,11 @@ class RecordAccumulator:
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
+        handle._delta = 0
         if handle.notify:
             batch.parts.append(handle)
         else:
             handle._outcome = batch.outcome
-            handle._delta = 0
         dq.append(batch)
         return batch
 
@@ -253,13 +251,15 @@ class RecordAccumulator:
                     break
                 dq.append(batch)
                 self.wakeup = True
+            first = batch.builder.record_count
             n = batch.builder.append_many(ts, keys, values, headers, i)
             if n:
                 parts = batch.parts
-                if parts and type(parts[-1]) is tuple and parts[-1][0] is handle:
-                    parts[-1] = (handle, parts[-1][1] + n)     # the same call, after a grow
+                last = parts[-1] if parts else None
+                if type(last) is tuple and last[0] is handle and last[1] + last[2] == first:
+                    parts[-1] = (handle, last[1], last[2] + n)     # the same call, after a grow
                 else:
-                    parts.append((handle, n))
+                    parts.append((handle, first, n))
                 i += n
             if i < total:
                 if self._grow(batch):

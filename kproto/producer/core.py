@@ -96,7 +96,7 @@ class RecordMetadata(tuple):
 class DeliveryHandle:
     """The outcome of one ``send``: ``done``, ``error``, ``metadata``.
     Drivers subclass it (futures) and override ``_resolved``."""
-    __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback")
+    __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback", "_delta")
     # Kept in its batch and completed one by one (see kproto.producer.outcome
     # for handles that set this false and read the batch's outcome instead).
     notify = True
@@ -166,15 +166,12 @@ def complete_results(results):
             if outcome.watchers is not None:
                 for handle in list(outcome.watchers):
                     handle._outcome_done()
-        delta = 0
         for part in r.parts:            # iter_parts(), inlined: this runs once per record
             if type(part) is tuple:
-                handle, count = part
+                handle, delta, count = part
                 handle._complete(topic, partition, base, delta, count, lat, err)
-                delta += count
             else:
-                part._complete(topic, partition, base, delta, 1, lat, err)
-                delta += 1
+                part._complete(topic, partition, base, part._delta, 1, lat, err)
 
 
 def _to_bytes(value, serializer, what, topic):

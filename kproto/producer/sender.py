@@ -20,7 +20,6 @@ from typing import NamedTuple, Optional
 from kproto import error_codes
 from kproto.connection import ReconnectBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.producer.accumulator import iter_parts
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -304,13 +303,19 @@ class Sender:
                 starts.append(i)
         # Map every delivery part of the old batch onto the new batches.
         starts.append(len(records))
-        for handle, delta, count in iter_parts(b.parts):
+        for part in b.parts:
+            bare = type(part) is not tuple              # one record's own handle
+            handle, delta, count = (part, part._delta, 1) if bare else part
             lo, hi = delta, delta + count
             for k, nb in enumerate(new):
                 s, e = starts[k], starts[k + 1]
                 a, z = max(lo, s), min(hi, e)
                 if a < z:
-                    nb.parts.append(handle if z - a == 1 else (handle, z - a))
+                    if bare:
+                        handle._delta = a - s
+                        nb.parts.append(handle)
+                    else:
+                        nb.parts.append((handle, a - s, z - a))
         b.outcome.split([(starts[k], nb.outcome) for k, nb in enumerate(new)])
         # Memory: the original reservation is handed over to the first piece.
         self.acc.incomplete.discard(b)
