@@ -64,13 +64,14 @@ class DeliveryFuture(concurrent.futures.Future):
 
     A :class:`concurrent.futures.Future` (``result``, ``exception``,
     ``done``, ``add_done_callback``, ``concurrent.futures.wait`` and
-    ``as_completed`` work) that costs one object per record: without an
-    ``on_delivery`` callback it is attached to its batch's shared outcome
-    (:mod:`kproto.producer.outcome`) and reads its state from there, so
-    completing a batch does nothing per record, and a future the application
-    drops is freed at once instead of waiting in the batch for the broker.
-    With a callback it is kept in the batch and completed one by one. Cannot
-    be cancelled (a record handed to the producer is on its way, as in Java).
+    ``as_completed`` work) that costs one object per record: it is attached
+    to its batch's shared outcome (:mod:`kproto.producer.outcome`) and reads
+    its state from there, so completing a batch does nothing per record, and
+    a future the application drops is freed at once instead of waiting in
+    the batch for the broker. An ``on_delivery`` callback is kept in the
+    batch without the future (ProducerBatch.callbacks) and called once the
+    batch is final, after the future is. Cannot be cancelled (a record
+    handed to the producer is on its way, as in Java).
 
     ``send()`` makes it without running ``Future.__init__`` (a Condition and
     two lists per record would cost more than the rest of send): the public
@@ -102,7 +103,6 @@ class DeliveryFuture(concurrent.futures.Future):
         # No super().__init__(): made on demand, see the class docstring.
         if on_delivery is not None:
             self.on_delivery = on_delivery
-            self.notify = True
 
     def __getattr__(self, name):
         # Only reached for an attribute that is missing. Before the Future
@@ -333,7 +333,6 @@ class Producer:
         fut = _new_future(DeliveryFuture)
         if on_delivery is not None:                 # DeliveryFuture(on_delivery), without its frame
             fut.on_delivery = on_delivery
-            fut.notify = True
         ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
         lock = self._lock
         lock.acquire()

@@ -15,7 +15,9 @@ try:
 except ImportError:  # pragma: no cover
     from tests.scripted_broker import NO_RESPONSE, Reply, ScriptedBroker
 
+from kproto import error_codes
 from kproto.client import Close, Connect
+from kproto.producer.core import DeliveryHandle
 from kproto.producer import (
     BufferExhausted, DeliveryTimeoutError, InvalidPartitionError, MetadataPending, ProducerCore,
     RecordTooLargeError, complete_results,
@@ -834,6 +836,7 @@ class _Attached:
     notify = False
     _outcome = None
     _delta = 0
+    on_delivery = None
     topic = partition = timestamp = None
 
     def offset(self):
@@ -874,3 +877,56 @@ def test_a_split_batch_keeps_every_handle_on_its_own_record():
     got = [h.offset() if isinstance(h, _Attached) else h.metadata.offset for h in hs]
     assert got == list(range(20))
     assert [v[:3] for v in kafka.values()] == [b"%03d" % i for i in range(20)]
+
+
+class _Told(DeliveryHandle):
+    """A handle told one by one that notes when it was."""
+    __slots__ = ("log",)
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def _resolved(self):
+        self.log.append(("told", self.offset))
+
+
+def _with_callback(log):
+    h = _Attached()
+    h.on_delivery = lambda err, md: log.append(("cb", md.offset if err is None else type(err).__name__))
+    return h
+
+
+def test_on_delivery_of_attached_records_runs_in_record_order_with_the_told_handles():
+    core, kafka, sim = make(linger_ms=5)
+    sim.send(b"warm")
+    log = []
+    core.send("t", b"a", now=sim.now, handle=_with_callback(log))          # 1
+    core.send("t", b"b", now=sim.now, handle=_Told(log))                   # 2
+    core.send("t", b"c", now=sim.now, handle=_Attached())                  # 3: no callback
+    core.send("t", b"d", now=sim.now, handle=_with_callback(log))          # 4
+    bulk, _ = core.send_many("t", [b"e", b"f"], partition=0, now=sim.now)  # 5-6
+    last = core.send("t", b"g", now=sim.now, handle=_with_callback(log))   # 7
+    batch = core.accumulator.queues[("t", 0)][-1]
+    assert len(batch.callbacks) == 9 and not any(isinstance(x, _Attached) for x in batch.callbacks)
+    sim.run_until(lambda: last._outcome.done and bulk.done)
+    assert log == [("cb", 1), ("told", 2), ("cb", 4), ("cb", 7)]
+    assert bulk.ranges == [(0, 5, 2)]
+
+
+def test_on_delivery_of_attached_records_follows_them_through_a_split_and_a_failure():
+    core, kafka, sim = make(linger_ms=5, batch_size=4096, max_request_size=1 << 20)
+    log = []
+    sim.send(b"000" + b"x" * 97)
+    for i in range(1, 20):
+        core.send("t", b"%03d" % i + b"x" * 97, now=sim.now, handle=_with_callback(log))
+    kafka.inject("t", 0, 10)                                      # MESSAGE_TOO_LARGE: split in two
+    sim.run_until(lambda: len(log) == 19)
+    assert core.metrics()["splits"] == 1
+    assert log == [("cb", i) for i in range(1, 20)]
+    log.clear()
+    kafka.inject("t", 0, 87)                                      # INVALID_RECORD: not retriable
+    core.send("t", b"bad", now=sim.now, handle=_with_callback(log))
+    sim.run_until(lambda: log)
+    want = type(error_codes.error_for_code(87, None)).__name__
+    assert log == [("cb", want)]

@@ -40,4 +40,10 @@ def append_open(dict queues, tuple tp, ts, key, value, headers, handle):
         PyList_Append(batch.parts, handle)
     else:
         handle._outcome = batch.outcome
+        on_delivery = handle.on_delivery
+        if on_delivery is not None:
+            callbacks = batch.callbacks
+            PyList_Append(callbacks, on_delivery)
+            PyList_Append(callbacks, n)
+            PyList_Append(callbacks, ts)
     return batch

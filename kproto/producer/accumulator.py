@@ -57,11 +57,18 @@ class ProducerBatch:
     (a bulk send). Deltas are stored, not counted from the parts, because
     attached records between them are in no part. A bare handle instead of
     a tuple per record matters: every container allocated per record is one
-    more object for the cyclic garbage collector to walk while batches wait."""
+    more object for the cyclic garbage collector to walk while batches wait.
+
+    ``callbacks`` serves attached handles that carry an ``on_delivery``
+    callback: a flat list of (callback, delta, timestamp) triples, three
+    items per record and no object of its own, so a record with a callback
+    keeps nothing alive but its callback (usually one function shared by
+    every record) while the batch waits; :func:`complete_results` calls
+    them, in record order with the parts."""
 
     __slots__ = ("topic", "partition", "builder", "parts", "created_ms", "deadline_ms", "attempts",
                  "retry_after_ms", "reserved", "full", "base_sequence", "producer_id", "epoch",
-                 "done", "in_flight", "drained_ms", "outcome")
+                 "done", "in_flight", "drained_ms", "outcome", "callbacks")
 
     def __init__(self, topic, partition, builder, now, deadline_ms, reserved):
         self.topic = topic
@@ -81,6 +88,7 @@ class ProducerBatch:
         self.in_flight = False
         self.drained_ms = None
         self.outcome = BatchOutcome(topic, partition)
+        self.callbacks = []
 
     @property
     def tp(self):
@@ -219,6 +227,8 @@ class RecordAccumulator:
                         batch.parts.append(handle)
                     else:
                         handle._outcome = batch.outcome
+                        if handle.on_delivery is not None:
+                            batch.callbacks += (handle.on_delivery, n, ts)
                     return batch
                 batch.full = True
         elif dq is None:
@@ -232,6 +242,8 @@ class RecordAccumulator:
             batch.parts.append(handle)
         else:
             handle._outcome = batch.outcome
+            if handle.on_delivery is not None:
+                batch.callbacks += (handle.on_delivery, 0, ts)
         dq.append(batch)
         return batch
 

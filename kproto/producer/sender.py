@@ -15,6 +15,7 @@ errors retry; everything else fails the batch at once.
 """
 from __future__ import annotations
 
+import bisect
 from typing import NamedTuple, Optional
 
 from kproto import error_codes
@@ -44,6 +45,7 @@ class BatchResult(NamedTuple):
     error: Optional[BaseException]
     parts: list
     outcome: object         # the batch's BatchOutcome
+    callbacks: list = []    # as in ProducerBatch (never mutated here)
 
 
 class Sender:
@@ -283,7 +285,7 @@ class Sender:
             if self.txn is not None:
                 self.txn.on_batch_failed(err)
         self.results.append(BatchResult(b.topic, b.partition, base_offset, log_append_time, err, b.parts,
-                                        b.outcome))
+                                        b.outcome, b.callbacks))
 
     def _split(self, b, now):
         """MESSAGE_TOO_LARGE: re-batch the records into halves (at most
@@ -316,6 +318,11 @@ class Sender:
                         nb.parts.append(handle)
                     else:
                         nb.parts.append((handle, a - s, z - a))
+        cbs = b.callbacks
+        for i in range(0, len(cbs), 3):
+            delta = cbs[i + 1]
+            k = bisect.bisect_right(starts, delta) - 1
+            new[k].callbacks += (cbs[i], delta - starts[k], cbs[i + 2])
         b.outcome.split([(starts[k], nb.outcome) for k, nb in enumerate(new)])
         # Memory: the original reservation is handed over to the first piece.
         self.acc.incomplete.discard(b)
