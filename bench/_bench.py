@@ -158,7 +158,7 @@ def _median(xs):
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
-def markdown_table(rows, base_client, title, notes=()):
+def markdown_table(rows, base_client, title, notes=(), delivery_column=True):
     """A markdown table of ``rows`` (medians of their runs) with ratios against
     the ``base_client`` row of the same settings and delivery mode (or, for a
     call that has no such row, the base client's row of the same settings
@@ -167,9 +167,10 @@ def markdown_table(rows, base_client, title, notes=()):
     out += [f"{n}" for n in notes]
     if notes:
         out.append("")
-    out.append(f"| client | settings | delivery reports | records/s | CPU µs/record | "
+    dcol = " delivery reports |" if delivery_column else ""
+    out.append(f"| client | settings |{dcol} records/s | CPU µs/record | "
                f"records/s vs {base_client} | CPU vs {base_client} |")
-    out.append("|---|---|---|---|---|---|---|")
+    out.append("|---|---|" + ("---|" if delivery_column else "") + "---|---|---|---|")
     med = {id(r): (_median([x[0] for x in r.runs]), _median([x[1] for x in r.runs])) for r in rows}
     bases = {}
     for r in rows:
@@ -184,7 +185,8 @@ def markdown_table(rows, base_client, title, notes=()):
             ratios = f"{rate / brate:.2f}× | {us / bus:.2f}×"
         else:
             ratios = "- | -"
-        out.append(f"| {r.client} `{r.call}` | {r.settings}: {r.described} | {r.delivery} | "
+        dcell = f" {r.delivery} |" if delivery_column else ""
+        out.append(f"| {r.client} `{r.call}` | {r.settings}: {r.described} |{dcell} "
                    f"{rate:,.0f} | {us:.2f} | {ratios} |")
     return "\n".join(out)
 
@@ -202,4 +204,6 @@ def matrix_args(doc, default_records=1_000_000):
                     help="rounds over every row, alternating clients; the table gives medians")
     ap.add_argument("--settings", default="defaults,tuned",
                     help="comma-separated: defaults (each client's own), tuned (the same for all)")
+    ap.add_argument("--batch-sizes", help="bench_produce: kio send() at these batch.size values "
+                                          "(comma-separated bytes) against confluent-kafka's defaults")
     return ap.parse_args()

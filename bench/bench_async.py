@@ -211,6 +211,7 @@ def main():
     load_before = load_average()
     with local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
+        produce_aio(bs, create_topic(bs), min(n, 100_000), False)     # untimed: warm the broker's JIT
         produce = [Row(client, call, which, "a future per record", _described("produce", client, which == "tuned"),
                        lambda fn=fn, which=which: fn(bs, create_topic(bs), n, which == "tuned"))
                    for which in ("defaults", "tuned") if which in settings for client, call, fn in PRODUCERS]
