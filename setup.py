@@ -19,7 +19,6 @@ EXTENSION_SOURCES = [
     "kproto/_framing.pyx",
     "kproto/records/_batch.pyx",
     "kproto/producer/_murmur2.pyx",
-    "kproto/producer/_append.pyx",
 ]
 
 

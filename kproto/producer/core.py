@@ -33,7 +33,6 @@ from kproto.producer.accumulator import (
     BufferExhausted, RecordAccumulator, RecordTooLargeError,
 )
 from kproto.records import RECORD_BATCH_OVERHEAD
-from kproto.producer._append import append_open
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
 from kproto.producer.partitioner import (
@@ -389,9 +388,7 @@ class ProducerCore(DriverIO):
         handle.topic = topic
         handle.partition = partition
         handle.timestamp = ts
-        acc = self.accumulator
-        if append_open(acc.queues, (topic, partition), ts, key, value, headers, handle) is None:
-            acc.append(topic, partition, ts, key, value, headers, handle, now, size)
+        self.accumulator.append(topic, partition, ts, key, value, headers, handle, now, size)
         self._queued += 1
         return handle
 
