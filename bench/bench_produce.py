@@ -262,7 +262,7 @@ def sweep_rows(bootstrap, n, sizes):
                lambda: confluent_produce(bootstrap, n, {"acks": 1}, "none"))]
     for size in sizes:
         out.append(Row("kio", "send()", "defaults", "none",
-                       _kio_defaults_text() + f" but batch.size {size // 1024} KiB",
+                       f"acks=1; batch.size {size // 1024} KiB, otherwise defaults",
                        lambda size=size: kio_send(bootstrap, n, {"acks": 1, "batch_size": size}, "none")))
     return out
 
