@@ -1,8 +1,8 @@
 """The record accumulator: per-partition queues of open batches.
 
 Java's ``RecordAccumulator`` without locks or blocking. ``append`` adds a
-record to the last batch of its partition or opens a new one; a new batch
-reserves ``batch.size`` bytes (or the record's size if larger) of
+record to the last batch of its partition or opens a new one; a batch
+reserves what it may hold (see below; at least the record's size) of
 ``buffer.memory``, and when that budget is spent ``append`` raises
 :class:`BufferExhausted` - the core never waits: the driver does, up to
 ``max.block.ms``, and memory comes back when batches complete (``release``).

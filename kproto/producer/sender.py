@@ -16,7 +16,7 @@ errors retry; everything else fails the batch at once.
 from __future__ import annotations
 
 import bisect
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 from kproto import error_codes
 from kproto.connection import ReconnectBackoff
@@ -45,7 +45,7 @@ class BatchResult(NamedTuple):
     error: Optional[BaseException]
     parts: list
     outcome: object         # the batch's BatchOutcome
-    callbacks: list = []    # as in ProducerBatch (never mutated here)
+    callbacks: Sequence = ()  # as in ProducerBatch
 
 
 class Sender:
