@@ -1,8 +1,17 @@
 """Build script: compiles the Cython modules of the sans-IO core.
 
-Every hot path of kproto (wire primitives, message codecs, record batches) is a
-Cython extension. Building needs a C compiler; when there is none we stop with a
-message that says so instead of a wall of distutils output.
+Every hot path of kproto (wire primitives, message codecs, framing, record
+batches, murmur2) is a typed Cython extension (a ``.pyx``, found by walking
+kproto/). A few pure-Python modules on the per-record path are also compiled
+by Cython as they are (``COMPILED_PY_MODULES``): the ``.py`` stays the source
+of truth (type checkers, readers and an uncompiled checkout use it), and the
+extension built next to it is what ``import`` picks (an extension module comes
+before a ``.py`` of the same name in the import system's search order). Only
+modules whose compilation measurably cut the CPU per record are listed: see
+the README's benchmarks section (``bench/send_cost.py``).
+
+Building needs a C compiler; when there is none we stop with a message that
+says so instead of a wall of distutils output.
 """
 import os
 import shutil
@@ -12,14 +21,37 @@ import sysconfig
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-# Every .pyx file under kproto/ becomes an extension named after its path.
-EXTENSION_SOURCES = [
-    "kproto/_wire.pyx",
-    "kproto/_codec.pyx",
-    "kproto/_framing.pyx",
-    "kproto/records/_batch.pyx",
-    "kproto/producer/_murmur2.pyx",
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# Pure-Python modules compiled by Cython as they are (see the docstring). An
+# entry that names no file is an error, not a silent skip: a renamed module
+# would otherwise quietly fall back to the interpreter.
+COMPILED_PY_MODULES = [
+    "kproto/connection.py",
+    "kproto/client.py",
+    "kproto/consumer/fetcher.py",
 ]
+
+
+def _pyx_sources():
+    """Every .pyx under kproto/, as a path relative to this file."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, "kproto")):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".pyx"):
+                found.append(os.path.relpath(os.path.join(dirpath, name), ROOT))
+    if not found:
+        sys.exit("kproto-kio: no .pyx file found under kproto/: is this a complete source tree?")
+    return found
+
+
+def _listed_py_sources():
+    missing = [p for p in COMPILED_PY_MODULES if not os.path.isfile(os.path.join(ROOT, p))]
+    if missing:
+        sys.exit(f"kproto-kio: setup.py COMPILED_PY_MODULES lists {', '.join(missing)}, "
+                 "which do not exist: fix the list")
+    return list(COMPILED_PY_MODULES)
 
 
 def _compiler_available():
@@ -41,8 +73,8 @@ class BuildExtWithClearErrors(build_ext):
 def _extensions():
     from Cython.Build import cythonize
 
-    return cythonize(
-        [s for s in EXTENSION_SOURCES if os.path.exists(s)],
+    typed = cythonize(
+        _pyx_sources(),
         compiler_directives={
             "language_level": "3",
             "boundscheck": False,
@@ -51,6 +83,14 @@ def _extensions():
             "embedsignature": True,
         },
     )
+    # Plain Python semantics for the compiled .py modules: bounds-checked,
+    # negative indexes, Python division; binding=True keeps their functions
+    # introspectable (inspect.signature, __wrapped__-style decorators).
+    plain = cythonize(
+        _listed_py_sources(),
+        compiler_directives={"language_level": "3", "binding": True, "embedsignature": True},
+    ) if COMPILED_PY_MODULES else []
+    return typed + plain
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExtWithClearErrors})

@@ -388,7 +388,29 @@ class ProducerCore(DriverIO):
         handle.topic = topic
         handle.partition = partition
         handle.timestamp = ts
-        self.accumulator.append(topic, partition, ts, key, value, headers, handle, now, size)
+        # RecordAccumulator.append's common case inlined (one Python frame less
+        # per record, ~5% of send()'s instructions, bench/send_cost.py): the
+        # partition's last batch is open and takes the record at its current
+        # size. Anything else (no batch, a full one, one that must grow) goes
+        # through append(), which retries the same builder.append first.
+        acc = self.accumulator
+        dq = acc.queues.get((topic, partition))
+        if dq:
+            batch = dq[-1]
+            if not batch.full:
+                builder = batch.builder
+                n = builder.record_count
+                if builder.append(ts, key, value, headers):
+                    handle._delta = n
+                    if handle.notify:
+                        batch.parts.append(handle)
+                    else:
+                        handle._outcome = batch.outcome
+                        if handle.on_delivery is not None:
+                            batch.callbacks += (handle.on_delivery, n, ts)
+                    self._queued += 1
+                    return handle
+        acc.append(topic, partition, ts, key, value, headers, handle, now, size)
         self._queued += 1
         return handle
 
