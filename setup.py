@@ -8,7 +8,10 @@ of truth (type checkers, readers and an uncompiled checkout use it), and the
 extension built next to it is what ``import`` picks (an extension module comes
 before a ``.py`` of the same name in the import system's search order). Only
 modules whose compilation measurably cut the CPU per record are listed: see
-the README's benchmarks section (``bench/send_cost.py``).
+the README's benchmarks section (``bench/send_cost.py``). Line coverage
+(coverage.py) cannot see inside an extension: for a coverage run, build with
+``KPROTO_COMPILE_PY=0`` and delete those modules' ``.so`` files, so the very
+same source runs interpreted (tests/test_build.py checks what was compiled).
 
 Building needs a C compiler; when there is none we stop with a message that
 says so instead of a wall of distutils output.
@@ -49,8 +52,8 @@ def _pyx_sources():
 def _listed_py_sources():
     missing = [p for p in COMPILED_PY_MODULES if not os.path.isfile(os.path.join(ROOT, p))]
     if missing:
-        sys.exit(f"kproto-kio: setup.py COMPILED_PY_MODULES lists {', '.join(missing)}, "
-                 "which do not exist: fix the list")
+        sys.exit(f"kproto-kio: setup.py's COMPILED_PY_MODULES names files that do not exist: "
+                 f"{', '.join(missing)} (renamed or removed? fix the list)")
     return list(COMPILED_PY_MODULES)
 
 
@@ -73,6 +76,7 @@ class BuildExtWithClearErrors(build_ext):
 def _extensions():
     from Cython.Build import cythonize
 
+    listed = _listed_py_sources()       # checked first: a wrong list fails before any compiling
     typed = cythonize(
         _pyx_sources(),
         compiler_directives={
@@ -87,9 +91,9 @@ def _extensions():
     # negative indexes, Python division; binding=True keeps their functions
     # introspectable (inspect.signature, __wrapped__-style decorators).
     plain = cythonize(
-        _listed_py_sources(),
+        listed,
         compiler_directives={"language_level": "3", "binding": True, "embedsignature": True},
-    ) if COMPILED_PY_MODULES else []
+    ) if COMPILED_PY_MODULES and os.environ.get("KPROTO_COMPILE_PY", "1") != "0" else []
     return typed + plain
 
 
