@@ -1,4 +1,4 @@
-"""Instructions per ``Producer.send()``: a load-independent measure of its CPU cost.
+"""Instructions per ``Producer.send()`` (and per consumed record): load-independent CPU cost.
 
 Wall-clock and getrusage figures move by +-20% on a busy machine; the number
 of instructions the application thread executes per ``send()`` does not. Run
@@ -7,7 +7,7 @@ and divide the difference of the main thread's instruction counts by the
 difference of the record counts (start-up, imports, metadata and the final
 flush cancel out)::
 
-    python bench/send_cost.py --callgrind 20000,120000
+    python bench/send_cost.py --callgrind 10000,60000
 
 does exactly that (needs ``valgrind``; Debian: ``apt-get install valgrind``)
 against the Apache Kafka broker it starts (or ``--bootstrap HOST:PORT``), and
@@ -15,6 +15,15 @@ prints instructions per ``send()`` for 100-byte values, no key, one partition,
 the producer's defaults but acks=1. Without ``--callgrind`` it runs the send
 loop once and prints the application thread's CPU µs per record
 (``time.thread_time``, excludes the network thread).
+
+``--consume`` measures the consume path instead: ``Consumer.poll()`` over
+records of 100 bytes from offset 0 of one partition (a topic of 300,000 the
+script fills first), every thread of the process counted (the network thread
+decodes the fetch answers), e.g. ``--consume --callgrind 50000,250000``.
+Whole-process counts (``--consume``, ``--all-threads``) include the network
+thread, whose work depends on timing (how many records each request or fetch
+carries): they move by ~3% from run to run, the application thread's count
+of ``send()`` by well under 1%.
 """
 from __future__ import annotations
 
@@ -57,10 +66,43 @@ def send_loop(bootstrap: str, topic: str, n: int, callback: bool) -> float:
     return (t1 - t0) / max(n, 1) * 1e6
 
 
-def _main_thread_instructions(out_file: str) -> int:
+def consume_loop(bootstrap: str, topic: str, n: int) -> float:
+    """poll() n records from offset 0 (the values touched); returns the
+    process's CPU µs per record."""
+    from kio import Consumer, TopicPartition
+    c = Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek(tp, 0)
+        got = 0
+        t0 = time.process_time()
+        deadline = time.monotonic() + 120
+        while got < n and time.monotonic() < deadline:
+            for r in c.poll(1.0):
+                len(r.value)
+                got += 1
+        t1 = time.process_time()
+        if got < n:
+            raise RuntimeError(f"only {got} of {n} records in 120 s")
+    finally:
+        c.close()
+    return (t1 - t0) / n * 1e6
+
+
+def fill(bootstrap: str, topic: str, n: int) -> None:
+    from kio import Producer
+    with Producer(bootstrap_servers=bootstrap, acks=1) as p:
+        for i in range(0, n, 10000):
+            p.send_many(topic, [VALUE] * min(10000, n - i), partition=0)
+        assert p.flush() == 0
+
+
+def _instructions(out_file: str, thread: str = "-01") -> int:
     """Ir of the first thread (the application's) in a callgrind output of
-    --separate-threads=yes: that file is named <out>-01."""
-    with open(out_file + "-01") as f:
+    --separate-threads=yes (that file is named <out>-01), or of the whole
+    process (thread "")."""
+    with open(out_file + thread) as f:
         for line in f:
             m = re.match(r"(?:summary|totals):\s+(\d+)", line)
             if m:
@@ -68,16 +110,19 @@ def _main_thread_instructions(out_file: str) -> int:
     raise RuntimeError(f"no instruction total in {out_file}-01")
 
 
-def callgrind(bootstrap: str, topic: str, counts: list[int], callback: bool) -> float:
+def callgrind(bootstrap: str, topic: str, counts: list[int], callback: bool, consume: bool,
+              all_threads: bool = False) -> float:
+    whole = consume or all_threads
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
             out = os.path.join(tmp, f"cg.{n}")
-            cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+            cmd = ["valgrind", "--tool=callgrind", f"--separate-threads={'no' if whole else 'yes'}",
+                   f"--callgrind-out-file={out}",
                    sys.executable, os.path.abspath(__file__), "--bootstrap", bootstrap, "--topic", topic,
-                   "--records", str(n)] + (["--callback"] if callback else [])
+                   "--records", str(n)] + (["--callback"] if callback else []) + (["--consume"] if consume else [])
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            results.append(_main_thread_instructions(out))
+            results.append(_instructions(out, "" if whole else "-01"))
     (n0, n1), (i0, i1) = counts, results
     return (i1 - i0) / (n1 - n0)
 
@@ -88,6 +133,9 @@ def main() -> None:
     ap.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
     ap.add_argument("--topic", help="an existing one-partition topic (default: create one)")
     ap.add_argument("--callback", action="store_true", help="send() with an on_delivery callback")
+    ap.add_argument("--consume", action="store_true", help="measure Consumer.poll() instead of send()")
+    ap.add_argument("--all-threads", action="store_true",
+                    help="--callgrind: count every thread (send() plus the network thread's share)")
     ap.add_argument("--callgrind", metavar="N0,N1",
                     help="instructions per send(): run twice under callgrind with N0 and N1 records")
     args = ap.parse_args()
@@ -100,11 +148,21 @@ def main() -> None:
         if args.topic is None:
             from _bench import create_topic
             args.topic = create_topic(args.bootstrap)
+            if args.consume:
+                fill(args.bootstrap, args.topic, 300_000)
         if args.callgrind:
             counts = [int(x) for x in args.callgrind.split(",")]
-            per = callgrind(args.bootstrap, args.topic, counts, args.callback)
+            per = callgrind(args.bootstrap, args.topic, counts, args.callback, args.consume, args.all_threads)
+            if args.consume:
+                print(f"poll(): {per:,.0f} instructions per record (callgrind, whole process, "
+                      f"{counts[0]:,} vs {counts[1]:,} records)")
+                return
             print(f"send(){' with on_delivery' if args.callback else ''}: {per:,.0f} instructions per call "
-                  f"(callgrind, application thread, {counts[0]:,} vs {counts[1]:,} records)")
+                  f"(callgrind, {'whole process' if args.all_threads else 'application thread'}, "
+                  f"{counts[0]:,} vs {counts[1]:,} records)")
+        elif args.consume:
+            us = consume_loop(args.bootstrap, args.topic, args.records)
+            print(f"poll(): {us:.3f} µs process CPU per record ({args.records:,} records)")
         else:
             us = send_loop(args.bootstrap, args.topic, args.records, args.callback)
             print(f"send(){' with on_delivery' if args.callback else ''}: {us:.3f} µs application-thread "
