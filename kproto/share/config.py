@@ -27,6 +27,9 @@ SHARE_CONSUMER_CONFIG = ConfigDef(COMMON + [
     Setting("fetch.max.bytes", INT, 52428800, in_range(0), "bytes per share fetch response"),
     Setting("max.poll.records", INT, 500, in_range(1),
             "records one poll() returns at most (also the records one share fetch acquires)"),
+    Setting("share.acquire.mode", STR, "batch_optimized", one_of("batch_optimized", "record_limit"),
+            "batch_optimized: a share fetch may acquire whole batches beyond max.poll.records; "
+            "record_limit: never more than max.poll.records (KIP-1206; ShareFetch v2)"),
     Setting("check.crcs", BOOL, True, doc="verify the CRC-32C of fetched batches"),
     Setting("default.api.timeout.ms", INT, 60000, in_range(0), "timeout of commit_sync and close"),
     Setting("client.rack", STR, "", doc="rack id sent in heartbeats"),

@@ -67,7 +67,8 @@ class ShareConsumerCore(DriverIO):
         self.member_id = self.membership.member_id
         self.fetcher = ShareFetcher(
             self.group_id, self.member_id, max_wait_ms=cfg.fetch_max_wait_ms, min_bytes=cfg.fetch_min_bytes,
-            max_bytes=cfg.fetch_max_bytes, max_records=cfg.max_poll_records, check_crcs=cfg.check_crcs)
+            max_bytes=cfg.fetch_max_bytes, max_records=cfg.max_poll_records, check_crcs=cfg.check_crcs,
+            record_limit=cfg.share_acquire_mode == "record_limit")
         self.key_deserializer = cfg.key_deserializer
         self.value_deserializer = cfg.value_deserializer
         self._unsent = collections.deque()     # (OutgoingRequest, expiry): group requests without a node yet

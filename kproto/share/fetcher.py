@@ -140,7 +140,7 @@ class _Acquired:
 
 class ShareFetcher:
     def __init__(self, group_id: str, member_id: str, *, max_wait_ms=500, min_bytes=1,
-                 max_bytes=52428800, max_records=500, check_crcs=True):
+                 max_bytes=52428800, max_records=500, check_crcs=True, record_limit=False):
         self.group_id = group_id
         self.member_id = member_id
         self.max_wait_ms = max_wait_ms
@@ -148,6 +148,7 @@ class ShareFetcher:
         self.max_bytes = max_bytes
         self.max_records = max_records
         self.check_crcs = check_crcs
+        self.acquire_mode = 1 if record_limit else 0    # ShareFetch v2 ShareAcquireMode
         self.sessions: Dict[int, _Session] = {}
         self.assigned: Set[TopicPartition] = set()
         self._buffered: List[_Acquired] = []
@@ -286,7 +287,8 @@ class ShareFetcher:
         return self._fetch(node, s, want, pending, commits, topic_id_of)
 
     def _fetch(self, node, s, want, pending, commits, topic_id_of) -> ShareRequest:
-        names = {}
+        # Every partition of the session may answer, listed in this request or not.
+        names = {topic_id_of(tp.topic): tp.topic for tp in want | s.partitions}
         topics: Dict[object, list] = {}
         full = s.epoch == INITIAL_EPOCH
         carried = {}
@@ -310,6 +312,7 @@ class ShareFetcher:
         body = {"group_id": self.group_id, "member_id": self.member_id, "share_session_epoch": s.epoch,
                 "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes, "max_bytes": self.max_bytes,
                 "max_records": self.max_records, "batch_size": self.max_records,
+                "share_acquire_mode": self.acquire_mode,
                 "topics": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()],
                 "forgotten_topics_data": [{"topic_id": t, "partitions": ps} for t, ps in forgotten.items()]}
         for tp in carried:

@@ -1,0 +1,320 @@
+"""kio.ShareConsumer (KIP-932 share groups) against Apache Kafka 4.4.
+
+Kafka only: Tansu has no share groups (no ShareGroupHeartbeat, ShareFetch,
+ShareAcknowledge). Each test makes its own topic and share group, and sets
+the group's ``share.auto.offset.reset`` to earliest (Kafka's default,
+latest, would skip what was produced before the group first read).
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+
+import kio
+from kio import AcknowledgeType, Producer, ShareConsumer, ShareStateError
+from kio.blocking import BlockingClient
+
+pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
+
+GROUP_RESOURCE = 32          # ConfigResource type of a group (KIP-848/932 group configs)
+
+
+def share_group(bootstrap, **configs):
+    """A new share group id with these group configs (dots for underscores)."""
+    group = "sg-" + uuid.uuid4().hex[:10]
+    configs = {"share.auto.offset.reset": "earliest",
+               **{k.replace("_", "."): v for k, v in configs.items()}}
+    with BlockingClient(bootstrap) as client:
+        r = client.request("IncrementalAlterConfigs", {"validate_only": False, "resources": [{
+            "resource_type": GROUP_RESOURCE, "resource_name": group,
+            "configs": [{"name": k, "config_operation": 0, "value": str(v)} for k, v in configs.items()]}]})
+        (res,) = r["responses"]
+        assert res["error_code"] == 0, res
+    return group
+
+
+def produce(bootstrap, topic, n, chunk=None):
+    """n records; with ``chunk``, in batches of that many (a share fetch
+    acquires whole batches in Kafka's default batch-optimized mode)."""
+    with Producer(bootstrap_servers=bootstrap, linger_ms=5) as p:
+        for i in range(n):
+            p.send(topic, b"%d" % i)
+            if chunk and (i + 1) % chunk == 0:
+                p.flush()
+        p.flush()
+
+
+def share_lag(bootstrap, group, topic):
+    """{partition: records not yet acknowledged} (DescribeShareGroupOffsets v1).
+
+    The lag, not the share-partition start offset: Kafka 4.4 moves the
+    persisted start offset lazily - acknowledging the records at the end of
+    the log leaves it where it was (lag 0) until more records come."""
+    with BlockingClient(bootstrap) as client:
+        end = time.monotonic() + 15
+        while True:
+            client.request("FindCoordinator", {"key_type": 0, "coordinator_keys": [group]})
+            r = client.request("DescribeShareGroupOffsets", {"groups": [{"group_id": group, "topics": None}]})
+            (g,) = r["groups"]
+            if g["error_code"] in (14, 15, 16) and time.monotonic() < end:
+                time.sleep(0.2)
+                continue
+            assert g["error_code"] == 0, g
+            return {p["partition_index"]: p["lag"]
+                    for t in g["topics"] if t["topic_name"] == topic for p in t["partitions"]}
+
+
+def poll_until(consumer, done, timeout, on_records=None):
+    end = time.monotonic() + timeout
+    while not done() and time.monotonic() < end:
+        records = consumer.poll(0.5)
+        if on_records is not None:
+            on_records(records)
+    return done()
+
+
+def test_several_members_share_one_partition_and_process_every_record_once(bootstrap, make_topic):
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    total = 600
+    produce(bootstrap, topic, total, chunk=10)
+    seen = {}                       # offset -> member index
+    dup = []
+    lock = threading.Lock()
+    errors = []
+
+    def member(i):
+        try:
+            with ShareConsumer(bootstrap_servers=bootstrap, group_id=group, max_poll_records=20) as c:
+                c.subscribe([topic])
+                end = time.monotonic() + 60
+                while time.monotonic() < end:
+                    with lock:
+                        if len(seen) >= total:
+                            break
+                    for r in c.poll(0.5):
+                        assert r.topic == topic and r.partition == 0 and r.delivery_count == 1
+                        with lock:
+                            if r.offset in seen:
+                                dup.append(r.offset)
+                            seen[r.offset] = i
+                    time.sleep(0.02)            # "processing": lets the others acquire their share
+                c.commit_sync()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert not errors, errors
+    assert sorted(seen) == list(range(total)) and not dup
+    # more members than partitions, and the partition's records were shared out
+    assert len(set(seen.values())) >= 2, {i: list(seen.values()).count(i) for i in range(3)}
+    # every record accepted: nothing left to deliver
+    assert share_lag(bootstrap, group, topic) == {0: 0}
+
+
+def test_explicit_reject_is_archived_and_release_is_redelivered(bootstrap, make_topic):
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    produce(bootstrap, topic, 10)
+    deliveries = []
+    acked = set()
+    results = []
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group,
+                       share_acknowledgement_mode="explicit") as c:
+        c.set_acknowledgement_commit_callback(lambda offsets, err: results.append((offsets, err)))
+        c.subscribe(topic)
+
+        def handle(records):
+            for r in records:
+                deliveries.append((r.offset, r.delivery_count))
+                if r.offset == 2:
+                    c.acknowledge(r, AcknowledgeType.REJECT)
+                elif r.offset == 5 and r.delivery_count == 1:
+                    c.acknowledge(r, AcknowledgeType.RELEASE)
+                else:
+                    c.acknowledge(r)                      # ACCEPT
+                    acked.add(r.offset)
+
+        assert poll_until(c, lambda: acked == set(range(10)) - {2}, 30, handle), deliveries
+        # the released record came back once, one delivery later; the rejected one never
+        assert (5, 1) in deliveries and (5, 2) in deliveries
+        poll_until(c, lambda: False, 2, handle)          # nothing more may come
+        assert [d for d in deliveries if d[0] == 2] == [(2, 1)]
+        assert sorted(o for o, _ in deliveries) == sorted(list(range(10)) + [5])
+        assert c.commit_sync() is not None
+    # every record is settled (accepted or archived)
+    assert share_lag(bootstrap, group, topic) == {0: 0}
+    # the commit callback heard about the acknowledgements, without errors
+    assert results and all(err is None for _, err in results)
+    assert {o for offs, _ in results for os_ in offs.values() for o in os_} >= set(range(10))
+
+
+def test_explicit_mode_rules(bootstrap, make_topic):
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    produce(bootstrap, topic, 5)
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group,
+                       share_acknowledgement_mode="explicit") as c:
+        c.subscribe([topic])
+        records = []
+        poll_until(c, lambda: records, 30, records.extend)
+        assert records
+        with pytest.raises(ShareStateError, match="not acknowledged"):
+            c.poll(0.1)
+        c.acknowledge(records[0], AcknowledgeType.ACCEPT)
+        with pytest.raises(ShareStateError, match="acknowledged already"):
+            c.acknowledge(records[0], AcknowledgeType.ACCEPT)
+        with pytest.raises(ValueError, match="ACCEPT, RELEASE or REJECT"):
+            c.acknowledge(records[1], 7)
+        for r in records[1:]:
+            c.acknowledge(r, AcknowledgeType.RELEASE)
+        c.poll(0.1)                                         # all acknowledged: allowed again
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as c:   # implicit
+        c.subscribe([topic])
+        got = []
+        poll_until(c, lambda: got, 30, got.extend)
+        with pytest.raises(ShareStateError, match="explicit"):
+            c.acknowledge(got[0], AcknowledgeType.ACCEPT)
+        # the released records came back, each delivery counted (the first
+        # member may have fetched them again before it closed: then 3)
+        assert all(r.delivery_count >= 2 for r in got if r.offset != records[0].offset)
+
+
+_KILLED_MEMBER = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, {root!r})
+    from kio import ShareConsumer
+    c = ShareConsumer(bootstrap_servers={bootstrap!r}, group_id={group!r},
+                      share_acknowledgement_mode="explicit", max_poll_records=50)
+    c.subscribe([{topic!r}])
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        records = c.poll(0.5)
+        if records:
+            print(" ".join(str(r.offset) for r in records), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)       # dies holding them: no ack, no leave
+    sys.exit(3)
+""")
+
+
+def test_records_of_a_killed_member_come_back_after_the_lock_times_out(bootstrap, make_topic):
+    topic = make_topic(1)
+    lock_ms = 15000                    # the least Kafka 4.4 allows (15000..60000)
+    group = share_group(bootstrap, share_record_lock_duration_ms=lock_ms)
+    produce(bootstrap, topic, 100)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _KILLED_MEMBER.format(
+        root=root, bootstrap=bootstrap, group=group, topic=topic)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    held = {int(o) for o in proc.stdout.split()}
+    assert held
+    killed_at = time.monotonic()
+    got = {}
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as c:
+        c.subscribe([topic])
+
+        def take(records):
+            for r in records:
+                got[r.offset] = (r.delivery_count, time.monotonic() - killed_at)
+
+        assert poll_until(c, lambda: len(got) == 100, lock_ms / 1000 + 30, take), sorted(set(range(100)) - set(got))
+    for off in held:
+        count, after = got[off]
+        # delivered a second time, and only once the lock ran out
+        assert count == 2 and after >= lock_ms / 1000 - 1.5, (off, count, after)
+    assert all(got[o][0] == 1 for o in set(range(100)) - held)
+    assert share_lag(bootstrap, group, topic) == {0: 0}
+
+
+def test_close_releases_what_was_not_acknowledged(bootstrap, make_topic):
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    produce(bootstrap, topic, 20)
+    c = ShareConsumer(bootstrap_servers=bootstrap, group_id=group, share_acknowledgement_mode="explicit")
+    c.subscribe([topic])
+    first = []
+    poll_until(c, lambda: first, 30, first.extend)
+    c.close()                                    # nothing acknowledged: the leader releases it all
+    t0 = time.monotonic()
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as c2:
+        c2.subscribe([topic])
+        got = {}
+        poll_until(c2, lambda: len(got) == 20, 30, lambda rs: got.update((r.offset, r) for r in rs))
+    assert sorted(got) == list(range(20))
+    assert time.monotonic() - t0 < 12            # released at close, not after the 30 s lock
+    assert {got[r.offset].delivery_count for r in first} == {2}
+
+
+def test_interop_with_confluent_kafka_share_consumer(bootstrap, make_topic):
+    ck = pytest.importorskip("confluent_kafka")
+    if not hasattr(ck, "ShareConsumer"):
+        pytest.skip("this confluent-kafka has no ShareConsumer")
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    total = 400
+    produce(bootstrap, topic, total)           # one or two big batches: record_limit shares them out
+    seen = {}
+    dup = []
+    lock = threading.Lock()
+    errors = []
+
+    def record(offset, who):
+        with lock:
+            if offset in seen:
+                dup.append(offset)
+            seen[offset] = who
+
+    def done():
+        with lock:
+            return len(seen) >= total
+
+    def kio_member():
+        try:
+            with ShareConsumer(bootstrap_servers=bootstrap, group_id=group, max_poll_records=10,
+                               share_acquire_mode="record_limit") as c:
+                c.subscribe([topic])
+                end = time.monotonic() + 60
+                while not done() and time.monotonic() < end:
+                    for r in c.poll(0.5):
+                        record(r.offset, "kio")
+                    time.sleep(0.02)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    def confluent_member():
+        try:
+            c = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "max.poll.records": 10})
+            try:
+                c.subscribe([topic])
+                end = time.monotonic() + 60
+                while not done() and time.monotonic() < end:
+                    for m in c.poll(0.5):
+                        if m.error() is None:
+                            record(m.offset(), "confluent")
+                    time.sleep(0.02)
+            finally:
+                c.close()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=kio_member), threading.Thread(target=confluent_member),
+               threading.Thread(target=kio_member)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert not errors, errors
+    assert sorted(seen) == list(range(total)) and not dup
+    assert set(seen.values()) == {"kio", "confluent"}, {w: list(seen.values()).count(w) for w in ("kio", "confluent")}
