@@ -190,7 +190,7 @@ def test_explicit_mode_rules(bootstrap, make_topic):
         assert all(r.delivery_count >= 2 for r in got if r.offset != records[0].offset)
 
 
-_KILLED_MEMBER = textwrap.dedent("""
+_STOPPED_MEMBER = textwrap.dedent("""
     import os, signal, sys, time
     sys.path.insert(0, {root!r})
     from kio import ShareConsumer
@@ -202,38 +202,72 @@ _KILLED_MEMBER = textwrap.dedent("""
         records = c.poll(0.5)
         if records:
             print(" ".join(str(r.offset) for r in records), flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)       # dies holding them: no ack, no leave
+            os.kill(os.getpid(), {sig})     # stops (or dies) holding them: no ack, no leave
     sys.exit(3)
 """)
 
 
-def test_records_of_a_killed_member_come_back_after_the_lock_times_out(bootstrap, make_topic):
-    topic = make_topic(1)
-    lock_ms = 15000                    # the least Kafka 4.4 allows (15000..60000)
-    group = share_group(bootstrap, share_record_lock_duration_ms=lock_ms)
-    produce(bootstrap, topic, 100)
+def _member_that_stops(bootstrap, group, topic, sig):
+    """A share consumer in a process of its own that takes records and then
+    gets ``sig`` without acknowledging them: (process, offsets it held)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", _KILLED_MEMBER.format(
-        root=root, bootstrap=bootstrap, group=group, topic=topic)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    held = {int(o) for o in proc.stdout.split()}
-    assert held
-    killed_at = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", _STOPPED_MEMBER.format(
+        root=root, bootstrap=bootstrap, group=group, topic=topic, sig=int(sig))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read().decode()[-2000:]
+    return proc, {int(o) for o in line.split()}
+
+
+def _take_all(bootstrap, group, topic, total, timeout, since):
     got = {}
     with ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as c:
         c.subscribe([topic])
 
         def take(records):
             for r in records:
-                got[r.offset] = (r.delivery_count, time.monotonic() - killed_at)
+                got[r.offset] = (r.delivery_count, time.monotonic() - since)
 
-        assert poll_until(c, lambda: len(got) == 100, lock_ms / 1000 + 30, take), sorted(set(range(100)) - set(got))
-    for off in held:
-        count, after = got[off]
-        # delivered a second time, and only once the lock ran out
-        assert count == 2 and after >= lock_ms / 1000 - 1.5, (off, count, after)
-    assert all(got[o][0] == 1 for o in set(range(100)) - held)
+        assert poll_until(c, lambda: len(got) == total, timeout, take), sorted(set(range(total)) - set(got))
+    return got
+
+
+def test_records_of_a_hung_member_come_back_after_the_lock_times_out(bootstrap, make_topic):
+    # A member that stops (SIGSTOP: its connections stay open, it never
+    # acknowledges, heartbeats or leaves) holds its records until the
+    # acquisition lock runs out; then another member gets them.
+    topic = make_topic(1)
+    lock_ms = 15000                    # the least Kafka 4.4 allows (15000..60000)
+    group = share_group(bootstrap, share_record_lock_duration_ms=lock_ms)
+    produce(bootstrap, topic, 100)
+    proc, held = _member_that_stops(bootstrap, group, topic, signal.SIGSTOP)
+    try:
+        stopped_at = time.monotonic()
+        got = _take_all(bootstrap, group, topic, 100, lock_ms / 1000 + 30, stopped_at)
+    finally:
+        proc.kill()
+        proc.wait()
+    # What it held (the records it was handed, and what its fetch acquired
+    # beyond them) was delivered a second time, and only once the lock ran out.
+    again = {o for o, (count, _) in got.items() if count == 2}
+    assert held <= again
+    for off in again:
+        assert got[off][1] >= lock_ms / 1000 - 1.5, (off, got[off])
+    assert all(got[o][0] == 1 for o in set(range(100)) - again)
+    assert share_lag(bootstrap, group, topic) == {0: 0}
+
+
+def test_records_of_a_killed_member_come_back_at_once(bootstrap, make_topic):
+    # SIGKILL closes the member's sockets: Kafka drops its share session with
+    # the connection and releases what it held without waiting for the lock.
+    topic = make_topic(1)
+    group = share_group(bootstrap)           # the default 30 s lock
+    produce(bootstrap, topic, 100)
+    proc, held = _member_that_stops(bootstrap, group, topic, signal.SIGKILL)
+    assert proc.wait(30) == -signal.SIGKILL
+    killed_at = time.monotonic()
+    got = _take_all(bootstrap, group, topic, 100, 30, killed_at)
+    assert all(got[o][0] == 2 and got[o][1] < 20 for o in held), {o: got[o] for o in held}
     assert share_lag(bootstrap, group, topic) == {0: 0}
 
 
@@ -263,7 +297,6 @@ def test_interop_with_confluent_kafka_share_consumer(bootstrap, make_topic):
     topic = make_topic(1)
     group = share_group(bootstrap)
     total = 400
-    produce(bootstrap, topic, total)           # one or two big batches: record_limit shares them out
     seen = {}
     dup = []
     lock = threading.Lock()
@@ -300,7 +333,7 @@ def test_interop_with_confluent_kafka_share_consumer(bootstrap, make_topic):
                 c.subscribe([topic])
                 end = time.monotonic() + 60
                 while not done() and time.monotonic() < end:
-                    for m in c.poll(0.5):
+                    for m in c.poll(0.5):  # noqa: B007
                         if m.error() is None:
                             record(m.offset(), "confluent")
                     time.sleep(0.02)
@@ -313,8 +346,75 @@ def test_interop_with_confluent_kafka_share_consumer(bootstrap, make_topic):
                threading.Thread(target=kio_member)]
     for t in threads:
         t.start()
+    time.sleep(5)                      # every member joined (librdkafka takes a few seconds)
+    with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
+        for i in range(total):         # a trickle: each member gets its share as records come
+            p.send(topic, b"%d" % i)
+            if i % 10 == 9:
+                p.flush()
+                time.sleep(0.05)
     for t in threads:
         t.join(90)
     assert not errors, errors
     assert sorted(seen) == list(range(total)) and not dup
     assert set(seen.values()) == {"kio", "confluent"}, {w: list(seen.values()).count(w) for w in ("kio", "confluent")}
+
+
+async def _async_members(module, bootstrap, group, topic, total):
+    """Two share consumers of ``module`` (kio.aio / kio.trio) on one
+    partition, explicit mode: every record accepted, offset 0 released once
+    first (it must come back with delivery_count 2)."""
+    seen = {}
+    deliveries = []
+
+    async def member(c):
+        c.subscribe([topic])
+        for _ in range(120):
+            if len(seen) >= total:
+                break
+            for r in await c.poll(0.5):
+                deliveries.append((r.offset, r.delivery_count))
+                if r.offset == 0 and r.delivery_count == 1:
+                    c.acknowledge(r, AcknowledgeType.RELEASE)
+                    continue
+                seen[r.offset] = r.delivery_count
+                c.acknowledge(r)
+        assert await c.commit_sync() is not None
+
+    async with module.ShareConsumer(bootstrap_servers=bootstrap, group_id=group, max_poll_records=10,
+                                    share_acquire_mode="record_limit",
+                                    share_acknowledgement_mode="explicit") as a, \
+            module.ShareConsumer(bootstrap_servers=bootstrap, group_id=group, max_poll_records=10,
+                                 share_acquire_mode="record_limit",
+                                 share_acknowledgement_mode="explicit") as b:
+        if module.__name__ == "kio.trio":
+            import trio
+            async with trio.open_nursery() as n:
+                n.start_soon(member, a)
+                n.start_soon(member, b)
+        else:
+            import asyncio
+            await asyncio.gather(member(a), member(b))
+    return seen, deliveries
+
+
+@pytest.mark.parametrize("framework", ["asyncio", "trio"])
+def test_async_share_consumers(bootstrap, make_topic, framework):
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    total = 100
+    produce(bootstrap, topic, total)
+    if framework == "trio":
+        import trio
+
+        import kio.trio
+        seen, deliveries = trio.run(_async_members, kio.trio, bootstrap, group, topic, total)
+    else:
+        import asyncio
+
+        import kio.aio
+        seen, deliveries = asyncio.run(_async_members(kio.aio, bootstrap, group, topic, total))
+    assert sorted(seen) == list(range(total))
+    assert (0, 1) in deliveries and seen[0] == 2
+    assert sum(1 for o, _ in deliveries if o != 0) == total - 1       # nothing else twice
+    assert share_lag(bootstrap, group, topic) == {0: 0}
