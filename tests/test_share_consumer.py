@@ -17,25 +17,20 @@ import uuid
 import pytest
 
 import kio
-from kio import AcknowledgeType, Producer, ShareConsumer, ShareStateError
-from kio.blocking import BlockingClient
+from kio import AcknowledgeType, Admin, Producer, ShareConsumer, ShareStateError
+from kio.admin import ConfigResource
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
 
-GROUP_RESOURCE = 32          # ConfigResource type of a group (KIP-848/932 group configs)
-
-
 def share_group(bootstrap, **configs):
-    """A new share group id with these group configs (dots for underscores)."""
+    """A new share group id with these group configs (underscores for dots),
+    set with Admin.incremental_alter_configs on the group's config resource."""
     group = "sg-" + uuid.uuid4().hex[:10]
     configs = {"share.auto.offset.reset": "earliest",
                **{k.replace("_", "."): v for k, v in configs.items()}}
-    with BlockingClient(bootstrap) as client:
-        r = client.request("IncrementalAlterConfigs", {"validate_only": False, "resources": [{
-            "resource_type": GROUP_RESOURCE, "resource_name": group,
-            "configs": [{"name": k, "config_operation": 0, "value": str(v)} for k, v in configs.items()]}]})
-        (res,) = r["responses"]
-        assert res["error_code"] == 0, res
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        assert admin.incremental_alter_configs({ConfigResource.group(group): configs}) == \
+            {ConfigResource.group(group): None}
     return group
 
 
@@ -56,18 +51,9 @@ def share_lag(bootstrap, group, topic):
     The lag, not the share-partition start offset: Kafka 4.4 moves the
     persisted start offset lazily - acknowledging the records at the end of
     the log leaves it where it was (lag 0) until more records come."""
-    with BlockingClient(bootstrap) as client:
-        end = time.monotonic() + 15
-        while True:
-            client.request("FindCoordinator", {"key_type": 0, "coordinator_keys": [group]})
-            r = client.request("DescribeShareGroupOffsets", {"groups": [{"group_id": group, "topics": None}]})
-            (g,) = r["groups"]
-            if g["error_code"] in (14, 15, 16) and time.monotonic() < end:
-                time.sleep(0.2)
-                continue
-            assert g["error_code"] == 0, g
-            return {p["partition_index"]: p["lag"]
-                    for t in g["topics"] if t["topic_name"] == topic for p in t["partitions"]}
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        return {tp.partition: o.lag for tp, o in admin.list_share_group_offsets(group).items()
+                if tp.topic == topic}
 
 
 def poll_until(consumer, done, timeout, on_records=None):
@@ -418,3 +404,78 @@ def test_async_share_consumers(bootstrap, make_topic, framework):
     assert (0, 1) in deliveries and seen[0] == 2
     assert sum(1 for o, _ in deliveries if o != 0) == total - 1       # nothing else twice
     assert share_lag(bootstrap, group, topic) == {0: 0}
+
+
+def test_admin_lists_and_describes_share_groups_and_their_offsets(bootstrap, make_topic):
+    from kproto.error_codes import GroupIdNotFoundError, InvalidConfigError
+    topic = make_topic(2)
+    group = share_group(bootstrap)
+    with Producer(bootstrap_servers=bootstrap) as p:
+        for i in range(30):
+            p.send(topic, b"%d" % i, partition=i % 2)
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        # the broker checks group settings: its answer, named
+        bad = admin.incremental_alter_configs(
+            {ConfigResource.group(group): {"share.record.lock.duration.ms": 1000}}, raise_errors=False)
+        err = bad.errors()[ConfigResource.group(group)]
+        assert isinstance(err, InvalidConfigError) and "15000" in str(err)
+        with ShareConsumer(bootstrap_servers=bootstrap, group_id=group, client_id="share-admin-test") as a, \
+                ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as b:
+            a.subscribe([topic])
+            b.subscribe([topic])
+            got = []
+            end = time.monotonic() + 30
+            while len(got) < 30 and time.monotonic() < end:
+                got += a.poll(0.2) + b.poll(0.2)
+            assert sorted((r.partition, r.offset) for r in got) == sorted(
+                (p, o) for p in (0, 1) for o in range(sum(1 for r in got if r.partition == p)))
+            a.commit_sync()
+            b.commit_sync()
+            listed = {g.group_id: g for g in admin.list_share_groups()}
+            assert listed[group].state == "Stable"
+            assert all(g.group_id != group for g in admin.list_consumer_groups())   # not a consumer group
+            desc = admin.describe_share_groups([group])[group]
+            assert desc.state == "Stable" and desc.assignor and desc.coordinator is not None
+            members = {m.member_id: m for m in desc.members}
+            assert set(members) == {a.member_id, b.member_id}
+            assert members[a.member_id].client_id == "share-admin-test"
+            assert all(m.subscription == (topic,) for m in members.values())
+            # two members, two partitions: all of them assigned between them
+            assert {tp for m in members.values() for tp in m.assignment} == {(topic, 0), (topic, 1)}
+        offsets = admin.list_share_group_offsets(group)
+        assert set(offsets) == {(topic, 0), (topic, 1)}
+        assert all(o.lag == 0 and o.start_offset >= 0 for o in offsets.values()), offsets
+        assert admin.list_share_group_offsets(group, [(topic, 1)]).keys() == {(topic, 1)}
+        gone = admin.describe_share_groups(["no-such-" + group], raise_errors=False)
+        assert isinstance(gone.errors()["no-such-" + group], GroupIdNotFoundError)
+        assert "no-such-" + group not in {g.group_id for g in admin.list_share_groups()}
+        assert group in {g.group_id for g in admin.list_share_groups(states=["Empty"])}
+
+
+def test_async_admin_share_groups(bootstrap, make_topic):
+    import asyncio
+
+    import kio.aio
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    produce(bootstrap, topic, 5)
+
+    async def main():
+        async with kio.aio.Admin(bootstrap_servers=bootstrap) as admin:
+            async with kio.aio.ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as c:
+                c.subscribe([topic])
+                got = []
+                for _ in range(60):
+                    got += await c.poll(0.5)
+                    if len(got) == 5:
+                        break
+                await c.commit_sync()
+                desc = (await admin.describe_share_groups([group]))[group]
+                assert [m.member_id for m in desc.members] == [c.member_id]
+            assert group in {g.group_id for g in await admin.list_share_groups()}
+            offsets = await admin.list_share_group_offsets(group)
+            assert offsets[(topic, 0)].lag == 0
+            await admin.incremental_alter_configs({ConfigResource.group(group): {"share.auto.offset.reset": None}})
+        return got
+
+    assert sorted(r.offset for r in asyncio.run(main())) == list(range(5))
