@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from typing import (
-    TYPE_CHECKING, Any, AsyncIterator, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
+    TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
     Protocol, Sequence, Set, Tuple, Type, TypeVar, Union, overload,
 )
 
@@ -35,6 +35,7 @@ from kproto.config import Config
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError
+from kproto.share import AcknowledgeType, ShareRecord
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from kproto.records import Record
 from kproto.producer import (
@@ -47,6 +48,8 @@ __all__ = ["AsyncProducer", "AsyncConsumer", "AsyncShareConsumer", "AsyncAdmin",
 log = logging.getLogger("kio.async")
 _time_ns, _monotonic = time.time_ns, time.monotonic
 _C = TypeVar("_C", bound="_Client")
+#: ``callback(offsets, error)`` of the async share consumers: a plain or coroutine function
+AsyncAcknowledgementCallback = Callable[[Dict[TopicPartition, List[int]], Optional[BaseException]], Any]
 
 
 class RecordHandle(Protocol):
@@ -1028,7 +1031,7 @@ class AsyncShareConsumer(_Client):
         from kproto.share.core import ShareConsumerCore
         self._setup(ShareConsumerCore(config, **kwargs), nursery, 1 << 20)
         self._app_events: list = []
-        self._ack_callback: Any = None
+        self._ack_callback: Optional[AsyncAcknowledgementCallback] = None
 
     @property
     def member_id(self) -> str:
@@ -1078,12 +1081,12 @@ class AsyncShareConsumer(_Client):
         """The partitions the broker gave this member (shared with others)."""
         return self._core.assignment()
 
-    def set_acknowledgement_commit_callback(self, callback: Any) -> None:
+    def set_acknowledgement_commit_callback(self, callback: Optional[AsyncAcknowledgementCallback]) -> None:
         """``callback(offsets, error)`` (plain or coroutine function) runs
         whenever a leader answered acknowledgements."""
         self._ack_callback = callback
 
-    async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[Any]:
+    async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[ShareRecord]:
         """Acquired records (ShareRecord, with ``delivery_count``), waiting up
         to ``timeout`` seconds; settles the last poll's records first
         (implicit: accepts them; explicit: raises ShareStateError if one is
@@ -1107,7 +1110,7 @@ class AsyncShareConsumer(_Client):
                 return out
             await self._wait(left)
 
-    def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[ShareRecord]:
         """Every record, as it arrives, until the share consumer is closed."""
         return self._records()
 
@@ -1116,7 +1119,7 @@ class AsyncShareConsumer(_Client):
             for record in await self.poll(1.0):
                 yield record
 
-    def acknowledge(self, record: Any, type: Any = 1) -> None:
+    def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Acknowledge a record of the last poll (explicit mode): ACCEPT, RELEASE or REJECT."""
         self._check_usable()
         self._core.acknowledge(record, type)

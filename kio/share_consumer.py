@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Union
 
 from kio._common import now_ms, sleep_time
 from kio._network import SocketLoop
@@ -95,13 +95,13 @@ class ShareConsumer:
             self._core.subscribe(topics, now_ms())
         self._net.wake()
 
-    def subscription(self) -> set:
+    def subscription(self) -> Set[str]:
         """The topics subscribed to."""
         self._enter()
         with self._lock:
             return self._core.subscription()
 
-    def assignment(self) -> set:
+    def assignment(self) -> Set[TopicPartition]:
         """The partitions the broker gave this member (shared with others)."""
         self._enter()
         with self._lock:

@@ -406,3 +406,14 @@ def test_deserializers_apply_to_share_records():
     f.on_response(req, fetch_answer(batch(0, 1), [(0, 0, 2)]), 1)
     (r,) = core.drain()
     assert (r.value, r.delivery_count) == ("V0", 2)
+
+
+def test_a_broker_without_share_groups_fails_the_member_with_a_clear_error():
+    from kproto.errors import UnsupportedVersionError
+    m = ShareMembership(known_coordinator(), "g")
+    m.subscribe(["a"], 0)
+    (req,) = m.poll(0)
+    m.on_failure(req, UnsupportedVersionError("ShareGroupHeartbeat needs v0+; node 1 supports at most None"), 0)
+    (ev,) = m.events()
+    assert isinstance(ev, ShareGroupFatalError) and "does not support share groups" in str(ev.error)
+    assert m.state is ShareMemberState.FAILED and m.poll(1000) == [] and m.done

@@ -37,7 +37,9 @@ from kproto.errors import KafkaError
 from kproto.share import AcknowledgeType, ShareStateError
 from kproto.share.config import parse_share_consumer_config
 from kproto.share.fetcher import CommitHandle, ShareFetcher, ShareRequest
-from kproto.share.membership import AssignmentChanged, ShareGroupFatalError, ShareMembership
+from kproto.share.membership import (
+    AssignmentChanged, ShareGroupFatalError, ShareMembership, ShareMemberState,
+)
 
 __all__ = ["ShareConsumerCore"]
 
@@ -132,8 +134,8 @@ class ShareConsumerCore(DriverIO):
         pending error (group failure, authorization, corruption) once."""
         if self._errors:
             raise self._errors.pop(0)
-        if self.membership.error is not None and self.membership.state.value == "FAILED":
-            raise self.membership.error
+        if self.membership.state is ShareMemberState.FAILED:
+            raise self.membership.error              # every poll: the member cannot go on
         kd, vd = self.key_deserializer, self.value_deserializer
         convert = None
         if kd is not None or vd is not None:

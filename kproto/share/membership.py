@@ -25,7 +25,7 @@ from typing import Dict, FrozenSet, List, NamedTuple, Optional
 from kproto import error_codes
 from kproto.consumer import COORDINATOR, OutgoingRequest
 from kproto.consumer.coordinator import COORDINATOR_ERRORS, GroupCoordinator
-from kproto.errors import KafkaError
+from kproto.errors import KafkaError, UnsupportedVersionError
 
 __all__ = ["ShareMembership", "ShareMemberState", "AssignmentChanged", "ShareGroupFatalError"]
 
@@ -188,6 +188,13 @@ class ShareMembership:
             else:
                 self._next_heartbeat_at = now
             return
+        if isinstance(error, UnsupportedVersionError):
+            # The broker has no ShareGroupHeartbeat at all (before Kafka 4.1,
+            # share groups off, another implementation): no retry helps.
+            self._fail(UnsupportedVersionError(
+                f"share group {self.group_id!r}: the broker does not support share groups "
+                f"(KIP-932, Apache Kafka 4.1 and later): {error}"))
+            return
         self.coordinator.mark_unknown(f"ShareGroupHeartbeat failed: {error}", now, request.coordinator_epoch)
         self._retry(now)
 
@@ -224,13 +231,16 @@ class ShareMembership:
         else:
             # GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST,
             # UNSUPPORTED_VERSION, a topic authorization error...: no retry helps.
-            log.error("share group %r: %s", self.group_id, err)
-            self.error = err
-            self.state = ShareMemberState.FAILED
-            if self.assignment:
-                self.assignment = {}
-                self._events.append(AssignmentChanged({}))
-            self._events.append(ShareGroupFatalError(err))
+            self._fail(err)
+
+    def _fail(self, err):
+        log.error("%s", err)
+        self.error = err
+        self.state = ShareMemberState.FAILED
+        if self.assignment:
+            self.assignment = {}
+            self._events.append(AssignmentChanged({}))
+        self._events.append(ShareGroupFatalError(err))
 
     def _retry(self, now):
         self._failures += 1
