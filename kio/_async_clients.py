@@ -1073,6 +1073,13 @@ class AsyncShareConsumer(_Client):
         self._core.subscribe(topics, now_ms())
         self._engine.kick()
 
+    def unsubscribe(self) -> None:
+        """Leave the share group (implicit mode: accepting the last poll's
+        records first); subscribe() joins it again."""
+        self._check_usable()
+        self._core.unsubscribe(now_ms())
+        self._engine.kick()
+
     def subscription(self) -> Set[str]:
         """The topics subscribed to."""
         return self._core.subscription()

@@ -95,6 +95,15 @@ class ShareConsumer:
             self._core.subscribe(topics, now_ms())
         self._net.wake()
 
+    def unsubscribe(self) -> None:
+        """Leave the share group (implicit mode: accepting the last poll's
+        records first); subscribe() joins it again."""
+        self._enter()
+        with self._lock:
+            self._check_usable()
+            self._core.unsubscribe(now_ms())
+        self._net.wake()
+
     def subscription(self) -> Set[str]:
         """The topics subscribed to."""
         self._enter()

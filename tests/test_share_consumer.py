@@ -479,3 +479,26 @@ def test_async_admin_share_groups(bootstrap, make_topic):
         return got
 
     assert sorted(r.offset for r in asyncio.run(main())) == list(range(5))
+
+
+def test_unsubscribe_leaves_the_group_and_subscribe_joins_again(bootstrap, make_topic):
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    produce(bootstrap, topic, 5)
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as c, \
+            Admin(bootstrap_servers=bootstrap) as admin:
+        c.subscribe([topic])
+        got = []
+        poll_until(c, lambda: len(got) == 5, 30, got.extend)
+        c.unsubscribe()                                   # accepts those five, leaves
+        end = time.monotonic() + 15
+        while admin.describe_share_groups([group])[group].members and time.monotonic() < end:
+            time.sleep(0.1)
+        assert admin.describe_share_groups([group])[group].members == ()
+        assert c.poll(0.2) == [] and c.assignment() == set()
+        produce(bootstrap, topic, 3)
+        c.subscribe([topic])
+        again = []
+        poll_until(c, lambda: len(again) == 3, 30, again.extend)
+        assert sorted(r.offset for r in again) == [5, 6, 7]           # the first five were accepted
+        assert [m.member_id for m in admin.describe_share_groups([group])[group].members] == [c.member_id]

@@ -417,3 +417,26 @@ def test_a_broker_without_share_groups_fails_the_member_with_a_clear_error():
     (ev,) = m.events()
     assert isinstance(ev, ShareGroupFatalError) and "does not support share groups" in str(ev.error)
     assert m.state is ShareMemberState.FAILED and m.poll(1000) == [] and m.done
+
+
+def test_unsubscribe_leaves_and_subscribe_joins_again_with_the_same_member_id():
+    m = ShareMembership(known_coordinator(), "g")
+    m.subscribe(["a"], 0)
+    (req,) = m.poll(0)
+    m.on_response(req, hb_answer(4, assignment={TID: [0]}), 0)
+    m.events()
+    m.leave(10)
+    (leave,) = m.poll(10)
+    m.subscribe(["b"], 11)                       # while the leave is on its way
+    m.on_response(leave, hb_answer(-1), 12)
+    assert m.events() == [AssignmentChanged({})]
+    (join,) = m.poll(12)
+    assert join.body["member_epoch"] == 0 and join.body["subscribed_topic_names"] == ["b"]
+    assert join.body["member_id"] == m.member_id
+
+
+def test_core_unsubscribe_releases_what_was_buffered():
+    core = core_with_records("implicit")
+    core.unsubscribe(0)
+    assert core.fetcher.assigned == set() and core.drain() == []
+    assert core.fetcher._pending[1][TP(TOPIC, 0)] == {0: RELEASE, 1: RELEASE, 2: RELEASE}

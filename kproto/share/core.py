@@ -108,6 +108,17 @@ class ShareConsumerCore(DriverIO):
         self.membership.subscribe(topics, now)
         self.cluster.request_update()
 
+    def unsubscribe(self, now) -> None:
+        """Leave the group (implicit mode: accepting the last poll first);
+        records fetched and not handed out are released. subscribe() joins again."""
+        self._check_open()
+        if not self.explicit:
+            self.fetcher.acknowledge_delivered(AcknowledgeType.ACCEPT)
+        self.membership.leave(now)
+        self.membership.subscription = []
+        self._assigned_ids = {}
+        self.fetcher.set_assignment(set())
+
     def subscription(self) -> set:
         return set(self.membership.subscription)
 

@@ -84,18 +84,22 @@ class ShareMembership:
         self._next_heartbeat_at: Optional[float] = None
         self._inflight: Optional[OutgoingRequest] = None
         self._failures = 0
+        self._rejoin = False                      # subscribe() came while leaving
         self._events: list = []
 
     # -- inputs -------------------------------------------------------------------------
     def subscribe(self, topics, now) -> None:
         topics = sorted(set(topics))
-        if self.state in (ShareMemberState.LEAVING, ShareMemberState.LEFT, ShareMemberState.FAILED):
-            raise KafkaError(f"share group {self.group_id!r}: cannot subscribe, the member is {self.state.value}")
-        if topics == self.subscription and self.state is not ShareMemberState.UNSUBSCRIBED:
+        if self.state is ShareMemberState.FAILED:
+            raise self.error or KafkaError(f"share group {self.group_id!r}: the member failed")
+        if topics == self.subscription and self.state in (ShareMemberState.JOINING, ShareMemberState.STABLE):
             return
         self.subscription = topics
         self._send_subscription = True
-        if self.state is ShareMemberState.UNSUBSCRIBED:
+        if self.state is ShareMemberState.LEAVING:
+            self._rejoin = True                      # after the leave is answered (unsubscribe, subscribe)
+            return
+        if self.state in (ShareMemberState.UNSUBSCRIBED, ShareMemberState.LEFT):
             self.state = ShareMemberState.JOINING
             self.epoch = 0
         self._next_heartbeat_at = now                # tell the broker at once
@@ -253,3 +257,9 @@ class ShareMembership:
         if self.assignment:
             self.assignment = {}
             self._events.append(AssignmentChanged({}))
+        if self._rejoin:
+            self._rejoin = False
+            self.state = ShareMemberState.JOINING
+            self.epoch = 0
+            self._send_subscription = True
+            self._next_heartbeat_at = 0
