@@ -440,3 +440,15 @@ def test_core_unsubscribe_releases_what_was_buffered():
     core.unsubscribe(0)
     assert core.fetcher.assigned == set() and core.drain() == []
     assert core.fetcher._pending[1][TP(TOPIC, 0)] == {0: RELEASE, 1: RELEASE, 2: RELEASE}
+
+
+def test_a_fatal_coordinator_lookup_error_reaches_the_application():
+    core = ShareConsumerCore({"bootstrap.servers": "h:1", "group.id": "g"})
+    core.subscribe(["a"], 0)
+    core.coordinator.want()
+    (req,) = core.coordinator.poll(0)
+    core.coordinator.on_response(req, {"coordinators": [{"key": "g", "node_id": -1, "host": "", "port": -1,
+                                                         "error_code": E.GroupAuthorizationFailedError.code}]}, 0)
+    core.poll(1)
+    with pytest.raises(E.GroupAuthorizationFailedError):
+        core.drain()

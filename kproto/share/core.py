@@ -31,7 +31,7 @@ from typing import Dict, Optional
 from kproto.client import DriverIO, network_for
 from kproto.cluster import TopicPartition, validate_topic_name
 from kproto.consumer import ANY  # noqa: F401  (routing destinations, see _route)
-from kproto.consumer.coordinator import CoordinatorLost, GroupCoordinator
+from kproto.consumer.coordinator import CoordinatorLookupFailed, CoordinatorLost, GroupCoordinator
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, _ConsumerCluster
 from kproto.errors import KafkaError
 from kproto.share import AcknowledgeType, ShareStateError
@@ -202,6 +202,11 @@ class ShareConsumerCore(DriverIO):
         for ev in coord.events():
             if isinstance(ev, CoordinatorLost):
                 self._close_coordinator_connection(ev.coordinator, ev.reason, now)
+            elif isinstance(ev, CoordinatorLookupFailed) and ev.fatal:
+                # GROUP_AUTHORIZATION_FAILED and the like: the next poll says so
+                # rather than waiting for a coordinator that will never come.
+                self._errors.append(ev.error)
+                self.data_ready = True
         if self.closing:
             self._poll_close(now)
         reqs = coord.poll(now) + self.membership.poll(now)
