@@ -1129,8 +1129,7 @@ class AsyncShareConsumer(_Client):
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Acknowledge a record of the last poll (explicit mode): ACCEPT, RELEASE or REJECT."""
         self._check_usable()
-        self._core.acknowledge(record, type)
-        self._engine.kick()
+        self._core.acknowledge(record, type)        # leaves with the next request (poll, commit)
 
     async def commit_sync(self, timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[KafkaError]]:
         """Send the acknowledgements made so far and wait for the leaders:

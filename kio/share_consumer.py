@@ -171,7 +171,8 @@ class ShareConsumer:
         with self._lock:
             self._check_usable()
             self._core.acknowledge(record, type)
-        self._net.wake()
+        # No wake-up per record: the acknowledgement leaves with the next
+        # request to that leader (at the latest the next poll's or commit's).
 
     def commit_sync(self, timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[KafkaError]]:
         """Send the acknowledgements made so far (implicit mode: accepts the

@@ -39,9 +39,11 @@ def test_ack_batches_are_runs_of_one_type():
     assert len(ack_batches({o: 1 for o in range(1000, 1500)})) == 1
 
 
-def test_share_record_is_a_record_with_a_delivery_count():
-    r = ShareRecord(5, 1000, 0, b"k", b"v", [("h", b"x")], TOPIC, 2, delivery_count=3)
-    assert isinstance(r, Record)
+def test_share_records_are_records_with_a_delivery_count():
+    r = Record(5, 1000, 0, b"k", b"v", [("h", b"x")], TOPIC, 2)
+    assert r.delivery_count is None and "delivery_count" not in repr(r)     # a Consumer's record
+    r._set_delivery_count(3)
+    assert ShareRecord is Record
     assert (r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.delivery_count) == \
         (TOPIC, 2, 5, b"k", b"v", [("h", b"x")], 3)
     assert "delivery_count=3" in repr(r)
@@ -222,6 +224,7 @@ def test_share_fetch_opens_a_session_hands_out_only_acquired_records_and_piggyba
     assert [(r.offset, r.delivery_count, r.value) for r in recs] == [
         (2, 1, b"v2"), (3, 1, b"v3"), (4, 1, b"v4"), (7, 3, b"v7")]
     assert all(isinstance(r, ShareRecord) and r.topic == TOPIC and r.partition == 0 for r in recs)
+    assert [r.delivery_count for r in fx.f.drain()] == []
     fx.f.acknowledge(TP(TOPIC, 0), 2, ACCEPT)
     fx.f.acknowledge(TP(TOPIC, 0), 3, REJECT)
     with pytest.raises(ShareStateError):
@@ -452,3 +455,25 @@ def test_a_fatal_coordinator_lookup_error_reaches_the_application():
     core.poll(1)
     with pytest.raises(E.GroupAuthorizationFailedError):
         core.drain()
+
+
+def test_no_held_fetch_while_the_application_holds_unacknowledged_records():
+    fx = Fetch()
+    req = fx.one()
+    assert req.body["max_wait_ms"] == 500                      # nothing held: the broker may wait
+    fx.f.on_response(req, fetch_answer(batch(0, 2), [(0, 1, 1)]), 1)
+    fx.f.drain()                                               # the application holds 0 and 1
+    req = fx.one()                                             # prefetch, but not held by the broker:
+    assert req.body["max_wait_ms"] == 0                        # the acks made meanwhile must not wait
+    fx.f.on_response(req, fetch_answer(), 2)                   # nothing more for us (in-flight limit)
+    assert fx.requests() == []                                 # no spinning on empty answers
+    fx.f.acknowledge(TP(TOPIC, 0), 0, ACCEPT)
+    req = fx.one()                                             # an acknowledgement: fetch with it
+    assert listed(req)[0] == [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]
+    assert req.body["max_wait_ms"] == 0                        # 1 is still held
+    fx.f.on_response(req, fetch_answer(), 3)
+    fx.f.acknowledge(TP(TOPIC, 0), 1, ACCEPT)
+    req = fx.one()
+    fx.f.on_response(req, fetch_answer(), 4)
+    req = fx.one()                                             # hands empty: a normal long poll
+    assert req.body["max_wait_ms"] == 500

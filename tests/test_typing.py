@@ -130,7 +130,7 @@ def threading_clients() -> None:
         share_consumer.subscribe(["t"])
         share_consumer.set_acknowledgement_commit_callback(lambda offsets, err: print(offsets, err))
         for share_record in share_consumer.poll(1.0):
-            deliveries: int = share_record.delivery_count
+            deliveries: Optional[int] = share_record.delivery_count
             share_consumer.acknowledge(share_record, AcknowledgeType.REJECT)
         results: Dict[TopicPartition, Optional[KafkaError]] = share_consumer.commit_sync()
         share_consumer.commit_async()
@@ -156,7 +156,7 @@ async def asyncio_clients() -> None:
         share_consumer.subscribe(["t"])
         records: List[ShareRecord] = await share_consumer.poll(1.0)
         async for share_record in share_consumer:
-            count: int = share_record.delivery_count
+            count: Optional[int] = share_record.delivery_count
             break
         results = await share_consumer.commit_sync()
     async with kio.aio.Admin(bootstrap_servers="127.0.0.1:9092") as admin:

@@ -25,7 +25,7 @@ contract (:mod:`kproto.consumer`: ``poll(now)`` -> requests,
 from __future__ import annotations
 
 import enum
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 from kproto.errors import KafkaError
 from kproto.records import Record
@@ -45,22 +45,11 @@ class AcknowledgeType(enum.IntEnum):
     REJECT = 3       #: unprocessable: archive it, never deliver it again
 
 
-class ShareRecord(Record):
-    """A record delivered by a share group: a :class:`~kproto.records.Record`
-    plus ``delivery_count`` (1 on the first delivery, 2 after one release or
-    lock time-out, ...)."""
-
-    __slots__ = ("delivery_count",)
-
-    def __init__(self, offset: int, timestamp: int, timestamp_type: int, key: Any, value: Any,
-                 headers: Optional[List[Tuple[str, Optional[bytes]]]] = None, topic: Optional[str] = None,
-                 partition: int = -1, delivery_count: int = 1) -> None:
-        super().__init__(offset, timestamp, timestamp_type, key, value, headers, topic, partition)
-        self.delivery_count = delivery_count
-
-    def __repr__(self) -> str:
-        return (f"ShareRecord(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
-                f"delivery_count={self.delivery_count}, key={self.key!r}, value={self.value!r})")
+#: What a share consumer's poll returns: a :class:`~kproto.records.Record`
+#: whose ``delivery_count`` is set (1 on the first delivery, 2 after one
+#: release or lock time-out, ...). The same type as a Consumer's records, as
+#: in Java (ConsumerRecord.deliveryCount()), where it is None.
+ShareRecord = Record
 
 
 class ShareStateError(KafkaError, RuntimeError):

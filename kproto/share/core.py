@@ -44,6 +44,7 @@ from kproto.share.membership import (
 __all__ = ["ShareConsumerCore"]
 
 log = logging.getLogger(__name__)
+_ACK_TYPES = frozenset(AcknowledgeType)      # 1, 2, 3 (an int or the enum)
 
 
 class ShareConsumerCore(DriverIO):
@@ -162,11 +163,9 @@ class ShareConsumerCore(DriverIO):
             raise ShareStateError(
                 "acknowledge() needs share.acknowledgement.mode=explicit: in implicit mode the next poll "
                 "or commit accepts every record of the last poll")
-        try:
-            kind = AcknowledgeType(kind)
-        except ValueError:
-            raise ValueError(f"acknowledge type must be ACCEPT, RELEASE or REJECT, not {kind!r}") from None
-        self.fetcher.acknowledge(TopicPartition(record.topic, record.partition), record.offset, kind)
+        if kind not in _ACK_TYPES or isinstance(kind, (bool, float)):
+            raise ValueError(f"acknowledge type must be ACCEPT, RELEASE or REJECT, not {kind!r}")
+        self.fetcher.acknowledge((record.topic, record.partition), record.offset, kind)
 
     def commit(self, now, timeout_ms: Optional[int] = None) -> CommitHandle:
         """Send the acknowledgements made so far (implicit mode: accept the

@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Set
 from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.errors import DecodeError, KafkaError
-from kproto.records import read_batches
+from kproto.records import Record, read_batches
 from kproto.share import GAP, AcknowledgeType, ShareRecord
 from kproto.share.acks import ack_batches
 
@@ -93,7 +93,7 @@ class ShareRequest:
     """A request the fetcher wants sent to ``node`` (``api``: ShareFetch or
     ShareAcknowledge); handed back to ``on_response``/``on_failure``."""
 
-    __slots__ = ("node", "api", "body", "epoch", "acks", "commits", "partitions", "names")
+    __slots__ = ("node", "api", "body", "epoch", "acks", "commits", "partitions", "names", "holding")
 
     def __init__(self, node, api, body, epoch, acks, commits, partitions, names):
         self.node = node
@@ -104,19 +104,24 @@ class ShareRequest:
         self.commits = commits            # CommitHandles waiting for it
         self.partitions = partitions      # ShareFetch: the session's partitions once answered
         self.names = names                # topic id -> name
+        self.holding = False              # sent while the application held unacknowledged records
 
     def __repr__(self):
         return f"<ShareRequest {self.api} -> node {self.node} epoch {self.epoch}>"
 
 
 class _Session:
-    __slots__ = ("node", "epoch", "partitions", "inflight")
+    __slots__ = ("node", "epoch", "partitions", "inflight", "dry")
 
     def __init__(self, node):
         self.node = node
         self.epoch = INITIAL_EPOCH
         self.partitions: Set[TopicPartition] = set()    # what the leader's session holds
         self.inflight: Optional[ShareRequest] = None
+        # A fetch sent while the application held unacknowledged records of
+        # this leader came back empty: fetch again only once acknowledgements
+        # are pending or the application's hands are empty (see _fetch).
+        self.dry = False
 
 
 class _Acquired:
@@ -152,8 +157,9 @@ class ShareFetcher:
         self.sessions: Dict[int, _Session] = {}
         self.assigned: Set[TopicPartition] = set()
         self._buffered: List[_Acquired] = []
-        #: records handed to the application and not acknowledged yet: (tp, offset) -> node
-        self.delivered: Dict[tuple, int] = {}
+        #: records handed to the application and not acknowledged yet:
+        #: (topic, partition, offset) -> (leader node, TopicPartition)
+        self.delivered: Dict[tuple, tuple] = {}
         self._pending: Dict[int, Dict[TopicPartition, Dict[int, int]]] = {}
         self._commits: Dict[int, List[CommitHandle]] = {}
         self._errors: List[Exception] = []
@@ -187,20 +193,24 @@ class ShareFetcher:
 
     # -- acknowledging -----------------------------------------------------------------------
     def acknowledge(self, tp: TopicPartition, offset: int, kind: int) -> None:
-        node = self.delivered.pop((tp, offset), None)
-        if node is None:
+        entry = self.delivered.pop((tp[0], tp[1], offset), None)
+        if entry is None:
             from kproto.share import ShareStateError
             raise ShareStateError(
-                f"{tp.topic}-{tp.partition} offset {offset}: not a record of the last poll that is still "
+                f"{tp[0]}-{tp[1]} offset {offset}: not a record of the last poll that is still "
                 f"unacknowledged (acknowledged already, or not delivered to this consumer)")
-        self._pending_for(node, tp)[offset] = int(kind)
+        self._pending_for(*entry)[offset] = kind
 
     def acknowledge_delivered(self, kind: int = AcknowledgeType.ACCEPT) -> int:
         """Acknowledge every record handed out and not acknowledged yet
         (implicit mode); returns how many."""
         n = len(self.delivered)
-        for (tp, offset), node in self.delivered.items():
-            self._pending_for(node, tp)[offset] = int(kind)
+        into: dict = {}                        # entry -> its pending dict (one lookup per partition)
+        for (_, _, offset), entry in self.delivered.items():
+            acks = into.get(entry)
+            if acks is None:
+                acks = into[entry] = self._pending_for(*entry)
+            acks[offset] = kind
         self.delivered = {}
         return n
 
@@ -263,6 +273,11 @@ class ShareFetcher:
             return self._acknowledge(node, s, pending, commits, FINAL_EPOCH, topic_id_of)
         buffered = any(b.node == node for b in self._buffered)
         can_fetch = bool(want) and not buffered
+        if can_fetch and s is not None and s.dry:
+            if pending or not self._holding(node):
+                s.dry = False
+            else:
+                can_fetch = False
         if (s is not None and s.epoch != INITIAL_EPOCH and pending
                 and (commits or not can_fetch or any(tp not in want for tp in pending))):
             if not ready(node):
@@ -309,8 +324,15 @@ class ShareFetcher:
                 tid = topic_id_of(tp.topic)
                 if tid is not None:
                     forgotten.setdefault(tid, []).append(tp.partition)
+        # While the application holds records of this leader it has not
+        # acknowledged, the broker must not hold the fetch: their
+        # acknowledgements, made meanwhile, could only follow it (one request
+        # per session), and a member at the leader's in-flight record limit
+        # gets nothing until they arrive - a hold of fetch.max.wait.ms per poll.
+        holding = self._holding(node)
         body = {"group_id": self.group_id, "member_id": self.member_id, "share_session_epoch": s.epoch,
-                "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes, "max_bytes": self.max_bytes,
+                "max_wait_ms": 0 if holding else self.max_wait_ms,
+                "min_bytes": self.min_bytes, "max_bytes": self.max_bytes,
                 "max_records": self.max_records, "batch_size": self.max_records,
                 "share_acquire_mode": self.acquire_mode,
                 "topics": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()],
@@ -322,8 +344,13 @@ class ShareFetcher:
         if served:
             self._commits.pop(node, None)
         req = ShareRequest(node, "ShareFetch", body, s.epoch, carried, served, set(want), names)
+        req.holding = holding
         s.inflight = req
         return req
+
+    def _holding(self, node) -> bool:
+        """The application holds unacknowledged records of ``node``."""
+        return any(entry[0] == node for entry in self.delivered.values())
 
     def _acknowledge(self, node, s, pending, commits, epoch, topic_id_of) -> ShareRequest:
         names = {}
@@ -394,6 +421,9 @@ class ShareFetcher:
             if req.partitions is not None:
                 s.partitions = set(req.partitions)
         results: Dict[TopicPartition, Optional[KafkaError]] = {}
+        if req.holding and req.api == "ShareFetch":
+            s.dry = not any(p.get("acquired_records") for t in body.get("responses") or ()
+                            for p in t["partitions"])
         for t in body.get("responses") or ():
             topic = req.names.get(t["topic_id"])
             if topic is None:
@@ -485,6 +515,7 @@ class ShareFetcher:
         topic, partition = buf.tp
         left = buf.left
         delivered = self.delivered
+        entry = (buf.node, buf.tp)
         while len(out) < limit:
             if buf.record_iter is None:
                 if buf.next_batch >= len(buf.batches) or not left:
@@ -499,12 +530,13 @@ class ShareFetcher:
                 dc = left.pop(rec.offset, None)
                 if dc is None:
                     continue                         # acquired by another member, or not at all
-                key, value = rec.key, rec.value
                 if convert is not None:
                     key, value = convert(rec)
-                out.append(ShareRecord(rec.offset, rec.timestamp, rec.timestamp_type, key, value,
-                                       rec.headers, topic, partition, dc))
-                delivered[(buf.tp, rec.offset)] = buf.node
+                    rec = Record(rec.offset, rec.timestamp, rec.timestamp_type, key, value, rec.headers,
+                                 topic, partition)
+                rec._set_delivery_count(dc)
+                out.append(rec)
+                delivered[(topic, partition, rec.offset)] = entry
                 if len(out) >= limit:
                     return
             buf.record_iter = None
