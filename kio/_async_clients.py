@@ -1074,8 +1074,9 @@ class AsyncShareConsumer(_Client):
         self._engine.kick()
 
     def unsubscribe(self) -> None:
-        """Leave the share group (implicit mode: accepting the last poll's
-        records first); subscribe() joins it again."""
+        """Leave the share group; subscribe() joins it again. Records of the
+        last poll not acknowledged (or, in implicit mode, committed) are
+        released, as in Java."""
         self._check_usable()
         self._core.unsubscribe(now_ms())
         self._engine.kick()
@@ -1150,7 +1151,9 @@ class AsyncShareConsumer(_Client):
         await self._dispatch()
 
     async def _close(self, timeout):
-        """Acknowledge, close the share sessions, leave the group, stop the network task."""
+        """Send the acknowledgements made so far (in implicit mode the last
+        poll's records are released unless committed, as in Java), close the
+        share sessions, leave the group, stop the network task."""
         if self._closed:
             return
         if self._engine.started and self._engine.fatal is None:

@@ -96,8 +96,9 @@ class ShareConsumer:
         self._net.wake()
 
     def unsubscribe(self) -> None:
-        """Leave the share group (implicit mode: accepting the last poll's
-        records first); subscribe() joins it again."""
+        """Leave the share group; subscribe() joins it again. Records of the
+        last poll not acknowledged (or, in implicit mode, committed) are
+        released, as in Java."""
         self._enter()
         with self._lock:
             self._check_usable()
@@ -127,7 +128,8 @@ class ShareConsumer:
         """Records acquired for this member (each with ``delivery_count``),
         waiting up to ``timeout`` seconds for some (None: until there are).
         First settles the last poll's records: implicit mode accepts them;
-        explicit mode raises :class:`ShareStateError` if one is unacknowledged."""
+        explicit mode raises :class:`ShareStateError` if one is unacknowledged
+        (as it does without a subscription)."""
         self._enter()
         end = None if timeout is None else time.monotonic() + timeout
         with self._lock:
@@ -205,9 +207,12 @@ class ShareConsumer:
             self._changed.notify_all()
 
     def close(self, timeout: Optional[float] = None) -> None:
-        """Acknowledge (implicit mode: accept the last poll), close the share
-        sessions - the leaders release whatever this member still holds -
-        and leave the group. ``timeout`` bounds it (default default.api.timeout.ms)."""
+        """Send the acknowledgements made so far, close the share sessions -
+        the leaders release whatever this member still holds - and leave the
+        group. As Java's close(), it accepts nothing by itself: in implicit
+        mode call commit_sync() first to accept the last poll's records, or
+        they are delivered again. ``timeout`` bounds it (default
+        default.api.timeout.ms)."""
         if self._closed:
             return
         self._enter()

@@ -366,6 +366,7 @@ def test_closing_sends_epoch_minus_one_with_what_is_pending():
 
 def core_with_records(mode):
     core = ShareConsumerCore({"bootstrap.servers": "h:1", "group.id": "g", "share.acknowledgement.mode": mode})
+    core.subscribe([TOPIC], 0)
     f = core.fetcher
     f.set_assignment({TP(TOPIC, 0)})
     (req,) = f.requests(lambda tp: 1, {TOPIC: TID}.get, lambda n: True, 0)
@@ -438,11 +439,28 @@ def test_unsubscribe_leaves_and_subscribe_joins_again_with_the_same_member_id():
     assert join.body["member_id"] == m.member_id
 
 
-def test_core_unsubscribe_releases_what_was_buffered():
+def test_core_unsubscribe_releases_what_was_buffered_and_poll_then_wants_a_subscription():
     core = core_with_records("implicit")
     core.unsubscribe(0)
     assert core.fetcher.assigned == set() and core.drain() == []
     assert core.fetcher._pending[1][TP(TOPIC, 0)] == {0: RELEASE, 1: RELEASE, 2: RELEASE}
+    with pytest.raises(ShareStateError, match="not subscribed"):
+        core.poll_started(1)
+
+
+def test_close_accepts_nothing_by_itself_in_implicit_mode():
+    # as Java's close(): the last poll's records go back (the session's close
+    # releases them) unless a commit accepted them
+    core = core_with_records("implicit")
+    core.poll_started(0)
+    assert len(core.drain()) == 3
+    core.begin_close(1)
+    assert core.fetcher.delivered == {} and not core.fetcher.has_pending_acks
+    core2 = core_with_records("implicit")
+    core2.poll_started(0)
+    core2.drain()
+    core2.commit(1)
+    assert core2.fetcher._pending[1][TP(TOPIC, 0)] == {0: ACCEPT, 1: ACCEPT, 2: ACCEPT}
 
 
 def test_a_fatal_coordinator_lookup_error_reaches_the_application():

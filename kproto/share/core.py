@@ -110,11 +110,10 @@ class ShareConsumerCore(DriverIO):
         self.cluster.request_update()
 
     def unsubscribe(self, now) -> None:
-        """Leave the group (implicit mode: accepting the last poll first);
-        records fetched and not handed out are released. subscribe() joins again."""
+        """Leave the group; records fetched and not handed out are released
+        (the last poll's, unless acknowledged or committed, too: as in Java,
+        leaving accepts nothing by itself). subscribe() joins again."""
         self._check_open()
-        if not self.explicit:
-            self.fetcher.acknowledge_delivered(AcknowledgeType.ACCEPT)
         self.membership.leave(now)
         self.membership.subscription = []
         self._assigned_ids = {}
@@ -132,6 +131,8 @@ class ShareConsumerCore(DriverIO):
         (implicit: accept them; explicit: they must all be acknowledged)."""
         self._check_open()
         self._now = now
+        if not self.membership.subscription:
+            raise ShareStateError("the share consumer is not subscribed to any topics: subscribe() first")
         if self.explicit:
             n = len(self.fetcher.delivered)
             if n:
@@ -289,13 +290,16 @@ class ShareConsumerCore(DriverIO):
 
     # == closing ===================================================================================
     def begin_close(self, now, timeout_ms: Optional[int] = None) -> None:
-        """Start closing: acknowledge (implicit mode: accept the last poll),
-        close the share sessions (the leaders release what is still
-        acquired), then leave the group. Poll until :attr:`close_done`."""
+        """Start closing: send the acknowledgements made so far with the
+        closing of the share sessions (the leaders release what is still
+        acquired), then leave the group. Poll until :attr:`close_done`.
+
+        As Java's close(), this accepts nothing by itself: in implicit mode
+        the last poll's records are released unless a commit accepted them
+        (a close in an exception handler must not accept records whose
+        processing failed)."""
         if self.closing:
             return
-        if not self.explicit:
-            self.fetcher.acknowledge_delivered(AcknowledgeType.ACCEPT)
         t = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         self.closing = True
         self._close_deadline = now + t
