@@ -1038,6 +1038,12 @@ class AsyncShareConsumer(_Client):
         """This member's id in the share group."""
         return self._core.member_id
 
+    @property
+    def acquisition_lock_timeout_ms(self) -> Optional[int]:
+        """How long the leaders lock records acquired for this member (as the
+        last share fetch answered; None before one did)."""
+        return self._core.fetcher.lock_timeout_ms
+
     def _after_poll(self) -> bool:
         evs = self._core.events()
         if evs:

@@ -86,6 +86,13 @@ class ShareConsumer:
         """This member's id in the share group (made by the client, KIP-1082)."""
         return self._core.member_id
 
+    @property
+    def acquisition_lock_timeout_ms(self) -> Optional[int]:
+        """How long the leaders lock records acquired for this member (the
+        group's share.record.lock.duration.ms, as the last share fetch
+        answered; None before one did): acknowledge well within it."""
+        return self._core.fetcher.lock_timeout_ms
+
     # == subscription ===========================================================================
     def subscribe(self, topics: Union[str, Iterable[str]]) -> None:
         """Join the share group for these topics (replaces the subscription)."""

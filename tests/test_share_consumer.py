@@ -117,6 +117,7 @@ def test_explicit_reject_is_archived_and_release_is_redelivered(bootstrap, make_
     results = []
     with ShareConsumer(bootstrap_servers=bootstrap, group_id=group,
                        share_acknowledgement_mode="explicit") as c:
+        assert c.acquisition_lock_timeout_ms is None
         c.set_acknowledgement_commit_callback(lambda offsets, err: results.append((offsets, err)))
         c.subscribe(topic)
 
@@ -134,6 +135,7 @@ def test_explicit_reject_is_archived_and_release_is_redelivered(bootstrap, make_
         assert poll_until(c, lambda: acked == set(range(10)) - {2}, 30, handle), deliveries
         # the released record came back once, one delivery later; the rejected one never
         assert (5, 1) in deliveries and (5, 2) in deliveries
+        assert c.acquisition_lock_timeout_ms == 30000                 # the broker's default
         poll_until(c, lambda: False, 2, handle)          # nothing more may come
         assert [d for d in deliveries if d[0] == 2] == [(2, 1)]
         assert sorted(o for o, _ in deliveries) == sorted(list(range(10)) + [5])

@@ -135,6 +135,7 @@ def threading_clients() -> None:
         results: Dict[TopicPartition, Optional[KafkaError]] = share_consumer.commit_sync()
         share_consumer.commit_async()
         shared: Set[TopicPartition] = share_consumer.assignment()
+        lock_ms: Optional[int] = share_consumer.acquisition_lock_timeout_ms
 
 
 async def asyncio_clients() -> None:
