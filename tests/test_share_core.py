@@ -495,3 +495,18 @@ def test_no_held_fetch_while_the_application_holds_unacknowledged_records():
     fx.f.on_response(req, fetch_answer(), 4)
     req = fx.one()                                             # hands empty: a normal long poll
     assert req.body["max_wait_ms"] == 500
+
+
+def test_a_commit_that_no_leader_answers_times_out():
+    from kproto.errors import KafkaTimeoutError
+    from kproto.share import ShareCommitTimeoutError
+    core = core_with_records("implicit")
+    core.poll_started(0)
+    core.drain()
+    h = core.commit(100, timeout_ms=1000)             # no network: nothing will answer
+    assert not h.done and core.next_deadline(100) <= 1100
+    core.poll(1100)
+    assert h.done
+    with pytest.raises(ShareCommitTimeoutError, match="1000 ms") as e:
+        h.result()
+    assert isinstance(e.value, KafkaTimeoutError)

@@ -25,12 +25,11 @@ contract (:mod:`kproto.consumer`: ``poll(now)`` -> requests,
 from __future__ import annotations
 
 import enum
-from typing import Any
 
-from kproto.errors import KafkaError
+from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.records import Record
 
-__all__ = ["AcknowledgeType", "ShareRecord", "GAP", "ShareAcknowledgementError",
+__all__ = ["AcknowledgeType", "ShareRecord", "GAP", "ShareCommitTimeoutError",
            "ShareStateError"]
 
 #: The protocol's acknowledge type for an acquired offset that holds no
@@ -59,10 +58,8 @@ class ShareStateError(KafkaError, RuntimeError):
     record twice or one this consumer did not deliver."""
 
 
-class ShareAcknowledgementError(KafkaError):
-    """Acknowledgements of a partition failed (the broker's error is the
-    ``__cause__``; ``offsets`` says which)."""
+class ShareCommitTimeoutError(KafkaTimeoutError):
+    """commit_sync() did not hear from every leader within its timeout
+    (default.api.timeout.ms); the acknowledgements may still arrive."""
 
-    def __init__(self, message: str, offsets: Any = None) -> None:
-        super().__init__(message)
-        self.offsets = offsets
+    retriable = True

@@ -34,7 +34,7 @@ from kproto.consumer import ANY  # noqa: F401  (routing destinations, see _route
 from kproto.consumer.coordinator import CoordinatorLookupFailed, CoordinatorLost, GroupCoordinator
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, _ConsumerCluster
 from kproto.errors import KafkaError
-from kproto.share import AcknowledgeType, ShareStateError
+from kproto.share import AcknowledgeType, ShareCommitTimeoutError, ShareStateError
 from kproto.share.config import parse_share_consumer_config
 from kproto.share.fetcher import CommitHandle, ShareFetcher, ShareRequest
 from kproto.share.membership import (
@@ -177,6 +177,7 @@ class ShareConsumerCore(DriverIO):
             self.fetcher.acknowledge_delivered(AcknowledgeType.ACCEPT)
         t = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         h = self.fetcher.commit(now, now + t)
+        h.started = now
         if not h.done:
             self._commits.append(h)
         return h
@@ -217,7 +218,11 @@ class ShareConsumerCore(DriverIO):
             self._route(now)
         self._membership_events(now)
         self._share_requests(now)
-        self.fetcher.expire_commits(now)
+        for h in self._commits:
+            if not h.done and now >= h.deadline:
+                h._expire(ShareCommitTimeoutError(
+                    f"commit_sync: the partition leaders did not answer the acknowledgements within "
+                    f"{h.deadline - h.started:.0f} ms"))
         self._commits = [h for h in self._commits if not h.done]
         self._events.extend(self.fetcher.events())
         if self.fetcher.metadata_refresh_needed:
@@ -228,7 +233,8 @@ class ShareConsumerCore(DriverIO):
 
     def next_deadline(self, now) -> Optional[float]:
         ds = [self.client.next_deadline(now), self.coordinator.next_deadline(now),
-              self.membership.next_deadline(now), self.fetcher.commit_deadline()]
+              self.membership.next_deadline(now)]
+        ds.extend(h.deadline for h in self._commits if not h.done)
         if self._unsent:
             ds.append(min(expiry for _, expiry in self._unsent))
         if self.closing and self._close_step != "done":

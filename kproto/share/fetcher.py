@@ -61,17 +61,21 @@ class CommitHandle:
     """A commit of acknowledgements (commit_sync / commit_async): ``done``;
     ``result()`` -> {TopicPartition: None (acknowledged) or the error}."""
 
-    __slots__ = ("done", "deadline", "_results", "_waiting")
+    __slots__ = ("done", "deadline", "started", "error", "_results", "_waiting")
 
     def __init__(self, deadline: Optional[float]):
         self.done = False
         self.deadline = deadline
+        self.started = deadline
+        self.error: Optional[Exception] = None       # the commit as a whole failed (timed out)
         self._results: Dict[TopicPartition, Optional[KafkaError]] = {}
         self._waiting = 0
 
     def result(self) -> Dict[TopicPartition, Optional[KafkaError]]:
         if not self.done:
             raise RuntimeError("the commit is not finished yet")
+        if self.error is not None:
+            raise self.error
         return dict(self._results)
 
     def _add(self, tp, error):
@@ -86,7 +90,7 @@ class CommitHandle:
     def _expire(self, error):
         if not self.done:
             self.done = True
-            self._results.setdefault(TopicPartition("", -1), error)
+            self.error = error
 
 
 class ShareRequest:
@@ -559,17 +563,3 @@ class ShareFetcher:
     @property
     def closed(self) -> bool:
         return self.closing and not self.sessions
-
-    def expire_commits(self, now) -> None:
-        from kproto.share import ShareAcknowledgementError
-        for node, hs in list(self._commits.items()):
-            for h in list(hs):
-                if h.deadline is not None and now >= h.deadline:
-                    h._expire(ShareAcknowledgementError("the commit timed out"))
-                    hs.remove(h)
-            if not hs:
-                del self._commits[node]
-
-    def commit_deadline(self) -> Optional[float]:
-        ds = [h.deadline for hs in self._commits.values() for h in hs if h.deadline is not None]
-        return min(ds) if ds else None
