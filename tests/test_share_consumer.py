@@ -512,3 +512,34 @@ def test_unsubscribe_leaves_the_group_and_subscribe_joins_again(bootstrap, make_
         poll_until(c, lambda: len(again) == 3, 30, again.extend)
         assert sorted(r.offset for r in again) == [5, 6, 7]           # the first five were accepted
         assert [m.member_id for m in admin.describe_share_groups([group])[group].members] == [c.member_id]
+
+
+def _cpu():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def test_an_idle_share_consumer_does_not_spin(bootstrap, make_topic):
+    # Two idle states: records in the application's hands, unacknowledged (a
+    # prefetch the broker may not hold must not turn into a fetch loop), and
+    # nothing to read at all (the broker holds each fetch fetch.max.wait.ms).
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    produce(bootstrap, topic, 5)
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group,
+                       share_acknowledgement_mode="explicit") as c:
+        c.subscribe([topic])
+        held = []
+        poll_until(c, lambda: len(held) == 5, 30, held.extend)
+        time.sleep(0.5)
+        cpu0, t0 = _cpu(), time.monotonic()
+        time.sleep(3)                                 # holding five records, not polling
+        holding = (_cpu() - cpu0) / (time.monotonic() - t0)
+        for r in held:
+            c.acknowledge(r)
+        c.commit_sync()
+        cpu0, t0 = _cpu(), time.monotonic()
+        assert c.poll(3) == []                        # nothing left to read
+        empty = (_cpu() - cpu0) / (time.monotonic() - t0)
+    assert holding < 0.05 and empty < 0.05, (holding, empty)       # share of one core
