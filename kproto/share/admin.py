@@ -63,7 +63,9 @@ class SharePartitionOffset(NamedTuple):
 
 class ShareGroupAdmin:
     """The share-group operations of AdminCore (a mixin: it uses the core's
-    ``_op``, ``_submit``, ``_group_call``, ``_complete``... machinery)."""
+    ``_op``, ``_submit``, ``_group_call``, ``_complete``... machinery, and
+    imports kproto.admin inside its methods because that module mixes this
+    class in)."""
 
     def list_share_groups(self, *, states=None, timeout_ms=None, now):
         """[ShareGroupListing] of every broker (ListGroups v5+, type filter

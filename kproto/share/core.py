@@ -30,7 +30,6 @@ from typing import Dict, Optional
 
 from kproto.client import DriverIO, network_for
 from kproto.cluster import TopicPartition, validate_topic_name
-from kproto.consumer import ANY  # noqa: F401  (routing destinations, see _route)
 from kproto.consumer.coordinator import CoordinatorLookupFailed, CoordinatorLost, GroupCoordinator
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, _ConsumerCluster
 from kproto.errors import KafkaError

@@ -29,7 +29,7 @@ from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.errors import DecodeError, KafkaError
 from kproto.records import Record, read_batches
-from kproto.share import GAP, AcknowledgeType, ShareRecord
+from kproto.share import GAP, AcknowledgeType, ShareRecord, ShareStateError
 from kproto.share.acks import ack_batches
 
 __all__ = ["ShareFetcher", "ShareRequest", "CommitHandle", "AcknowledgementsDone"]
@@ -199,7 +199,6 @@ class ShareFetcher:
     def acknowledge(self, tp: TopicPartition, offset: int, kind: int) -> None:
         entry = self.delivered.pop((tp[0], tp[1], offset), None)
         if entry is None:
-            from kproto.share import ShareStateError
             raise ShareStateError(
                 f"{tp[0]}-{tp[1]} offset {offset}: not a record of the last poll that is still "
                 f"unacknowledged (acknowledged already, or not delivered to this consumer)")
