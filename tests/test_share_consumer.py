@@ -1,4 +1,6 @@
-"""kio.ShareConsumer (KIP-932 share groups) against Apache Kafka 4.4.
+"""kio.ShareConsumer (KIP-932 share groups) against Apache Kafka 4.4, with
+confluent-kafka's ShareConsumer and Kafka's own Java one (kafka-tools'
+VerifiableShareConsumer) in the same share groups.
 
 Kafka only: Tansu has no share groups (no ShareGroupHeartbeat, ShareFetch,
 ShareAcknowledge). Each test makes its own topic and share group, and sets
@@ -543,3 +545,83 @@ def test_an_idle_share_consumer_does_not_spin(bootstrap, make_topic):
         assert c.poll(3) == []                        # nothing left to read
         empty = (_cpu() - cpu0) / (time.monotonic() - t0)
     assert holding < 0.05 and empty < 0.05, (holding, empty)       # share of one core
+
+
+def test_interop_with_the_java_share_consumer(bootstrap, make_topic):
+    # Kafka's own VerifiableShareConsumer (kafka-tools, the Java
+    # KafkaShareConsumer, committing after every poll) and two kio members
+    # in one share group on one partition.
+    import json
+
+    from kio.kafka_broker import java_binary, tools_classpath
+    topic = make_topic(1)
+    group = share_group(bootstrap)
+    total = 600
+    seen = {}
+    dup = []
+    lock = threading.Lock()
+    errors = []
+    started = threading.Event()
+
+    def record(offset, who):
+        with lock:
+            if offset in seen:
+                dup.append((offset, seen[offset], who))
+            seen[offset] = who
+
+    def done():
+        with lock:
+            return len(seen) >= total
+
+    java = subprocess.Popen(
+        [java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", tools_classpath(),
+         "org.apache.kafka.tools.VerifiableShareConsumer", "--bootstrap-server", bootstrap, "--topic", topic,
+         "--group-id", group, "--verbose", "--acknowledgement-mode", "sync"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def java_reader():
+        for line in java.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue                   # the JVM's own log lines
+            if ev.get("name") == "startup_complete":
+                started.set()
+            elif ev.get("name") == "record_data":
+                record(ev["offset"], "java")
+
+    def kio_member():
+        try:
+            with ShareConsumer(bootstrap_servers=bootstrap, group_id=group, max_poll_records=10,
+                               share_acquire_mode="record_limit") as c:
+                c.subscribe([topic])
+                end = time.monotonic() + 90
+                while not done() and time.monotonic() < end:
+                    for r in c.poll(0.5):
+                        record(r.offset, "kio")
+                    time.sleep(0.02)
+                c.commit_sync()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=java_reader, daemon=True)] + \
+              [threading.Thread(target=kio_member) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        assert started.wait(60), "the Java share consumer did not start"
+        time.sleep(7)                  # Java's first assignment comes with its second heartbeat (5 s)
+        with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
+            for i in range(total):
+                p.send(topic, b"%d" % i)
+                if i % 10 == 9:
+                    p.flush()
+                    time.sleep(0.05)
+        for t in threads[1:]:
+            t.join(120)
+    finally:
+        java.terminate()
+        java.wait(30)
+    assert not errors, errors
+    assert sorted(seen) == list(range(total)) and not dup, dup
+    assert set(seen.values()) == {"kio", "java"}, {w: list(seen.values()).count(w) for w in ("kio", "java")}
