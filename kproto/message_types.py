@@ -1374,6 +1374,88 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     node_endpoints: List[ShareAcknowledgeResponseNodeEndpoint]  # v0+
 
 
+class IncrementalAlterConfigsRequestAlterableConfig(TypedDict, total=False):
+    """IncrementalAlterConfigsRequestAlterableConfig: a struct in IncrementalAlterConfigsRequest."""
+    name: str  # v0+
+    config_operation: int  # v0+
+    value: Optional[str]  # v0+
+
+
+class IncrementalAlterConfigsRequestAlterConfigsResource(TypedDict, total=False):
+    """IncrementalAlterConfigsRequestAlterConfigsResource: a struct in IncrementalAlterConfigsRequest."""
+    resource_type: int  # v0+
+    resource_name: str  # v0+
+    configs: List[IncrementalAlterConfigsRequestAlterableConfig]  # v0+
+
+
+class IncrementalAlterConfigsRequest(TypedDict, total=False):
+    """The body of the IncrementalAlterConfigs request (api key 44)."""
+    resources: List[IncrementalAlterConfigsRequestAlterConfigsResource]  # v0+
+    validate_only: bool  # v0+
+
+
+class IncrementalAlterConfigsResponseAlterConfigsResourceResponse(TypedDict, total=False):
+    """IncrementalAlterConfigsResponseAlterConfigsResourceResponse: a struct in IncrementalAlterConfigsResponse."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    resource_type: int  # v0+
+    resource_name: str  # v0+
+
+
+class IncrementalAlterConfigsResponse(TypedDict, total=False):
+    """The body of the IncrementalAlterConfigs response (api key 44)."""
+    throttle_time_ms: int  # v0+
+    responses: List[IncrementalAlterConfigsResponseAlterConfigsResourceResponse]  # v0+
+
+
+class DescribeShareGroupOffsetsRequestTopic(TypedDict, total=False):
+    """DescribeShareGroupOffsetsRequestTopic: a struct in DescribeShareGroupOffsetsRequest."""
+    topic_name: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class DescribeShareGroupOffsetsRequestGroup(TypedDict, total=False):
+    """DescribeShareGroupOffsetsRequestGroup: a struct in DescribeShareGroupOffsetsRequest."""
+    group_id: str  # v0+
+    topics: Optional[List[DescribeShareGroupOffsetsRequestTopic]]  # v0+
+
+
+class DescribeShareGroupOffsetsRequest(TypedDict, total=False):
+    """The body of the DescribeShareGroupOffsets request (api key 90)."""
+    groups: List[DescribeShareGroupOffsetsRequestGroup]  # v0+
+
+
+class DescribeShareGroupOffsetsResponsePartition(TypedDict, total=False):
+    """DescribeShareGroupOffsetsResponsePartition: a struct in DescribeShareGroupOffsetsResponse."""
+    partition_index: int  # v0+
+    start_offset: int  # v0+
+    leader_epoch: int  # v0+
+    lag: int  # v1+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class DescribeShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    """DescribeShareGroupOffsetsResponseTopic: a struct in DescribeShareGroupOffsetsResponse."""
+    topic_name: str  # v0+
+    topic_id: uuid.UUID  # v0+
+    partitions: List[DescribeShareGroupOffsetsResponsePartition]  # v0+
+
+
+class DescribeShareGroupOffsetsResponseGroup(TypedDict, total=False):
+    """DescribeShareGroupOffsetsResponseGroup: a struct in DescribeShareGroupOffsetsResponse."""
+    group_id: str  # v0+
+    topics: List[DescribeShareGroupOffsetsResponseTopic]  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class DescribeShareGroupOffsetsResponse(TypedDict, total=False):
+    """The body of the DescribeShareGroupOffsets response (api key 90)."""
+    throttle_time_ms: int  # v0+
+    groups: List[DescribeShareGroupOffsetsResponseGroup]  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -1483,6 +1565,10 @@ __all__ = [
     "ShareFetchResponse",
     "ShareAcknowledgeRequest",
     "ShareAcknowledgeResponse",
+    "IncrementalAlterConfigsRequest",
+    "IncrementalAlterConfigsResponse",
+    "DescribeShareGroupOffsetsRequest",
+    "DescribeShareGroupOffsetsResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",
