@@ -318,8 +318,10 @@ class ShareFetcher:
         for tp in sorted(listed):
             tid = topic_id_of(tp.topic)
             names[tid] = tp.topic
+            # (No partition_max_bytes: it was only in v0, Kafka 4.0's early-access
+            # share fetch; the request's max_bytes bounds the answer.)
             topics.setdefault(tid, []).append({
-                "partition_index": tp.partition, "partition_max_bytes": self.max_bytes,
+                "partition_index": tp.partition,
                 "acknowledgement_batches": ack_batches(carried.get(tp, {}))})
         forgotten: Dict[object, list] = {}
         if not full:
