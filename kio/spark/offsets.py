@@ -284,7 +284,8 @@ def delay_batch(min_rows: Optional[int], max_delay_ms: int, start: Dict[TopicPar
     """Spark's minOffsetsPerTrigger rule: skip this trigger (no micro-batch)
     while fewer than ``min_rows`` new records are there, unless
     ``max_delay_ms`` passed since the last micro-batch (``last_trigger_ms``;
-    None: the stream's first trigger, which counts as the clock's start)."""
+    None: the stream's first trigger, which counts as the clock's start). Partitions
+    not in ``start`` (new since) are not counted."""
     if min_rows is None:
         return False
     if last_trigger_ms is not None and now_ms - last_trigger_ms >= max_delay_ms:
