@@ -93,9 +93,18 @@ def _failing_once_rows(spark, fail_partition=1, crash=False):
             raise RuntimeError("injected failure of the task's first attempt")
         return value
 
-    df = spark.range(0, ROWS, 1, PARTITIONS).selectExpr(
-        "id", "cast(concat('v', cast(id as string)) as binary) as value")
+    # 2 kB values: each Arrow batch of 100 rows fills the Python workers'
+    # 64 kB socket buffers, so batches stream on to the sink while the
+    # failing row's batch is still being evaluated
+    df = spark.range(0, ROWS, 1, PARTITIONS).selectExpr("id", f"cast({VALUE_SQL} as binary) as value")
     return df.select(fail_once("id", "value").alias("value"))
+
+
+VALUE_SQL = "rpad(concat('v', cast(id as string)), 2000, '.')"
+
+
+def value(i):
+    return (b"v%d" % i).ljust(2000, b".")
 
 
 def _read_values(bootstrap, topic, partitions, isolation="read_uncommitted", timeout=60):
@@ -131,7 +140,7 @@ def test_at_least_once_without_transactions_when_a_task_is_retried(spark, bootst
     assert report.rows >= ROWS and report.errors == []
     values = _read_values(bootstrap, topic, 3)
     counts = collections.Counter(values)
-    assert set(counts) == {b"v%d" % i for i in range(ROWS)}, "rows were lost"
+    assert set(counts) == {value(i) for i in range(ROWS)}, "rows were lost"
     dupes = sum(n - 1 for n in counts.values())
     # the failed attempt had handed most of its partition over: the retry writes it again
     assert dupes > 0 and len(values) == ROWS + dupes
@@ -139,19 +148,43 @@ def test_at_least_once_without_transactions_when_a_task_is_retried(spark, bootst
           f"{dupes} duplicates, 0 lost", file=sys.stderr)
 
 
+def _flaky_partitioner(fail_key, crash):
+    """A producer partitioner (it runs in the sink's Python worker, inside
+    send_many) that fails the first attempt of the task writing ``fail_key``
+    once the rows before it were handed to the producer: it raises, or with
+    ``crash`` kills the worker with the transaction open."""
+    def partition(key, n, available):
+        import os as _os
+        import time as _time
+        import zlib
+
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        if key == fail_key and ctx is not None and ctx.attemptNumber() == 0:
+            _time.sleep(1.0)           # the rows before it reach the broker, inside the transaction
+            if crash:
+                _os._exit(3)
+            raise RuntimeError("injected failure of the task's first attempt")
+        return zlib.crc32(key) % n
+    return partition
+
+
 @pytest.mark.parametrize("crash", [False, True], ids=["task-raises", "worker-dies"])
 def test_exactly_once_with_transactions_when_a_task_is_retried(spark, bootstrap, make_topic, crash):
     import kio.spark
     topic = make_topic(3)
-    prefix = f"eo-{topic}"
-    report = kio.spark.write(_failing_once_rows(spark, crash=crash), topic=topic, bootstrap_servers=bootstrap,
-                             transactional_id_prefix=prefix, transaction_timeout_ms=20000)
+    per = ROWS // PARTITIONS
+    df = spark.range(0, ROWS, 1, PARTITIONS).selectExpr("cast(concat('k', cast(id as string)) as binary) as key",
+                                                        f"cast({VALUE_SQL} as binary) as value")
+    report = kio.spark.write(df, topic=topic, bootstrap_servers=bootstrap, transactional_id_prefix=f"eo-{topic}",
+                             partitioner=_flaky_partitioner(b"k%d" % (2 * per - 1), crash))
     assert report.rows == ROWS
     committed = _read_values(bootstrap, topic, 3, "read_committed")
-    assert sorted(committed) == sorted(b"v%d" % i for i in range(ROWS)), "not exactly once"
+    assert sorted(committed) == sorted(value(i) for i in range(ROWS)), "not exactly once"
     everything = _read_values(bootstrap, topic, 3, "read_uncommitted")
     aborted = len(everything) - len(committed)
-    # the failed attempt did write records; its transaction hid them
+    # the failed attempt did write records; its transaction hid them (aborted,
+    # or fenced by the retry's init_transactions when its worker died)
     assert aborted > 0
     print(f"\n[{spark.kio_master}] exactly-once ({'worker died' if crash else 'task raised'}): "
           f"{len(committed)} committed for {ROWS} rows, {aborted} records of the failed attempt aborted",
@@ -172,8 +205,9 @@ def test_one_producer_per_python_worker_and_one_read_task_per_partition(spark, b
         p = kio.spark.producer(conf)
         for _ in batches:
             pass
-        yield pa.RecordBatch.from_pydict({"pid": [_os.getpid()], "producer": [id(p)],
-                                          "task": [TaskContext.get().partitionId()]})
+        yield pa.RecordBatch.from_arrays([pa.array([_os.getpid()], pa.int64()), pa.array([id(p)], pa.int64()),
+                                          pa.array([TaskContext.get().partitionId()], pa.int32())],
+                                         names=["pid", "producer", "task"])
 
     seen = spark.range(0, 64, 1, 16).mapInArrow(which, "pid long, producer long, task int").collect()
     assert len({r.task for r in seen}) == 16
