@@ -256,3 +256,49 @@ def test_topic_option_and_topic_column_precedence_is_sparks(spark, bootstrap, ma
     kio.spark.write(df3, topic=c3, bootstrap_servers=bootstrap)
     assert {t: load(spark, "kafka", bootstrap, subscribe=t3).count()
             for t, t3 in ((a, a3), (b, b3), (c, c3))} == theirs
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay_hold_batches_back_alike(spark, bootstrap, make_topic):
+    """minOffsetsPerTrigger holds a micro-batch back until that many records
+    are there, or maxTriggerDelay passed since the last micro-batch: the
+    same batches from both sources."""
+    batches = {}
+    for fmt in ("kafka", "kio-kafka"):
+        topic = make_topic(1)
+        name = "min_" + fmt.replace("-", "_")
+        stream = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .option("minOffsetsPerTrigger", "50").option("maxTriggerDelay", "20s").load())
+        q = (stream.selectExpr("value").writeStream.format("memory").queryName(name)
+             .trigger(processingTime="500 milliseconds").start())
+
+        def rows():
+            return spark.table(name).count()
+
+        def wait_for(n, timeout):
+            end = time.monotonic() + timeout
+            while rows() < n and time.monotonic() < end:
+                time.sleep(0.2)
+            return rows()
+
+        def produce(first, count):
+            with Producer(bootstrap_servers=bootstrap, linger_ms=5) as p:
+                p.send_many(topic, [b"m%d" % i for i in range(first, first + count)]).result(30)
+        try:
+            end = time.monotonic() + 60
+            while not q.recentProgress and time.monotonic() < end:   # the first (empty) trigger ran
+                time.sleep(0.2)
+            produce(0, 30)
+            time.sleep(3)
+            assert rows() == 0, f"{fmt}: 30 records < minOffsetsPerTrigger 50 were not held back"
+            produce(30, 30)
+            assert wait_for(60, 15) == 60, fmt
+            produce(60, 10)                  # too few: they wait for maxTriggerDelay (20 s)
+            time.sleep(2)
+            assert rows() == 60, f"{fmt}: 10 records went before maxTriggerDelay"
+            assert wait_for(70, 40) == 70, f"{fmt}: maxTriggerDelay did not release the records"
+            assert q.exception() is None
+            batches[fmt] = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+        finally:
+            q.stop()
+    assert batches["kio-kafka"] == batches["kafka"] == [60, 10]
