@@ -162,10 +162,10 @@ def send_rows(batches: Iterable, topic: Optional[str], config: dict, *,
                                        timestamp_ms=None if stamps is None else stamps[i]))
             except Exception as e:  # noqa: BLE001 - the row's error column says it
                 outcomes.append(e)
-        pending = p.flush(flush_timeout)
+        wait = _flush_wait(p, flush_timeout)
+        pending = p.flush(wait)
         if pending:
-            raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush "
-                                  f"({flush_timeout} s)")
+            raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush ({wait} s)")
         partitions, offsets, errors = [], [], []
         for o in outcomes:
             exc = o if isinstance(o, BaseException) else o.exception(0)
@@ -267,11 +267,22 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
                                f"{type(e).__name__}: {e}"))
                 continue
             sent.append((t, part, fut, len(vs), size))
-    pending = p.flush(flush_timeout)
+    wait = _flush_wait(p, flush_timeout)
+    pending = p.flush(wait)
     if pending:
-        raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush "
-                              f"({flush_timeout} s)")
+        raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush ({wait} s)")
     return _report(sent, failed, errors)
+
+
+def _flush_wait(p, flush_timeout: Optional[float]) -> float:
+    """How long a task waits for its acknowledgements: ``flush_timeout``, or
+    by default the producer's delivery.timeout.ms plus a margin. Every record
+    is acknowledged or failed within delivery.timeout.ms, so waiting longer
+    would only hang the task (and the Spark job) on a stuck producer; failing
+    it lets Spark retry it instead."""
+    if flush_timeout is not None:
+        return flush_timeout
+    return p.config.delivery_timeout_ms / 1000.0 + 30.0
 
 
 def _report(sent, failed, errors) -> List[tuple]:
