@@ -528,14 +528,17 @@ class AsyncConsumer(_Client):
         return await self._poll(timeout, lambda core: core.drain(max_records))
 
     async def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
-                         arrow: bool = False) -> List[PartitionBatch]:
+                         arrow: bool = False, headers: bool = False) -> List[PartitionBatch]:
         """Columnar poll: a list of :class:`kio.consumer.PartitionBatch` (lists,
-        or pyarrow arrays with ``arrow=True``), as the threading Consumer's."""
+        or pyarrow arrays with ``arrow=True``, headers too with
+        ``headers=True``), as the threading Consumer's."""
         limit = max_records or (1 << 62)
+        if headers and not arrow:
+            raise ValueError("poll_batch(headers=True) needs arrow=True (poll() gives each record's headers)")
         if arrow:
-            from kproto.records.arrow import arrow_columns
-            bufs = await self._poll(timeout, lambda core: core.drain_buffers(limit))
-            return [PartitionBatch(tp.topic, tp.partition, *arrow_columns(cb)) for tp, cb in bufs.items()]
+            from kio.consumer import arrow_partition_batch
+            bufs = await self._poll(timeout, lambda core: core.drain_buffers(limit, headers))
+            return [arrow_partition_batch(tp, cb, headers) for tp, cb in bufs.items()]
         cols = await self._poll(timeout, lambda core: core.drain_columns(limit))
         return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
 

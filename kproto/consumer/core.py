@@ -493,11 +493,12 @@ class ConsumerCore(DriverIO):
                 cols[tp] = (offs, tss, keys, vals)
         return cols
 
-    def drain_buffers(self, max_records: Optional[int] = None) -> dict:
+    def drain_buffers(self, max_records: Optional[int] = None, headers: bool = False) -> dict:
         """{tp: ColumnBuffers} in Arrow's layout (kproto.records.arrow turns
-        them into arrays); raw bytes: deserializers do not apply here."""
+        them into arrays); raw bytes: deserializers do not apply here.
+        ``headers``: gather the records' headers too."""
         self._raise_error()
-        return self.fetcher.drain_buffers(max_records)
+        return self.fetcher.drain_buffers(max_records, headers)
 
     def _deserialize(self, r):
         from kproto.records import Record

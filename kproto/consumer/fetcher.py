@@ -359,15 +359,17 @@ class Fetcher:
         self._drain_columnar(max_records, take)
         return {tp: cols for tp, cols in out.items() if cols[0]}
 
-    def drain_buffers(self, max_records: Optional[int] = None) -> Dict[TopicPartition, ColumnBuffers]:
+    def drain_buffers(self, max_records: Optional[int] = None,
+                      headers: bool = False) -> Dict[TopicPartition, ColumnBuffers]:
         """The bulk path in Arrow's memory layout: {tp: ColumnBuffers}, no
-        Python object per record (see kproto.records.arrow)."""
+        Python object per record (see kproto.records.arrow); with
+        ``headers`` the records' headers are gathered too."""
         out: Dict[TopicPartition, ColumnBuffers] = {}
 
         def take(tp, batch, min_offset, room):
             acc = out.get(tp)
             if acc is None:
-                acc = out[tp] = ColumnBuffers()
+                acc = out[tp] = ColumnBuffers(headers)
             if isinstance(batch, RecordBatch):
                 n, complete = acc.add(batch, min_offset, room)
                 return n, complete, acc.last_offset
@@ -375,7 +377,7 @@ class Fetcher:
             for rec in batch.records(None, -1, min_offset):     # legacy message sets
                 if n == room:
                     return n, False, acc.last_offset
-                acc.add_record(rec.offset, rec.timestamp, rec.key, rec.value)
+                acc.add_record(rec.offset, rec.timestamp, rec.key, rec.value, rec.timestamp_type)
                 n += 1
             return n, True, acc.last_offset
 
