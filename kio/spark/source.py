@@ -234,11 +234,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _list_topics(config) -> dict:
-    """{topic: partition count} of the cluster."""
-    from kio.blocking import BlockingClient
-    with BlockingClient(config["bootstrap.servers"]) as client:
-        md = client.metadata(None)
-    return {t["name"]: len(t["partitions"]) for t in md["topics"] if not t.get("error_code")}
+    """{topic: partition count} of the cluster, asked with the source's own
+    connection settings (TLS, SASL, client id...)."""
+    from kio.admin import Admin
+    from kproto.config import COMMON
+    common = {s.name for s in COMMON}
+    with Admin({k: v for k, v in config.items() if k in common}) as admin:
+        names = list(admin.list_topics())
+        # (raise_errors=False: a topic deleted since the listing is left out.)
+        described = admin.describe_topics(names, raise_errors=False).values() if names else {}
+    return {name: len(d.partitions) for name, d in described.items()}
 
 
 class _Report(WriterCommitMessage):
