@@ -163,6 +163,8 @@ class GroupMembership:
         self._assignments = []
         self._member_subs = {}
         self._events = []
+        #: successful heartbeats so far (same attribute as the consumer protocol's)
+        self.heartbeats_answered = 0
         coordinator.add_listener(self._on_coordinator_event)
 
     # == application inputs ==========================================================
@@ -194,8 +196,9 @@ class GroupMembership:
             if self.subscription and self.state is MemberState.UNJOINED:
                 self._request_rejoin("the application polled again after a poll timeout")
 
-    def update_metadata(self, partitions_per_topic: dict, now, internal_topics=()) -> None:
+    def update_metadata(self, partitions_per_topic: dict, now, internal_topics=(), topic_ids=None) -> None:
         """Topic -> partition count from a metadata refresh (all known topics).
+        (``topic_ids``, name -> id, matters to the consumer protocol only.)
 
         Resumes a leader waiting for metadata, re-evaluates a pattern
         subscription, and (leader) rejoins when the partition count of an
@@ -648,6 +651,7 @@ class GroupMembership:
         code = body.get("error_code", 0)
         if code == 0:
             self._session_deadline = now + self.session_timeout_ms
+            self.heartbeats_answered += 1
             return
         error = E.error_for_code(code, None, context=f"Heartbeat of group {self.group_id!r}")
         if code in COORDINATOR_ERRORS:
