@@ -524,7 +524,7 @@ class ConsumerProtocolMembership:
             if request.context != self.member_epoch:
                 return                                # about an epoch we already left behind
             self._fence(f"ConsumerGroupHeartbeat: {error.name}", now)
-        elif code == E.UnsupportedVersionError.code:
+        elif code == E.BrokerUnsupportedVersionError.code:
             self._fail(UnsupportedVersionError(
                 f"the coordinator of group {self.group_id!r} does not support the consumer group "
                 f"protocol ({error}); use group.protocol=classic"))
