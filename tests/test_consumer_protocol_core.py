@@ -47,6 +47,7 @@ class Coordinator:
         kw.setdefault("max_poll_interval_ms", 60000)
         self.m = ConsumerProtocolMembership(self.coord, prepare_join=self._hook, retry_backoff_ms=100, **kw)
         self.events = []
+        self.queued = []              # requests a step after an answer produced
         self.now = 1000
 
     def _hook(self, now, round_):
@@ -55,7 +56,7 @@ class Coordinator:
 
     def poll(self):
         """One driver step: the requests of the member (FindCoordinator answered)."""
-        out = []
+        out, self.queued = self.queued, []
         for _ in range(2):             # the member asks for the coordinator, the next step finds it
             for req in self.coord.poll(self.now):
                 self.coord.on_response(req, {"error_code": 0, "node_id": 1, "host": "b1", "port": 9093,
@@ -84,6 +85,8 @@ class Coordinator:
                     {"topic_id": tid, "partitions": ps} for tid, ps in assignment.items()]}}
         self.m.on_response(req, body, self.now)
         self.events.extend(self.m.events())
+        more = self.poll()                   # a driver polls after every answer
+        self.queued.extend(more)
 
     def take_events(self):
         out, self.events = self.events, []
@@ -165,6 +168,32 @@ def test_reconciliation_revokes_first_then_assigns_then_acknowledges():
     assert len(rounds) == 1                                 # one reconciliation, one round
 
 
+def test_the_acknowledgement_waits_until_the_revocation_was_handed_out_and_its_listener_ran():
+    # As the consumer core does: its hook says "not yet" while a revocation
+    # handed to the application has not been through the listener. The answer
+    # that starts the reconciliation and the polls of the same step come
+    # before the driver took the events, so the machine itself must wait.
+    pending = []
+    c = Coordinator()
+    c.m.prepare_join = lambda now, round_: not pending
+    c.joined({T1: [0, 1]}, epoch=2)
+    c.take_events()
+    c.now += 500
+    hb = c.heartbeat()
+    c.m.on_response(hb, {"error_code": 0, "member_id": hb.body["member_id"], "member_epoch": 2,
+                         "heartbeat_interval_ms": 500,
+                         "assignment": {"topic_partitions": [{"topic_id": T1, "partitions": [0]}]}}, c.now)
+    reqs = c.m.poll(c.now) + c.m.poll(c.now)
+    assert reqs == []
+    assert c.m.events() == [PartitionsRevoked((TP("orders", 1),))]
+    pending.append("listener")                        # the driver runs it later
+    c.now += 50
+    assert c.m.poll(c.now) == []
+    pending.clear()
+    (ack,) = c.m.poll(c.now)
+    assert owned(ack.body) == {(T1, 0)}
+
+
 def test_assignment_of_an_unknown_topic_id_waits_for_metadata():
     c = Coordinator()
     c.m.update_metadata({"orders": 4}, c.now, topic_ids={"orders": T1})
@@ -177,8 +206,9 @@ def test_assignment_of_an_unknown_topic_id_waits_for_metadata():
     assert owned(ack.body) == {(T1, 0)}                    # only what is reconciled
     c.answer(ack)
     c.m.update_metadata(COUNTS, c.now, topic_ids=NAMES)
-    assert c.m.events() == [PartitionsAssigned((TP("payments", 1),), 1)]
+    assert c.m.next_deadline(c.now) == c.now                # reconciled at the next step
     ack = c.heartbeat()
+    assert c.take_events() == [PartitionsAssigned((TP("payments", 1),), 1)]
     assert owned(ack.body) == {(T1, 0), (T2, 1)}
 
 
@@ -260,8 +290,7 @@ def test_coordinator_errors_rediscover_and_resend_every_field():
     c.joined({T1: [0]}, epoch=2)
     c.now += 500
     c.answer(c.heartbeat(), error=E.NotCoordinatorError.code)
-    assert not c.coord.known
-    hb = c.heartbeat()                                       # after a fresh lookup
+    hb = c.heartbeat()                                       # at once, after a fresh lookup
     assert c.coord.known and c.coord.epoch == 2
     assert hb.body["subscribed_topic_names"] == ["orders", "payments"] and owned(hb.body) == {(T1, 0)}
     # a broken connection does the same

@@ -110,7 +110,10 @@ async def round_trip(kind, bootstrap):
         assert again and all(p == 1 for p, *_ in again)
 
 
-async def group_rebalance_and_commits(kind, bootstrap):
+async def group_rebalance_and_commits(kind, bootstrap, group_settings=None):
+    """Two members rebalance and commit; ``group_settings`` (default GROUP,
+    the classic protocol) also runs it with group.protocol=consumer."""
+    settings = GROUP if group_settings is None else group_settings
     Producer, Consumer, Admin = classes(kind)
     topic = topic_name()
     group = f"g-{topic}"
@@ -121,9 +124,9 @@ async def group_rebalance_and_commits(kind, bootstrap):
             await settle(await call(p.send(topic, b"m%d" % i, partition=i % 3)))
     events = {"c1": [], "c2": []}
     c1 = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                  enable_auto_commit=False, **GROUP)
+                  enable_auto_commit=False, **settings)
     c2 = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                  enable_auto_commit=True, **GROUP)
+                  enable_auto_commit=True, **settings)
     async with opened(c1), opened(c2):
         c1.subscribe([topic], on_assign=lambda ps: events["c1"].append(("assign", ps)),
                      on_revoke=lambda ps: events["c1"].append(("revoke", ps)))

@@ -388,7 +388,10 @@ class ConsumerProtocolMembership:
             if self._hb_req is None and self._hb_next is not None:
                 ds.append(now if self._ack_needed else self._hb_next)
             if self.state is ConsumerMemberState.RECONCILING:
-                ds.append(now + self.retry_backoff_ms)   # re-ask the hook
+                # a fresh step at once; then re-ask the hook
+                fresh = self._rec is not None and self._rec["phase"] in ("commit", "assign") \
+                    and not self._rec.get("asked")
+                ds.append(now if fresh else now + self.retry_backoff_ms)
         return max(now, min(ds)) if ds else None
 
     def on_response(self, request: OutgoingRequest, body: dict, now: float) -> None:
@@ -575,7 +578,9 @@ class ConsumerProtocolMembership:
         self.state = ConsumerMemberState.RECONCILING
         log.info("group %r: reconciling at epoch %s: revoke %s, assign %s", self.group_id,
                  self.member_epoch, sorted(revoked), sorted(added))
-        self._advance_reconciliation(now)
+        # Advanced by poll() only: it runs after the driver took the events of
+        # the previous step, so the hook sees a revocation whose listener is
+        # still to run (answers and metadata arrive in between).
 
     def _advance_reconciliation(self, now: float) -> None:
         rec = self._rec
@@ -593,7 +598,10 @@ class ConsumerProtocolMembership:
             rec["phase"] = "revoked"
             return                                    # the listener runs before our next poll
         if rec["phase"] == "revoked":
-            # the listener ran and what it committed is done
+            # the listener ran and what it committed is done (the revocation
+            # must have been handed out first: the hook cannot know of it before)
+            if any(isinstance(e, PartitionsRevoked) for e in self._events):
+                return
             if not self._hook_done(now, rec):
                 return
             rec["phase"] = "assign"
@@ -612,6 +620,8 @@ class ConsumerProtocolMembership:
         self.state = ConsumerMemberState.STABLE
         self._ack_needed = True                       # the next heartbeat, at once, says what we own
         self._maybe_reconcile(now)                    # a newer target may have come meanwhile
+        if self.state is ConsumerMemberState.RECONCILING and self._rec["phase"] == "assign":
+            self._advance_reconciliation(now)
 
     def _remove_owned(self, keys) -> None:
         for tid, p in keys:
@@ -623,6 +633,7 @@ class ConsumerProtocolMembership:
                 self._owned_name_by_id = {k: v for k, v in self._owned_name_by_id.items() if k != tid}
 
     def _hook_done(self, now: float, rec: dict) -> bool:
+        rec["asked"] = True
         if self.prepare_join is None or self.prepare_join(now, rec["round"]):
             return True
         if now - rec["started"] < self.rebalance_timeout_ms:
