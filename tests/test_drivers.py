@@ -142,7 +142,10 @@ async def group_rebalance_and_commits(kind, bootstrap, group_settings=None):
                 break
         assert c1.assignment() and c2.assignment()
         assert not c1.assignment() & c2.assignment()
-        assert ("revoke", sorted(events["c1"][0][1])) in [(k, sorted(v)) for k, v in events["c1"]]
+        # what c2 got, c1 gave up first (all of it with the classic EAGER
+        # assignor, only what moves with the consumer protocol)
+        revoked = set().union(*(set(ps) for k, ps in events["c1"] if k == "revoke"))
+        assert c2.assignment() <= revoked, (events["c1"], c2.assignment())
         done = []
         await call(c1.commit(asynchronous=True, callback=lambda offs, err: done.append(err)))
         for _ in range(50):

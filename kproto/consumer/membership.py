@@ -397,6 +397,11 @@ class GroupMembership:
         bounded by rebalance.timeout.ms."""
         if self._prepare_started is None:
             self._prepare_started = now
+        if any(isinstance(e, PartitionsRevoked) for e in self._events):
+            # A revocation from a SyncGroup answer (COOPERATIVE) that the
+            # driver has not handed out yet: the hook cannot know its listener
+            # is still to run, and the JoinGroup must not go before it did.
+            return False
         if not self._hook_done(now):
             return False
         if not self._revocation_emitted:
