@@ -183,7 +183,7 @@ def to_broker_regex(pattern: Union[str, Pattern[str]]) -> str:
     return f"(?{prefix}){body}" if prefix else body
 
 
-def _unsupported(pattern, what) -> KafkaError:
+def _unsupported(pattern: str, what: str) -> KafkaError:
     return E.InvalidRegularExpressionError(
         f"topic pattern {pattern!r} uses {what}, which the broker's regular expressions (RE2J, "
         f"group.protocol=consumer) do not support")
@@ -235,10 +235,10 @@ class ConsumerProtocolMembership:
         self._owned: Dict[Any, FrozenSet[int]] = {}      # what we own, by topic id (acknowledged)
         self._owned_name_by_id: Dict[Any, str] = {}      # their names when they were assigned
         self._target: Optional[Dict[Any, FrozenSet[int]]] = None   # latest target from the broker
-        self._rec: Optional[dict] = None                 # reconciliation in progress
+        self._rec: Optional[Dict[str, Any]] = None                 # reconciliation in progress
         self._first_reconcile = True
         self._metadata_asked = False
-        self._sent: Optional[dict] = None                # fields of the last heartbeat; None: send all
+        self._sent: Optional[Dict[str, Any]] = None                # fields of the last heartbeat; None: send all
         self._hb_req: Optional[OutgoingRequest] = None
         self._hb_next: Optional[float] = None
         self._ack_needed = False
@@ -336,7 +336,7 @@ class ConsumerProtocolMembership:
     def metadata_topics(self) -> FrozenSet[str]:
         return self.subscription
 
-    def events(self) -> list:
+    def events(self) -> List[Any]:
         out, self._events = self._events, []
         return out
 
@@ -353,8 +353,8 @@ class ConsumerProtocolMembership:
                 self._hb_next = min(self._hb_next, now)
 
     # == driver contract ==============================================================
-    def poll(self, now: float) -> list:
-        out: list = []
+    def poll(self, now: float) -> List[Any]:
+        out: List[Any] = []
         if self._pending_leave is not None:
             out.append(self._pending_leave)
             self._pending_leave = None
@@ -394,7 +394,7 @@ class ConsumerProtocolMembership:
                 ds.append(now if fresh else now + self.retry_backoff_ms)
         return max(now, min(ds)) if ds else None
 
-    def on_response(self, request: OutgoingRequest, body: dict, now: float) -> None:
+    def on_response(self, request: OutgoingRequest, body: Dict[str, Any], now: float) -> None:
         if request is self._leave_req:
             self._on_leave_done(body.get("error_code", 0))
         elif request is self._hb_req:
@@ -432,7 +432,7 @@ class ConsumerProtocolMembership:
                                                         ConsumerMemberState.RECONCILING)
 
     # == heartbeats ===================================================================
-    def _maybe_heartbeat(self, now: float, out: list) -> None:
+    def _maybe_heartbeat(self, now: float, out: List[Any]) -> None:
         if self.state not in (ConsumerMemberState.JOINING, ConsumerMemberState.STABLE,
                               ConsumerMemberState.RECONCILING):
             return
@@ -449,11 +449,11 @@ class ConsumerProtocolMembership:
         self._hb_next = now + (self.heartbeat_interval_ms or self.retry_backoff_ms)
         out.append(self._hb_req)
 
-    def _heartbeat_body(self) -> dict:
+    def _heartbeat_body(self) -> Dict[str, Any]:
         joining = self.member_epoch == 0
         sent = self._sent if (self._sent is not None and not joining) else {}
         names = None if self.regex is not None else sorted(self.subscription)
-        now_fields = {
+        now_fields: Dict[str, Any] = {
             "rack_id": self.client_rack,
             "rebalance_timeout_ms": self.rebalance_timeout_ms,
             "subscribed_topic_names": names,
@@ -481,7 +481,7 @@ class ConsumerProtocolMembership:
         self._sent = now_fields
         return body
 
-    def _on_heartbeat_response(self, request: OutgoingRequest, body: dict, now: float) -> None:
+    def _on_heartbeat_response(self, request: OutgoingRequest, body: Dict[str, Any], now: float) -> None:
         code = body.get("error_code", 0)
         if code:
             return self._on_heartbeat_error(request, code, body.get("error_message"), now)
@@ -515,6 +515,7 @@ class ConsumerProtocolMembership:
     def _on_heartbeat_error(self, request: OutgoingRequest, code: int, message: Optional[str],
                             now: float) -> None:
         error = E.error_for_code(code, message, context=f"ConsumerGroupHeartbeat of group {self.group_id!r}")
+        assert error is not None                      # (code is not 0)
         self._sent = None
         if code in COORDINATOR_ERRORS:
             self.coordinator.mark_unknown(f"ConsumerGroupHeartbeat: {error.name}", now,
@@ -620,10 +621,10 @@ class ConsumerProtocolMembership:
         self.state = ConsumerMemberState.STABLE
         self._ack_needed = True                       # the next heartbeat, at once, says what we own
         self._maybe_reconcile(now)                    # a newer target may have come meanwhile
-        if self.state is ConsumerMemberState.RECONCILING and self._rec["phase"] == "assign":
+        if self._rec is not None and self._rec["phase"] == "assign":
             self._advance_reconciliation(now)
 
-    def _remove_owned(self, keys) -> None:
+    def _remove_owned(self, keys: Any) -> None:
         for tid, p in keys:
             left = self._owned.get(tid, frozenset()) - {p}
             if left:
@@ -632,7 +633,7 @@ class ConsumerProtocolMembership:
                 self._owned.pop(tid, None)
                 self._owned_name_by_id = {k: v for k, v in self._owned_name_by_id.items() if k != tid}
 
-    def _hook_done(self, now: float, rec: dict) -> bool:
+    def _hook_done(self, now: float, rec: Dict[str, Any]) -> bool:
         rec["asked"] = True
         if self.prepare_join is None or self.prepare_join(now, rec["round"]):
             return True
@@ -646,7 +647,7 @@ class ConsumerProtocolMembership:
     def _poll_expired(self, now: float) -> bool:
         return self._last_poll is not None and now - self._last_poll > self.max_poll_interval_ms
 
-    def _on_poll_timeout(self, now: float, out: list) -> None:
+    def _on_poll_timeout(self, now: float, out: List[Any]) -> None:
         log.warning("group %r: the application did not poll within max.poll.interval.ms (%s ms); "
                     "leaving the group", self.group_id, self.max_poll_interval_ms)
         leave = self._leave_request()
