@@ -312,3 +312,54 @@ def test_group_of_kio_and_confluent_kafka_consumer_protocol_members(bootstrap, m
 @pytest.mark.parametrize("kind", ["asyncio", "trio"])
 def test_async_drivers_with_the_consumer_protocol(kind, bootstrap):
     run(kind, group_rebalance_and_commits, bootstrap, NEW)
+
+
+def test_a_member_expelled_by_the_broker_is_fenced_loses_its_partitions_and_rejoins(bootstrap, make_topic):
+    """Silence longer than the broker's session timeout (10 s in the suite):
+    the network thread is held still, the broker expels the member and gives
+    its partitions away; the next heartbeat learns it is unknown/fenced, the
+    partitions are reported lost (not revoked: no commit), and the member
+    rejoins with the same member id."""
+    topic = make_topic(2)
+    group = group_name("fence")
+    events = []
+    a = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", **NEW)
+    b = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", **NEW)
+    try:
+        a.subscribe([topic], on_lost=lambda ps: events.append(("lost", sorted(ps))),
+                    on_revoke=lambda ps: events.append(("revoke", sorted(ps))))
+        b.subscribe([topic])
+        assert poll_all({"a": a, "b": b}, lambda: len(parts(a)) == 1 and len(parts(b)) == 1)
+        member = a._core.membership.member_id
+        owned = sorted(a.assignment())
+        with a._lock:                               # a's network thread stops at its next step
+            end = time.monotonic() + 30
+            while time.monotonic() < end and len(parts(b)) < 2:
+                b.poll(0.2)
+        assert len(parts(b)) == 2                    # the broker gave a's partition to b
+        assert poll_all({"a": a, "b": b}, lambda: len(parts(a)) == 1 and len(parts(b)) == 1)
+        # first thing a hears: its partition is lost (not revoked: no commit);
+        # (what the broker gives it when it is back is the broker's choice)
+        assert events[0] == ("lost", owned), events
+        assert a._core.membership.member_id == member
+    finally:
+        a.close()
+        b.close()
+
+
+def test_switching_between_names_and_a_regex_subscription(bootstrap, make_topic):
+    prefix = "sw" + uuid.uuid4().hex[:6]
+    named = make_topic(1)
+    matched = make_topic(1, prefix=prefix)
+    group = group_name("switch")
+    with Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", **NEW) as c:
+        c.subscribe([named])
+        assert poll_all({"c": c}, lambda: {tp.topic for tp in c.assignment()} == {named})
+        c.subscribe(f"^{prefix}-.*")
+        assert poll_all({"c": c}, lambda: {tp.topic for tp in c.assignment()} == {matched}), c.assignment()
+        c.subscribe([named])
+        assert poll_all({"c": c}, lambda: {tp.topic for tp in c.assignment()} == {named}), c.assignment()
+        c.unsubscribe()
+        assert c.assignment() == set()
+        c.subscribe([matched])
+        assert poll_all({"c": c}, lambda: {tp.topic for tp in c.assignment()} == {matched})
