@@ -244,6 +244,29 @@ def test_close_revokes_and_leaves_with_epoch_minus_one():
     assert c.m.closed and c.m.next_deadline(c.now) is None
 
 
+def test_close_while_the_join_is_unanswered_still_leaves():
+    # The member id is the client's own: the broker may have added the member
+    # already, so it is told, or the partitions would wait for the session timeout.
+    c = Coordinator()
+    c.m.subscribe(["orders"], c.now)
+    join = c.heartbeat()
+    c.m.close(c.now)
+    (leave,) = c.m.poll(c.now)
+    assert (leave.body["member_id"], leave.body["member_epoch"]) == (join.body["member_id"], -1)
+    c.m.on_response(join, {"error_code": 0, "member_id": join.body["member_id"], "member_epoch": 1,
+                           "heartbeat_interval_ms": 500, "assignment": None}, c.now)   # late: ignored
+    assert c.m.events() == [] and not c.m.closed
+    c.m.on_response(leave, {"error_code": 0, "member_epoch": -1}, c.now)
+    assert c.m.closed
+
+
+def test_close_before_any_heartbeat_has_nothing_to_leave():
+    c = Coordinator()
+    c.m.subscribe(["orders"], c.now)
+    c.m.close(c.now)
+    assert c.m.closed and c.m.poll(c.now) == []
+
+
 def test_static_member_sends_its_instance_id_and_leaves_with_epoch_minus_two():
     c = Coordinator(group_instance_id="inst-1")
     ack = c.joined({T1: [0]}, epoch=2)

@@ -242,6 +242,7 @@ class ConsumerProtocolMembership:
         self._hb_req: Optional[OutgoingRequest] = None
         self._hb_next: Optional[float] = None
         self._ack_needed = False
+        self._join_sent = False                          # a heartbeat with epoch 0 went out
         self._leave_req: Optional[OutgoingRequest] = None
         self._pending_leave: Optional[OutgoingRequest] = None
         self._closing = False
@@ -445,6 +446,8 @@ class ConsumerProtocolMembership:
                                        context=self.member_epoch,
                                        min_version=1 if self.regex is not None else 0)
         self._ack_needed = False
+        if self.member_epoch == 0:
+            self._join_sent = True
         # until the answer says otherwise; an answer sets the next one
         self._hb_next = now + (self.heartbeat_interval_ms or self.retry_backoff_ms)
         out.append(self._hb_req)
@@ -671,7 +674,12 @@ class ConsumerProtocolMembership:
         self.assignment = frozenset()
 
     def _leave_request(self) -> Optional[OutgoingRequest]:
-        if (self.member_epoch <= 0 or not self.coordinator.known or self._leave_req is not None):
+        # A join sent but not answered yet counts too: the member id is ours,
+        # and the broker, answering one connection in order, handles the
+        # leave after the join - else the member would hold partitions until
+        # its session timed out.
+        in_group = self.member_epoch > 0 or self._join_sent
+        if not in_group or not self.coordinator.known or self._leave_req is not None:
             return None
         epoch = (LEAVE_GROUP_STATIC_MEMBER_EPOCH if self.group_instance_id is not None
                  else LEAVE_GROUP_MEMBER_EPOCH)
@@ -691,6 +699,7 @@ class ConsumerProtocolMembership:
 
     def _reset_membership(self) -> None:
         self.member_epoch = 0
+        self._join_sent = False
         self.assignment = frozenset()
         self._owned = {}
         self._owned_name_by_id = {}
