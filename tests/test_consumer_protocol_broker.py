@@ -363,3 +363,50 @@ def test_switching_between_names_and_a_regex_subscription(bootstrap, make_topic)
         assert c.assignment() == set()
         c.subscribe([matched])
         assert poll_all({"c": c}, lambda: {tp.topic for tp in c.assignment()} == {matched})
+
+
+def test_auto_commit_before_revocation_means_nothing_is_read_twice(bootstrap, make_topic):
+    """With auto-commit (the default) the consumed positions are committed
+    before a partition is given up, so its next owner starts after them."""
+    topic = make_topic(4)
+    group = group_name("auto")
+    produce(bootstrap, topic, 4, 10)
+    read = {}
+    a = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                 auto_commit_interval_ms=60000, **NEW)        # only the revocation's commit
+    b = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", **NEW)
+    try:
+        a.subscribe([topic])
+        assert poll_all({"a": a}, lambda: len(read.get("a", ())) == 40, read=read)
+        b.subscribe([topic])
+        assert poll_all({"a": a, "b": b}, lambda: len(parts(a)) == 2 and len(parts(b)) == 2, read=read)
+        produce(bootstrap, topic, 4, 5, start=10)
+        assert poll_all({"a": a, "b": b}, lambda: sum(len(v) for v in read.values()) >= 60, read=read)
+        poll_all({"a": a, "b": b}, lambda: False, timeout=1, read=read)      # nothing more comes
+        assert sorted(x for v in read.values() for x in v) == sorted(
+            (p, o) for p in range(4) for o in range(15))
+        assert {p for p, o in read["b"]} == parts(b)          # b read only its own, from the commit on
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_second_live_member_with_the_same_instance_id_fails_clearly(bootstrap, make_topic):
+    from kproto.error_codes import UnreleasedInstanceIdError
+    topic = make_topic(1)
+    group = group_name("dup")
+    first = Consumer(bootstrap_servers=bootstrap, group_id=group, group_instance_id="same", **NEW)
+    second = Consumer(bootstrap_servers=bootstrap, group_id=group, group_instance_id="same", **NEW)
+    try:
+        first.subscribe([topic])
+        assert poll_all({"first": first}, lambda: len(parts(first)) == 1)
+        second.subscribe([topic])
+        with pytest.raises(UnreleasedInstanceIdError):
+            end = time.monotonic() + 20
+            while time.monotonic() < end:
+                second.poll(0.2)
+                first.poll(0.0)
+        assert parts(first) == {0}                          # the first one is not disturbed
+    finally:
+        first.close()
+        second.close()
