@@ -183,8 +183,9 @@ def test_commits_resume_after_the_broker_restarts(make_topic, mode, how, tmp_pat
         broker.stop()
 
 
-def test_consumer_protocol_commits_resume_after_the_kafka_broker_restarts(tmp_path):
-    """The KAFKA-13840 situation with group.protocol=consumer: the coordinator
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_commits_resume_after_the_kafka_broker_restarts(tmp_path, protocol):
+    """The KAFKA-13840 situation against Kafka, with both group protocols: the coordinator
     goes away (the JVM's restart takes seconds), heartbeats, commits and
     lookups fail meanwhile; afterwards the member finds the coordinator by
     itself - rejoining if the broker fenced it - reads on and its auto-commits
@@ -203,7 +204,7 @@ def test_consumer_protocol_commits_resume_after_the_kafka_broker_restarts(tmp_pa
         produce(bootstrap, topic, 0, 20)
         with Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
                       auto_commit_interval_ms=200, reconnect_backoff_max_ms=200,
-                      **CONSUMER_PROTOCOL) as c:
+                      **(CONSUMER_PROTOCOL if protocol == "consumer" else GROUP)) as c:
             c.subscribe([topic])
             assert len(consume_and_commit(c, "auto", 20, [])) == 20
             assert wait_committed(c, bootstrap, group, tp, 20) == 20
@@ -222,6 +223,7 @@ def test_consumer_protocol_commits_resume_after_the_kafka_broker_restarts(tmp_pa
             assert [r.offset for r in got] == list(range(20, 25))
             assert wait_committed(c, bootstrap, group, tp, 25, timeout=30) == 25
             assert c._core.coordinator.epoch > epoch       # rediscovered by itself
-            assert c._core.membership.member_id == member  # the same member
+            if protocol == "consumer":
+                assert c._core.membership.member_id == member  # the same (client-made) member id
     finally:
         broker.stop()
