@@ -410,3 +410,27 @@ def test_a_second_live_member_with_the_same_instance_id_fails_clearly(bootstrap,
     finally:
         first.close()
         second.close()
+
+
+def test_console_consumer_joins_with_the_consumer_protocol(bootstrap, make_topic):
+    """``kio consume --group G --property group.protocol=consumer``: the
+    tool's classic session/heartbeat defaults stay out of the way."""
+    import json
+    import os
+    import subprocess
+    import sys
+    topic = make_topic(2)
+    group = group_name("cli")
+    produce(bootstrap, topic, 2, 2)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    res = subprocess.run([sys.executable, "-m", "kio", "consume", "--bootstrap-server", bootstrap,
+                          "--topic", topic, "--from-beginning", "--json", "--max-messages", "4",
+                          "--group", group, "--property", "group.protocol=consumer"],
+                         capture_output=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr.decode()
+    recs = [json.loads(line) for line in res.stdout.decode().splitlines()]
+    assert sorted((r["partition"], r["offset"]) for r in recs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        offsets = admin.list_consumer_group_offsets(group)
+    assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 2, 1: 2}
