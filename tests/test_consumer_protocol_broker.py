@@ -243,7 +243,7 @@ def test_regex_subscription_is_evaluated_by_the_broker_and_finds_new_topics(boot
 def test_mixed_group_classic_member_then_consumer_protocol_member(bootstrap, make_topic):
     """Online upgrade: a classic group gets a consumer-protocol member; Kafka
     converts the group and assigns to both (the classic member through
-    JoinGroup/SyncGroup)."""
+    JoinGroup/SyncGroup); when that member leaves, the group goes back."""
     topic = make_topic(4)
     group = group_name("mixed")
     produce(bootstrap, topic, 4, 5)
@@ -270,6 +270,13 @@ def test_mixed_group_classic_member_then_consumer_protocol_member(bootstrap, mak
         with Admin(bootstrap_servers=bootstrap) as admin:
             desc = admin.describe_consumer_groups([group])[group]
         assert desc.state == "Stable" and len(desc.members) == 2
+        # and back (Kafka converts the group to classic when its last
+        # consumer-protocol member leaves): the classic member gets everything
+        new.close()
+        assert poll_all({"classic": classic}, lambda: len(parts(classic)) == 4, read=read), parts(classic)
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            desc = admin.describe_consumer_groups([group])[group]
+        assert desc.state == "Stable" and len(desc.members) == 1
     finally:
         open_ = False
         classic.close()
