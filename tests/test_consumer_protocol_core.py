@@ -452,3 +452,16 @@ def test_core_routes_a_pattern_to_the_broker_and_rejects_what_it_cannot_evaluate
     core.subscribe_pattern(r"t-\d+", 0)
     assert core.mode == "pattern" and core.membership.regex == r"t-\d+"
     assert core.membership.state is ConsumerMemberState.JOINING
+
+
+def test_static_member_poll_timeout_leaves_with_epoch_minus_two():
+    # Java's leaveGroupEpoch(): a static member's leave keeps its assignment
+    # on the broker for the session timeout, so its return moves nothing.
+    c = Coordinator(max_poll_interval_ms=1000, group_instance_id="inst-1")
+    c.m.poll_called(c.now)
+    c.joined({T1: [0]}, epoch=2)
+    c.take_events()
+    c.now += 1001
+    (leave,) = c.poll()
+    assert (leave.body["member_epoch"], leave.body["instance_id"]) == (-2, "inst-1")
+    assert [type(e) for e in c.take_events()] == [PartitionsLost]
