@@ -107,3 +107,103 @@ def print_table(results, headline, base_prefix="confluent"):
           f"{'CPU vs ' + short:>20s}")
     for name, rate, us, secs in results:
         print(f"{name:30s} {rate:12,.0f} {us:11.2f} {rate / base[1]:19.2f}x {us / base[2]:19.2f}x")
+
+
+# -- like-with-like tables: each client at its defaults and at shared tuned settings -------------
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+class Row:
+    """One configuration of one client: ``client`` (e.g. "kio"), ``call``
+    (e.g. "send()"), ``settings`` ("defaults" or "tuned"), ``delivery`` (how
+    delivery reports are asked for), ``described`` (the settings in force,
+    named) and ``fn`` () -> (records/s, CPU µs/record, seconds)."""
+
+    def __init__(self, client, call, settings, delivery, described, fn):
+        self.client, self.call, self.settings, self.delivery = client, call, settings, delivery
+        self.described, self.fn = described, fn
+        self.runs: list = []
+
+    @property
+    def name(self):
+        return f"{self.client} {self.call} [{self.settings}, {self.delivery}]"
+
+
+def run_rows(rows, only, repeat):
+    """Run every row (those whose name contains one of ``only``) ``repeat``
+    times, alternating: round 1 runs each row once, then round 2, ... so a
+    machine that gets busier or quieter moves every client alike. A row
+    that fails is reported and dropped."""
+    rows = [r for r in rows if not only or any(o in r.name for o in only)]
+    for k in range(repeat):
+        for r in list(rows):
+            try:
+                rate, us, secs = r.fn()
+            except Exception as e:  # noqa: BLE001 - report and continue with the others
+                print(f"{r.name}: failed: {e!r}", file=sys.stderr, flush=True)
+                rows.remove(r)
+                continue
+            r.runs.append((rate, us, secs))
+            print(f"round {k + 1}: {r.name:62s} {rate:12,.0f} rec/s {us:7.2f} CPU us/rec  "
+                  f"(load {load_average()})", flush=True)
+    return rows
+
+
+def _median(xs):
+    xs = sorted(xs)
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def markdown_table(rows, base_client, title, notes=(), delivery_column=True):
+    """A markdown table of ``rows`` (medians of their runs) with ratios against
+    the ``base_client`` row of the same settings and delivery mode (or, for a
+    call that has no such row, the base client's row of the same settings
+    without delivery reports)."""
+    out = [title, ""]
+    out += [f"{n}" for n in notes]
+    if notes:
+        out.append("")
+    dcol = " delivery reports |" if delivery_column else ""
+    out.append(f"| client | settings |{dcol} records/s | CPU µs/record | "
+               f"records/s vs {base_client} | CPU vs {base_client} |")
+    out.append("|---|---|" + ("---|" if delivery_column else "") + "---|---|---|---|")
+    med = {id(r): (_median([x[0] for x in r.runs]), _median([x[1] for x in r.runs])) for r in rows}
+    bases = {}
+    for r in rows:
+        if r.client == base_client:
+            bases.setdefault((r.settings, r.delivery), r)
+            bases.setdefault((r.settings, None), r)
+    for r in rows:
+        rate, us = med[id(r)]
+        base = bases.get((r.settings, r.delivery)) or bases.get((r.settings, None))
+        if base is not None:
+            brate, bus = med[id(base)]
+            ratios = f"{rate / brate:.2f}× | {us / bus:.2f}×"
+        else:
+            ratios = "- | -"
+        dcell = f" {r.delivery} |" if delivery_column else ""
+        out.append(f"| {r.client} `{r.call}` | {r.settings}: {r.described} |{dcell} "
+                   f"{rate:,.0f} | {us:.2f} | {ratios} |")
+    return "\n".join(out)
+
+
+def matrix_args(doc, default_records=1_000_000):
+    """bench_args plus --repeat (rounds, median reported) and --settings."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--records", type=int, default=default_records)
+    ap.add_argument("--only", action="append", help="run only rows whose name contains this")
+    ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                    help="the local broker to run against: Apache Kafka (the reference, "
+                         "default) or Tansu")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds over every row, alternating clients; the table gives medians")
+    ap.add_argument("--settings", default="defaults,tuned",
+                    help="comma-separated: defaults (each client's own), tuned (the same for all)")
+    ap.add_argument("--batch-sizes", help="bench_produce: kio send() at these batch.size values "
+                                          "(comma-separated bytes) against confluent-kafka's defaults")
+    return ap.parse_args()

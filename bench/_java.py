@@ -38,10 +38,11 @@ def producer_perf(bootstrap, topic, n, record_size, props):
                      f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in props.items())])
     _, base_cpu = run(1, topic + "-warm")
     out, cpu = run(n, topic)
-    m = re.search(r"(\d+) records sent, ([\d.]+) records/sec", out)
-    if not m or int(m.group(1)) != n:
+    # the tool prints a line every 5 s while it runs, then the totals: take the last
+    found = re.findall(r"(\d+) records sent, ([\d.]+) records/sec", out)
+    if not found or int(found[-1][0]) != n:
         raise RuntimeError(f"unexpected ProducerPerformance output:\n{out[-2000:]}")
-    rate = float(m.group(2))
+    rate = float(found[-1][1])
     return rate, (cpu - base_cpu) / n * 1e6, n / rate
 
 

@@ -11,7 +11,15 @@ client CPU microseconds per record (see bench/_bench.py). The Java row is
 Kafka's own ConsumerPerformance tool in a child JVM (a group of one member;
 bench/_java.py says how its CPU is counted).
 
-    python bench/bench_consume.py --records 1000000 [--broker kafka|tansu]
+Every client runs with its own defaults (``defaults``, nothing set; the
+settings column names what is in force) and with the same tuned settings
+(``tuned``: max.partition.fetch.bytes 8 MiB, fetch.max.bytes 64 MiB, up to
+10,000 records per poll: max.poll.records, aiokafka's max_records, and
+confluent-kafka's ``consume(10000)``). Rows run in alternating rounds
+(--repeat, default 3); the markdown table gives medians and ratios against
+confluent-kafka's ``consume()`` with the same settings.
+
+    python bench/bench_consume.py --records 1000000 --repeat 3 [--broker kafka|tansu]
 """
 from __future__ import annotations
 
@@ -23,8 +31,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import datetime  # noqa: E402
+
 from _bench import (  # noqa: E402
-    bench_args, broker_label, create_topic, local_broker, measure, print_table, run_clients,
+    Row, broker_label, create_topic, load_average, local_broker, markdown_table, matrix_args, measure,
+    run_rows,
 )
 
 VALUE = b"x" * 100
@@ -64,9 +75,14 @@ def read_n(make, read_round, close, n):
             close(held[0])
 
 
-def _kio_consumer(bootstrap, topic):
+KIO_TUNED = dict(max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20, max_poll_records=10000)
+CONFLUENT_TUNED = {"max.partition.fetch.bytes": 8 << 20, "fetch.max.bytes": 64 << 20}
+TUNED_TEXT = "max.partition.fetch.bytes 8 MiB, fetch.max.bytes 64 MiB, 10,000 records per poll"
+
+
+def _kio_consumer(bootstrap, topic, conf=None):
     from kio import Consumer, TopicPartition
-    c = Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    c = Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **(conf or {}))
     tp = TopicPartition(topic, 0)
     c.assign([tp])
     c.seek(tp, 0)
@@ -81,23 +97,23 @@ def _values_len(records):
     return len(records)
 
 
-def bench_kio_poll(bootstrap, topic, n):
-    return read_n(lambda: _kio_consumer(bootstrap, topic), lambda c: _values_len(c.poll(1.0)),
+def bench_kio_poll(bootstrap, topic, n, conf=None):
+    return read_n(lambda: _kio_consumer(bootstrap, topic, conf), lambda c: _values_len(c.poll(1.0)),
                   lambda c: c.close(), n)
 
 
-def bench_kio_poll_batch(bootstrap, topic, n, arrow=False):
+def bench_kio_poll_batch(bootstrap, topic, n, conf=None, arrow=False):
     if arrow:
         import pyarrow  # noqa: F401 - a one-time import (~0.1 s CPU), not part of consuming
-    return read_n(lambda: _kio_consumer(bootstrap, topic),
+    return read_n(lambda: _kio_consumer(bootstrap, topic, conf),
                   lambda c: sum(len(b.values) for b in c.poll_batch(1.0, arrow=arrow)),
                   lambda c: c.close(), n)
 
 
-def _confluent_consumer(bootstrap, topic):
+def _confluent_consumer(bootstrap, topic, conf=None):
     import confluent_kafka as ck
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + topic,
-                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest", **(conf or {})})
     c.assign([ck.TopicPartition(topic, 0, 0)])
     return c
 
@@ -111,22 +127,25 @@ def _confluent_round(messages):
     return got
 
 
-def bench_confluent_consume(bootstrap, topic, n):
-    return read_n(lambda: _confluent_consumer(bootstrap, topic), lambda c: _confluent_round(c.consume(500, 1.0)),
+def bench_confluent_consume(bootstrap, topic, n, conf=None):
+    count = 10000 if conf else 500
+    return read_n(lambda: _confluent_consumer(bootstrap, topic, conf),
+                  lambda c: _confluent_round(c.consume(count, 1.0)), lambda c: c.close(), n)
+
+
+def bench_confluent_poll(bootstrap, topic, n, conf=None):
+    return read_n(lambda: _confluent_consumer(bootstrap, topic, conf), lambda c: _confluent_round((c.poll(1.0),)),
                   lambda c: c.close(), n)
 
 
-def bench_confluent_poll(bootstrap, topic, n):
-    return read_n(lambda: _confluent_consumer(bootstrap, topic), lambda c: _confluent_round((c.poll(1.0),)),
-                  lambda c: c.close(), n)
-
-
-def bench_aiokafka(bootstrap, topic, n):
+def bench_aiokafka(bootstrap, topic, n, conf=None):
     from aiokafka import AIOKafkaConsumer, TopicPartition
     loop = asyncio.new_event_loop()
+    tuned = dict(max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20) if conf else {}
+    max_records = 10000 if conf else None
 
     async def make():
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **tuned)
         await c.start()
         tp = TopicPartition(topic, 0)
         c.assign([tp])
@@ -134,7 +153,8 @@ def bench_aiokafka(bootstrap, topic, n):
         return c
 
     async def read_round(c):
-        return sum(_values_len(records) for records in (await c.getmany(timeout_ms=1000)).values())
+        return sum(_values_len(records) for records in
+                   (await c.getmany(timeout_ms=1000, max_records=max_records)).values())
     try:
         return read_n(lambda: loop.run_until_complete(make()), lambda c: loop.run_until_complete(read_round(c)),
                       lambda c: loop.run_until_complete(c.stop()), n)
@@ -142,11 +162,13 @@ def bench_aiokafka(bootstrap, topic, n):
         loop.close()
 
 
-def bench_kafka_python(bootstrap, topic, n):
+def bench_kafka_python(bootstrap, topic, n, conf=None):
     from kafka import KafkaConsumer, TopicPartition
+    tuned = dict(max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20, max_poll_records=10000) \
+        if conf else {}
 
     def make():
-        c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **tuned)
         tp = TopicPartition(topic, 0)
         c.assign([tp])
         c.seek(tp, 0)
@@ -155,33 +177,63 @@ def bench_kafka_python(bootstrap, topic, n):
                   lambda c: c.close(), n)
 
 
-def bench_java(bootstrap, topic, n):
+def bench_java(bootstrap, topic, n, conf=None):
     import _java
-    return _java.consumer_perf(bootstrap, topic, n)
+    props = {"max.partition.fetch.bytes": 8 << 20, "fetch.max.bytes": 64 << 20, "max.poll.records": 10000} \
+        if conf else {}
+    return _java.consumer_perf(bootstrap, topic, n, props)
 
 
-CLIENTS = [
-    ("confluent-kafka consume(500)", bench_confluent_consume),
-    ("confluent-kafka poll()", bench_confluent_poll),
-    ("kio poll()", bench_kio_poll),
-    ("kio poll_batch()", bench_kio_poll_batch),
-    ("kio poll_batch(arrow=True)", functools.partial(bench_kio_poll_batch, arrow=True)),
-    ("aiokafka getmany()", bench_aiokafka),
-    ("kafka-python poll()", bench_kafka_python),
-    ("java ConsumerPerformance", bench_java),
-]
+def rows(bootstrap, topic, n, settings):
+    def kio_defaults():
+        from kproto.consumer.config import CONSUMER_CONFIG
+        d = {name: st.default for name, st in CONSUMER_CONFIG.settings.items()}
+        return (f"max.partition.fetch.bytes {d['max.partition.fetch.bytes'] >> 20} MiB, fetch.max.bytes "
+                f"{d['fetch.max.bytes'] >> 20} MiB, max.poll.records {d['max.poll.records']}")
+    clients = [
+        ("confluent-kafka", "consume(500)", "consume(10000)", bench_confluent_consume,
+         "max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB, queued.max.messages.kbytes 64 MiB"),
+        ("confluent-kafka", "poll()", "poll()", bench_confluent_poll,
+         "max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB, queued.max.messages.kbytes 64 MiB"),
+        ("kio", "poll()", "poll()", bench_kio_poll, None),
+        ("kio", "poll_batch()", "poll_batch()", bench_kio_poll_batch, None),
+        ("kio", "poll_batch(arrow=True)", "poll_batch(arrow=True)",
+         functools.partial(bench_kio_poll_batch, arrow=True), None),
+        ("aiokafka", "getmany()", "getmany(max_records=10000)", bench_aiokafka,
+         "max_partition_fetch_bytes 1 MiB, fetch_max_bytes 50 MiB, no max_records"),
+        ("kafka-python", "poll()", "poll()", bench_kafka_python,
+         "max_partition_fetch_bytes 1 MiB, fetch_max_bytes 50 MiB, max_poll_records 500"),
+        ("Java", "ConsumerPerformance", "ConsumerPerformance", bench_java,
+         "max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB, max.poll.records 500; a group of one"),
+    ]
+    out = []
+    for which in ("defaults", "tuned"):
+        if which not in settings:
+            continue
+        for client, call, tuned_call, fn, described in clients:
+            conf = (KIO_TUNED if client == "kio" else CONFLUENT_TUNED) if which == "tuned" else None
+            text = TUNED_TEXT if which == "tuned" else (described or kio_defaults())
+            out.append(Row(client, tuned_call if which == "tuned" else call, which, "-", text,
+                           functools.partial(fn, bootstrap, topic, n, conf)))
+    return out
 
 
 def main():
-    args = bench_args(__doc__)
+    args = matrix_args(__doc__)
     n = args.records
+    load_before = load_average()
     with local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         topic = create_topic(bs)
         fill(bs, topic, n)
-        results = run_clients(CLIENTS, args.only, lambda fn: fn(bs, topic, n))
-    print_table(results, f"{n:,} records x {len(VALUE)} B from offset 0 of one partition; "
-                         f"{broker_label(broker)}; Python {sys.version.split()[0]}")
+        done = run_rows(rows(bs, topic, n, args.settings.split(",")), args.only, args.repeat)
+    title = (f"`python bench/bench_consume.py --records {n} --repeat {args.repeat}`: {n:,} records x "
+             f"{len(VALUE)} B from offset 0 of one partition; {broker_label(broker)}; Python "
+             f"{sys.version.split()[0]}; median of {args.repeat} alternating rounds; "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
+             f"{load_before} before, {load_average()} after")
+    print()
+    print(markdown_table(done, "confluent-kafka", title, delivery_column=False))
 
 
 if __name__ == "__main__":

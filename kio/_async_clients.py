@@ -134,6 +134,7 @@ class AsyncDelivery:
     awaited registers itself to be woken."""
     __slots__ = ("topic", "partition", "timestamp", "_outcome", "_delta", "_event")
     notify = False
+    on_delivery = None            # attached records with a callback: AsyncCallbackDelivery
     new_event = None              # set per backend
 
     def __init__(self):

@@ -19,7 +19,6 @@ threads are serialised.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
@@ -34,16 +33,13 @@ from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
 from kproto.errors import KafkaError
+from kio._common import now_ms as _now_ms  # the cores' one clock
 
 __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec"]
 
 
 class AdminClosedError(KafkaError):
     """The admin client is closed."""
-
-
-def _now_ms():
-    return time.monotonic() * 1000.0
 
 
 class Admin:

@@ -42,6 +42,7 @@ from kproto.config import Config
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError
 from kproto.records import Record
+from kio._common import now_ms as _now_ms  # the cores' one clock
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionBatch",
            "ConsumerThreadError", "ConsumerClosedError", "KafkaTimeoutError", "WakeupError"]
@@ -69,10 +70,6 @@ class PartitionBatch(NamedTuple):
     def __len__(self) -> int:
         """The number of records."""
         return len(self.offsets)
-
-
-def _now_ms():
-    return time.monotonic() * 1000.0
 
 
 class Consumer:

@@ -35,6 +35,7 @@ from kio._common import sleep_time
 from kio._network import SocketLoop
 from kio._types import BulkCallback, DeliveryCallback, Headers
 from kproto.config import Config
+from kio._common import now_ms as _now_ms  # the cores' one clock
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
 from kproto.producer.core import (
@@ -49,10 +50,7 @@ log = logging.getLogger("kio.producer")
 
 _time_ns, _monotonic = time.time_ns, time.monotonic
 _new_future = object.__new__
-
-
-def _now_ms():
-    return _monotonic() * 1000.0
+_tuple_new = tuple.__new__
 
 
 _INIT_LOCK = threading.Lock()
@@ -63,13 +61,14 @@ class DeliveryFuture(concurrent.futures.Future):
 
     A :class:`concurrent.futures.Future` (``result``, ``exception``,
     ``done``, ``add_done_callback``, ``concurrent.futures.wait`` and
-    ``as_completed`` work) that costs one object per record: without an
-    ``on_delivery`` callback it is attached to its batch's shared outcome
-    (:mod:`kproto.producer.outcome`) and reads its state from there, so
-    completing a batch does nothing per record, and a future the application
-    drops is freed at once instead of waiting in the batch for the broker.
-    With a callback it is kept in the batch and completed one by one. Cannot
-    be cancelled (a record handed to the producer is on its way, as in Java).
+    ``as_completed`` work) that costs one object per record: it is attached
+    to its batch's shared outcome (:mod:`kproto.producer.outcome`) and reads
+    its state from there, so completing a batch does nothing per record, and
+    a future the application drops is freed at once instead of waiting in
+    the batch for the broker. An ``on_delivery`` callback is kept in the
+    batch without the future (ProducerBatch.callbacks) and called once the
+    batch is final, after the future is. Cannot be cancelled (a record
+    handed to the producer is on its way, as in Java).
 
     ``send()`` makes it without running ``Future.__init__`` (a Condition and
     two lists per record would cost more than the rest of send): the public
@@ -101,7 +100,6 @@ class DeliveryFuture(concurrent.futures.Future):
         # No super().__init__(): made on demand, see the class docstring.
         if on_delivery is not None:
             self.on_delivery = on_delivery
-            self.notify = True
 
     def __getattr__(self, name):
         # Only reached for an attribute that is missing. Before the Future
@@ -204,23 +202,29 @@ class DeliveryFuture(concurrent.futures.Future):
 
     def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
         """Notify mode: this record's outcome."""
+        # Runs once per record on the network thread: locals over attribute
+        # reads, and the metadata tuple made without RecordMetadata.__new__'s frame.
+        off = -1
         if error is None:
             self.partition = partition
             if log_append_time is not None and log_append_time >= 0:
                 self.timestamp = log_append_time
-            self._offset = base_offset + delta if base_offset >= 0 else -1
+            if base_offset >= 0:
+                off = base_offset + delta
+            self._offset = off
         else:
             self._error = error
         self._completed = True            # state first, then the flag: see _kio_init
         if self._kio_future:
             self._kio_settle()
-        if self.on_delivery is not None:
-            md = None if error is not None else RecordMetadata(
-                self.topic, self.partition, self._offset, self.timestamp)
+        on_delivery = self.on_delivery
+        if on_delivery is not None:
+            md = None if error is not None else _tuple_new(
+                RecordMetadata, (self.topic, partition, off, self.timestamp))
             try:
-                self.on_delivery(error, md)
+                on_delivery(error, md)
             except Exception:  # noqa: BLE001 - a user callback must not kill the network thread
-                log.exception("on_delivery callback %r raised", self.on_delivery)
+                log.exception("on_delivery callback %r raised", on_delivery)
 
 
 class BulkResult(tuple):
@@ -323,7 +327,9 @@ class Producer:
             key_b, value_b = core.serialize(topic, key, value)      # outside the lock
         # Per-record costs count here: no __init__ call without a callback,
         # acquire/release instead of a with-block (both cheaper by ~0.1 us).
-        fut = _new_future(DeliveryFuture) if on_delivery is None else DeliveryFuture(on_delivery)
+        fut = _new_future(DeliveryFuture)
+        if on_delivery is not None:                 # DeliveryFuture(on_delivery), without its frame
+            fut.on_delivery = on_delivery
         ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
         lock = self._lock
         lock.acquire()

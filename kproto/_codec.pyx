@@ -127,6 +127,13 @@ cdef inline bint _in_range(object rng, int version):
     return lo <= version and (hi is None or version <= hi)
 
 
+cdef str _format_range(object rng):
+    if rng is None:
+        return "none"
+    lo, hi = rng
+    return f"{lo}+" if hi is None else (f"{lo}" if lo == hi else f"{lo}-{hi}")
+
+
 # -- plans -----------------------------------------------------------------------
 
 cdef class FieldPlan:
@@ -143,6 +150,7 @@ cdef class FieldPlan:
     cdef readonly StructPlan sub    # struct (or struct element) plan, else None
     cdef object default_            # immutable default (when not mutable)
     cdef bint mutable               # default is a new list / struct dict each time
+    cdef readonly str versions      # the schema's version range, for error messages
     cdef object enc_default         # shared value encoded for a missing key
     cdef bytes default_bytes        # encoding of the default (tagged fields)
 
@@ -186,6 +194,9 @@ cdef class StructPlan:
     cdef tuple fresh                # fields not always read whose default is mutable
     cdef dict full_template         # every field's immutable default (None placeholders)
     cdef tuple all_mutable          # every field whose default is mutable
+    cdef frozenset names            # every field's name, in any version: other keys are typos
+    cdef tuple absent               # fields not in this version that may not be dropped
+                                    # silently (not "ignorable" in the schema)
 
     cpdef dict make_default(self):
         """A new dict holding every field's default."""
@@ -246,6 +257,7 @@ cdef StructPlan _compile_struct(str name, list fields, int version, bint flexibl
         fp.name = f["name"]
         fp.type = f["type"]
         fp.present = _in_range(f["versions"], version)
+        fp.versions = _format_range(f["versions"])
         fp.tagged = fp.present and flexible and _in_range(f.get("tagged"), version)
         fp.tag = f.get("tag", -1)
         fp.nullable = fp.present and _in_range(f.get("nullable"), version)
@@ -315,6 +327,9 @@ cdef StructPlan _compile_struct(str name, list fields, int version, bint flexibl
         except (EncodeError, TypeError, OverflowError, ValueError):
             fp.default_bytes = None
     sp.template = template
+    sp.names = frozenset(full_template)
+    sp.absent = tuple([fp for fp, f in zip(allf, fields)
+                       if not fp.present and not f.get("ignorable")])
     sp.fresh = tuple(fresh)
     sp.full_template = full_template
     sp.all_mutable = tuple(all_mutable)
@@ -416,7 +431,7 @@ cdef int _enc_scalar(int k, object v, Writer w) except -1:
     return 0
 
 
-cdef int _enc_field(FieldPlan fp, object v, Writer w) except -1:
+cdef int _enc_field(FieldPlan fp, object v, Writer w, bint lenient=False) except -1:
     cdef int k = fp.kind
     cdef Py_ssize_t i = 0, n
     cdef object item
@@ -441,7 +456,7 @@ cdef int _enc_field(FieldPlan fp, object v, Writer w) except -1:
     if k == K_STRUCT:
         if fp.nullable:
             w.write_int8(1)
-        _enc_struct(fp.sub, v, w)
+        _enc_struct(fp.sub, v, w, lenient)
         return 0
     # K_ARRAY
     if not isinstance(v, (list, tuple)):
@@ -454,7 +469,7 @@ cdef int _enc_field(FieldPlan fp, object v, Writer w) except -1:
     try:
         if fp.elem == K_STRUCT:
             for i in range(n):
-                _enc_struct(fp.sub, v[i], w)
+                _enc_struct(fp.sub, v[i], w, lenient)
         else:
             for i in range(n):
                 _enc_scalar(fp.elem, v[i], w)
@@ -463,7 +478,7 @@ cdef int _enc_field(FieldPlan fp, object v, Writer w) except -1:
     return 0
 
 
-cdef int _enc_tagged(StructPlan sp, dict value, Writer w) except -1:
+cdef int _enc_tagged(StructPlan sp, dict value, Writer w, bint lenient) except -1:
     cdef FieldPlan fp
     cdef list items = None
     cdef Writer tw
@@ -479,7 +494,7 @@ cdef int _enc_tagged(StructPlan sp, dict value, Writer w) except -1:
             pass
         tw = Writer()
         try:
-            _enc_field(fp, v, tw)
+            _enc_field(fp, v, tw, lenient)
         except (EncodeError, TypeError, OverflowError, ValueError) as exc:
             raise _enc_annotate(exc, fp.name)
         data = tw.getvalue()
@@ -499,7 +514,43 @@ cdef int _enc_tagged(StructPlan sp, dict value, Writer w) except -1:
     return 0
 
 
-cdef int _enc_struct(StructPlan sp, object value, Writer w) except -1:
+cdef bint _is_default(FieldPlan fp, object v):
+    """Whether v is what the schema would have put in the field: None, the
+    default, or an empty list/struct for the mutable ones."""
+    if v is None:
+        return True
+    try:
+        if v == fp.enc_default:
+            return True
+    except Exception:
+        return False
+    if fp.mutable and (fp.kind == K_ARRAY or fp.kind == K_STRUCT):
+        return not v
+    return False
+
+
+cdef int _check_keys(StructPlan sp, dict d, bint lenient) except -1:
+    """A key that names no field of this struct in any version is a typo: say
+    so rather than sending the field's default. A field this version does not
+    have may be given only at its default (or when the schema marks it
+    ignorable), as the Java client's generated messages require: otherwise a
+    body meant for another version would be sent without what it says."""
+    cdef FieldPlan fp
+    for key in d:
+        if key not in sp.names:
+            known = ", ".join(fp.name for fp in sp.fields)
+            raise _EncodeFail(f"unknown field {key!r} in {sp.name} (its fields: {known})")
+    if lenient:
+        return 0
+    for fp in sp.absent:
+        v = d.get(fp.name, _MISSING)
+        if v is not _MISSING and not _is_default(fp, v):
+            raise _EncodeFail(f"field {fp.name!r} of {sp.name} is only in versions "
+                              f"{fp.versions}, not in v{sp.version}: it would be dropped")
+    return 0
+
+
+cdef int _enc_struct(StructPlan sp, object value, Writer w, bint lenient) except -1:
     cdef dict d
     cdef FieldPlan fp = None
     if type(value) is dict:
@@ -510,23 +561,38 @@ cdef int _enc_struct(StructPlan sp, object value, Writer w) except -1:
         d = dict(value)
     else:
         raise _EncodeFail(f"expected a dict for {sp.name}, got {type(value).__name__}")
+    cdef Py_ssize_t found = 0
     try:
         for fp in sp.regular:
             v = d.get(fp.name, _MISSING)
             if v is _MISSING:
                 v = fp.enc_default
-            _enc_field(fp, v, w)
+            else:
+                found += 1
+            _enc_field(fp, v, w, lenient)
     except (EncodeError, TypeError, OverflowError, ValueError) as exc:
         raise _enc_annotate(exc, fp.name)
+    if found != len(d):
+        # Keys this version does not write: typos, or other versions' fields.
+        for fp in sp.tagged:
+            if fp.name in d:
+                found += 1
+        if found != len(d):
+            _check_keys(sp, d, lenient)
     if sp.flexible:
-        _enc_tagged(sp, d, w)
+        _enc_tagged(sp, d, w, lenient)
     return 0
 
 
-cpdef encode(StructPlan plan, object value, Writer w):
-    """Append the encoding of value (a dict) in plan's version to w."""
+cpdef encode(StructPlan plan, object value, Writer w, bint other_versions=False):
+    """Append the encoding of value (a dict) in plan's version to w.
+
+    A key that is no field of the struct raises EncodeError. So does a field
+    the version lacks given a value other than its default, unless
+    ``other_versions`` (used for responses, which a test broker builds once for
+    every version) or the schema marks the field ignorable."""
     try:
-        _enc_struct(plan, value, w)
+        _enc_struct(plan, value, w, other_versions)
     except _EncodeFail as exc:
         path = _format_path(exc.segs)
         where = f" field {path}:" if path else ""

@@ -47,6 +47,7 @@ from kproto.config import (
 )
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
+from kproto.requests import find_coordinator_body, offset_fetch_body
 from kproto.errors import (
     ConfigError, ConnectionClosedError, KafkaError, KafkaTimeoutError, NotReadyError, RequestTimedOutError,
     UnsupportedVersionError,
@@ -862,7 +863,7 @@ class AdminCore(DriverIO):
 
         class Lookup(_Call):
             def build(call, core_, node):
-                return {"key": group, "key_type": 0, "coordinator_keys": [group]}
+                return find_coordinator_body(group)
 
             def handle(call, core_, body, now):
                 coords = body.get("coordinators") or []
@@ -1126,8 +1127,7 @@ class AdminCore(DriverIO):
             topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by.items())]
 
         def build(node, call=None):
-            return {"group_id": g, "topics": topics, "require_stable": require_stable,
-                    "groups": [{"group_id": g, "member_id": None, "member_epoch": -1, "topics": topics}]}
+            return offset_fetch_body(g, topics, require_stable)
 
         def handle(call, body, now):
             if body.get("groups"):
@@ -1311,7 +1311,7 @@ class AdminCore(DriverIO):
             for tp in call.keys:
                 by.setdefault(tp.topic, []).append(
                     {"partition_index": tp.partition, "current_leader_epoch": -1,
-                     "timestamp": specs[tp], "max_num_offsets": 1})
+                     "timestamp": specs[tp]})
             return {"replica_id": -1, "isolation_level": isolation_level,
                     "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by.items())],
                     "timeout_ms": self.config.request_timeout_ms}

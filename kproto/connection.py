@@ -529,6 +529,9 @@ class Connection:
 
         ``api`` is a name ("Metadata") or an Api. ``version`` defaults to the
         highest version both sides support (UnsupportedVersionError if none).
+        ``body`` is a dict, or a callable taking the chosen version and
+        returning the dict, for bodies whose fields differ between versions
+        (the codec refuses a field the version lacks rather than drop it).
         Raises NotReadyError unless ``can_send()``.
         """
         if self.state is not ConnectionState.READY:
@@ -554,6 +557,10 @@ class Connection:
                 raise UnsupportedVersionError(
                     f"node {self.node_id} does not support {api_obj.name} v{version} "
                     f"(it supports {self.versions.broker_range(api_obj) or 'no version'})")
+        if callable(body):
+            # A body whose fields depend on the version negotiated just above
+            # (e.g. FindCoordinator's key vs coordinator_keys): built now.
+            body = body(version)
         cid = self._next_correlation_id
         data = m.encode_request(api_obj, version, cid, self.client_id, body)
         self._next_correlation_id = (cid + 1) & 0x7FFFFFFF

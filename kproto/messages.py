@@ -266,7 +266,7 @@ def encode_response(api_, version: int, correlation_id: int, body) -> bytes:
                       {"correlation_id": correlation_id}, w)
     except EncodeError as exc:
         raise EncodeError(f"{a.name} v{version} response: {exc}") from None
-    _codec.encode(plan, {} if body is None else body, w)
+    _codec.encode(plan, {} if body is None else body, w, True)
     w.write_int32_at(0, len(w) - 4)
     return w.getvalue()
 

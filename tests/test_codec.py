@@ -368,3 +368,48 @@ def test_reader_pos_and_plan_introspection():
     r = Reader(b"\x01\x00\x00\x00\x07\x00++")
     assert _codec.decode(plan, r) == {"responses": [], "throttle_time_ms": 7, "node_endpoints": []}
     assert r.pos == 6
+
+
+# -- strict bodies: a typo or another version's field is an error, not a default --
+
+def test_a_key_naming_no_field_is_refused_with_the_key_and_the_message():
+    body = {"group_id": "g", "generaton_id": 7, "member_id": "m", "group_instance_id": None}
+    with pytest.raises(EncodeError) as exc:
+        m.encode_request("Heartbeat", 4, 1, "c", body)
+    text = str(exc.value)
+    assert "'generaton_id'" in text and "Heartbeat v4 request" in text and "generation_id" in text
+
+
+def test_a_typo_deep_in_a_body_names_its_path():
+    body = {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestmap": 5}]}]}
+    with pytest.raises(EncodeError, match=r"topics\[0\]\.partitions\[0\].*'timestmap'"):
+        m.encode_request("ListOffsets", 7, 1, "c", body)
+
+
+def test_a_field_the_version_lacks_is_refused_when_it_carries_a_value():
+    # FindCoordinator v4+ asks by coordinator_keys: a body with only `key`
+    # would ask for nothing, so the codec says so.
+    with pytest.raises(EncodeError, match=r"FindCoordinator v4 request.*'key'.*versions 0-3"):
+        m.encode_request("FindCoordinator", 4, 1, "c", {"key": "g", "key_type": 0})
+    # LeaveGroup v3+ names the members leaving in a list (KIP-345).
+    with pytest.raises(EncodeError, match=r"LeaveGroup v3 request.*'member_id'.*0-2"):
+        m.encode_request("LeaveGroup", 3, 1, "c", {"group_id": "g", "member_id": "m"})
+
+
+def test_another_versions_field_at_its_default_or_marked_ignorable_is_accepted():
+    # At its default the field says nothing, so nothing is lost.
+    m.encode_request("FindCoordinator", 4, 1, "c", {"key": "", "key_type": 0, "coordinator_keys": ["g"]})
+    # client_software_name is ignorable in the schema (ApiVersions v3+), as
+    # Produce's topic name is from v13 (the sender picks v12 while any topic
+    # id is unknown): Java's generated messages drop those too.
+    m.encode_request("ApiVersions", 0, 1, "c", {"client_software_name": "kio"})
+
+
+def test_responses_may_carry_other_versions_fields():
+    # A (test) broker writes one response dict for every version it serves.
+    body = {"error_code": 0, "node_id": 1, "host": "h", "port": 9092,
+            "coordinators": [{"key": "g", "node_id": 1, "host": "h", "port": 9092}]}
+    for v in (0, 3, 4, 6):
+        m.encode_response("FindCoordinator", v, 1, body)
+    with pytest.raises(EncodeError, match="'nod_id'"):
+        m.encode_response("FindCoordinator", 6, 1, dict(body, nod_id=1))

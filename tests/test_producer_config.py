@@ -20,10 +20,11 @@ def test_dotted_and_underscored_names_are_the_same_setting():
 
 
 def test_defaults_follow_kafka():
+    # except batch.size: 256 KiB, not 16 KiB (README, "Producer defaults")
     c = parse()
     assert (c.acks, c.enable_idempotence, c.batch_size, c.buffer_memory, c.max_block_ms,
             c.delivery_timeout_ms, c.request_timeout_ms, c.max_in_flight_requests_per_connection,
-            c.retries) == (-1, True, 16384, 32 * 1024 * 1024, 60000, 120000, 30000, 5, 2147483647)
+            c.retries) == (-1, True, 262144, 32 * 1024 * 1024, 60000, 120000, 30000, 5, 2147483647)
 
 
 def test_unknown_key_suggests_the_near_miss():

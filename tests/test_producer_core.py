@@ -15,7 +15,9 @@ try:
 except ImportError:  # pragma: no cover
     from tests.scripted_broker import NO_RESPONSE, Reply, ScriptedBroker
 
+from kproto import error_codes
 from kproto.client import Close, Connect
+from kproto.producer.core import DeliveryHandle
 from kproto.producer import (
     BufferExhausted, DeliveryTimeoutError, InvalidPartitionError, MetadataPending, ProducerCore,
     RecordTooLargeError, complete_results,
@@ -755,3 +757,176 @@ def test_unknown_topic_id_refreshes_metadata_and_retries_with_the_new_id():
     assert h2.error is None and kafka.values() == [b"a", b"b"]
     ids = [req.body["topic_data"][0]["topic_id"] for _, req in kafka.produce_requests]
     assert ids[0] == old and ids[-1] == new and len(ids) >= 3
+
+
+# --- batches that grow (batch.size larger than what a partition needs) ---------------------
+
+def _open_batch(core, topic="t", p=0):
+    return core.accumulator.queues[(topic, p)][-1]
+
+
+def test_a_new_batch_reserves_the_initial_size_and_doubles_up_to_batch_size():
+    core, kafka, sim = make(batch_size=64 * 1024, buffer_memory=1 << 20, linger_ms=100000,
+                            max_request_size=1 << 20)
+    core.accumulator.initial_reserve = 4096
+    hs = [sim.send(b"x" * 100)]
+    batch = _open_batch(core)
+    assert (batch.reserved, batch.builder.batch_size, core.accumulator.used_memory) == (4096, 4096, 4096)
+    while len(hs) < 100:                                     # ~11.5 KiB: grown twice
+        hs.append(sim.send(b"x" * 100))
+    assert _open_batch(core) is batch and batch.builder.batch_size == 16384
+    assert batch.reserved == core.accumulator.used_memory == 16384
+    while batch.builder.record_count == len(hs):             # until the batch is full at 64 KiB
+        hs.append(sim.send(b"x" * 100))
+    assert batch.full and batch.builder.batch_size == 64 * 1024
+    assert 64 * 1024 - 200 < batch.builder.size_in_bytes() <= 64 * 1024
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert all(h.error is None for h in hs)
+    assert kafka.values() == [b"x" * 100] * len(hs)
+    assert core.accumulator.used_memory == 0                 # every reservation came back
+
+
+def test_a_batch_does_not_grow_past_buffer_memory_it_is_sent_as_it_is():
+    core, kafka, sim = make(batch_size=64 * 1024, buffer_memory=12 * 1024, linger_ms=100000,
+                            max_request_size=1 << 20)
+    core.accumulator.initial_reserve = 4096
+    hs = []
+    with pytest.raises(BufferExhausted):
+        for _ in range(1000):
+            hs.append(sim.send(b"y" * 100))
+    first = core.accumulator.queues[("t", 0)][0]
+    assert first.full and first.builder.batch_size == 8192    # 8 KiB: 16 KiB would not fit
+    assert core.accumulator.used_memory <= 12 * 1024
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert all(h.error is None for h in hs) and kafka.values() == [b"y" * 100] * len(hs)
+    assert core.accumulator.used_memory == 0
+
+
+def test_send_many_grows_its_batch_and_keeps_one_part_per_call():
+    core, kafka, sim = make(batch_size=64 * 1024, buffer_memory=1 << 20, linger_ms=100000,
+                            max_request_size=1 << 20)
+    core.accumulator.initial_reserve = 4096
+    warm = sim.send(b"warm")                                 # metadata; opens the batch
+    values = [b"%04d" % i + b"z" * 96 for i in range(500)]
+    bulk, n = core.send_many("t", values, partition=0, now=sim.now)
+    assert n == 500
+    batch = _open_batch(core)
+    assert batch.builder.record_count == 501 and batch.builder.batch_size == 64 * 1024
+    assert batch.parts == [warm, (bulk, 1, 500)]             # grown, not split into parts
+    sim.run_until(lambda: bulk.done)
+    assert bulk.error is None and bulk.delivered == 500 and kafka.values()[1:] == values
+
+
+def test_keyed_send_many_with_growing_batches_stays_within_buffer_memory_and_in_order():
+    # batch.size far above the initial reserve: the keyed memory bound must
+    # count the growth of open batches too, or an append would be refused
+    # after the bound said it fits (AssertionError in the bulk result).
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}), buffer_memory=48 * 1024, batch_size=32 * 1024,
+                            linger_ms=100000, max_request_size=32 * 1024)
+    core.accumulator.initial_reserve = 2048
+    sim.send(b"warm")
+    _, first, calls = _keyed_send_many_through_a_small_buffer(core, kafka, sim, 3000)
+    assert 0 < first < 3000 and calls > 1
+    assert core.accumulator.used_memory == 0
+
+
+class _Attached:
+    """A handle that reads its batch's shared outcome (as kio's futures
+    without on_delivery do): kept in no part of the batch."""
+    notify = False
+    _outcome = None
+    _delta = 0
+    on_delivery = None
+    topic = partition = timestamp = None
+
+    def offset(self):
+        return self._outcome.offset_of(self._delta)[0]
+
+
+def test_told_and_attached_records_mixed_in_one_batch_each_get_their_own_offset():
+    # Regression: deltas of told handles and bulk parts were counted from the
+    # parts, which skip attached records: a callback's record after an
+    # attached one got its neighbour's offset.
+    core, kafka, sim = make(linger_ms=5)
+    sim.send(b"warm")                                             # offset 0, told
+    a1 = core.send("t", b"a", now=sim.now, handle=_Attached())     # 1, attached
+    t2 = core.send("t", b"b", now=sim.now)                        # 2, told
+    a3 = core.send("t", b"c", now=sim.now, handle=_Attached())     # 3, attached
+    bulk, n = core.send_many("t", [b"d", b"e"], partition=0, now=sim.now)   # 4-5, a bulk part
+    t6 = core.send("t", b"f", now=sim.now)                        # 6, told
+    assert n == 2 and len(core.accumulator.queues[("t", 0)]) == 1  # all in one batch
+    sim.run_until(lambda: t6.done and bulk.done)
+    assert kafka.values() == [b"warm", b"a", b"b", b"c", b"d", b"e", b"f"]
+    assert (a1.offset(), t2.metadata.offset, a3.offset(), t6.metadata.offset) == (1, 2, 3, 6)
+    assert bulk.ranges == [(0, 4, 2)]
+
+
+def test_a_split_batch_keeps_every_handle_on_its_own_record():
+    core, kafka, sim = make(linger_ms=5, batch_size=4096, max_request_size=1 << 20)
+    hs = []
+    for i in range(20):
+        if i % 3 == 0:
+            hs.append(core.send("t", b"%03d" % i + b"x" * 97, now=sim.now, handle=_Attached())
+                      if hs else sim.send(b"%03d" % i + b"x" * 97))
+        else:
+            hs.append(core.send("t", b"%03d" % i + b"x" * 97, now=sim.now))
+    kafka.inject("t", 0, 10)                                      # MESSAGE_TOO_LARGE: split in two
+    told = [h for h in hs if not isinstance(h, _Attached)]
+    sim.run_until(lambda: all(h.done for h in told))
+    assert core.metrics()["splits"] == 1
+    got = [h.offset() if isinstance(h, _Attached) else h.metadata.offset for h in hs]
+    assert got == list(range(20))
+    assert [v[:3] for v in kafka.values()] == [b"%03d" % i for i in range(20)]
+
+
+class _Told(DeliveryHandle):
+    """A handle told one by one that notes when it was."""
+    __slots__ = ("log",)
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def _resolved(self):
+        self.log.append(("told", self.offset))
+
+
+def _with_callback(log):
+    h = _Attached()
+    h.on_delivery = lambda err, md: log.append(("cb", md.offset if err is None else type(err).__name__))
+    return h
+
+
+def test_on_delivery_of_attached_records_runs_in_record_order_with_the_told_handles():
+    core, kafka, sim = make(linger_ms=5)
+    sim.send(b"warm")
+    log = []
+    core.send("t", b"a", now=sim.now, handle=_with_callback(log))          # 1
+    core.send("t", b"b", now=sim.now, handle=_Told(log))                   # 2
+    core.send("t", b"c", now=sim.now, handle=_Attached())                  # 3: no callback
+    core.send("t", b"d", now=sim.now, handle=_with_callback(log))          # 4
+    bulk, _ = core.send_many("t", [b"e", b"f"], partition=0, now=sim.now)  # 5-6
+    last = core.send("t", b"g", now=sim.now, handle=_with_callback(log))   # 7
+    batch = core.accumulator.queues[("t", 0)][-1]
+    assert len(batch.callbacks) == 9 and not any(isinstance(x, _Attached) for x in batch.callbacks)
+    sim.run_until(lambda: last._outcome.done and bulk.done)
+    assert log == [("cb", 1), ("told", 2), ("cb", 4), ("cb", 7)]
+    assert bulk.ranges == [(0, 5, 2)]
+
+
+def test_on_delivery_of_attached_records_follows_them_through_a_split_and_a_failure():
+    core, kafka, sim = make(linger_ms=5, batch_size=4096, max_request_size=1 << 20)
+    log = []
+    sim.send(b"000" + b"x" * 97)
+    for i in range(1, 20):
+        core.send("t", b"%03d" % i + b"x" * 97, now=sim.now, handle=_with_callback(log))
+    kafka.inject("t", 0, 10)                                      # MESSAGE_TOO_LARGE: split in two
+    sim.run_until(lambda: len(log) == 19)
+    assert core.metrics()["splits"] == 1
+    assert log == [("cb", i) for i in range(1, 20)]
+    log.clear()
+    kafka.inject("t", 0, 87)                                      # INVALID_RECORD: not retriable
+    core.send("t", b"bad", now=sim.now, handle=_with_callback(log))
+    sim.run_until(lambda: log)
+    want = type(error_codes.error_for_code(87, None)).__name__
+    assert log == [("cb", want)]

@@ -252,3 +252,33 @@ def test_py_typed_and_stubs_are_shipped():
     patterns = data["tool"]["setuptools"]["package-data"]["*"]
     assert "py.typed" in patterns and "*.pyi" in patterns
     assert any("mypy" in dep for dep in data["project"]["optional-dependencies"]["test"])
+
+
+MESSAGE_BODIES = '''
+import uuid
+from kproto import messages
+from kproto.message_types import HeartbeatRequest, ProduceRequest
+
+ok: HeartbeatRequest = {"group_id": "g", "generation_id": 7, "member_id": "m",
+                        "group_instance_id": None}
+produce: ProduceRequest = {"acks": 1, "timeout_ms": 1000, "topic_data": [
+    {"topic_id": uuid.uuid4(), "partition_data": [{"index": 0, "records": b""}]}]}
+messages.encode_request("Heartbeat", 4, 1, "c", ok)
+'''
+
+
+def test_message_types_are_generated_from_the_schema_tables():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_message_types.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_mypy_sees_message_body_field_names(tmp_path):
+    r, _ = _mypy(tmp_path, "bodies.py", MESSAGE_BODIES)
+    assert r.returncode == 0, r.stdout + r.stderr
+    typo = MESSAGE_BODIES.replace('"generation_id": 7', '"generaton_id": 7')
+    r, _ = _mypy(tmp_path, "typo.py", typo)
+    assert r.returncode != 0 and "generaton_id" in r.stdout, r.stdout
+    wrong = MESSAGE_BODIES.replace('"index": 0', '"index": "0"')
+    r, _ = _mypy(tmp_path, "wrong.py", wrong)
+    assert r.returncode != 0 and "index" in r.stdout, r.stdout

@@ -33,6 +33,7 @@ from kproto.consumer.coordinator import (
     COORDINATOR_ERRORS, CoordinatorLookupFailed,
 )
 from kproto.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from kproto.requests import offset_fetch_body
 
 __all__ = ["OffsetCommitter", "CommitHandle", "FetchHandle", "CommitCompleted", "CommitFailed",
            "OffsetsFetched", "CommitTimeoutError", "CommitFailedError"]
@@ -366,8 +367,7 @@ class OffsetCommitter:
             for tp in op.handle.partitions:
                 topics.setdefault(tp.topic, []).append(tp.partition)
             t_list = [{"name": t, "partition_indexes": ps} for t, ps in sorted(topics.items())]
-            body = {"group_id": self.group_id, "topics": t_list, "require_stable": self.require_stable,
-                    "groups": [{"group_id": self.group_id, "topics": t_list}]}
+            body = offset_fetch_body(self.group_id, t_list, self.require_stable)
             req = OutgoingRequest(COORDINATOR, "OffsetFetch", body, self, context=op,
                                   coordinator_epoch=self.coordinator.epoch)
         else:
@@ -380,8 +380,7 @@ class OffsetCommitter:
             for tp, om in sorted(op.handle.offsets.items()):
                 topics.setdefault(tp.topic, []).append({
                     "partition_index": tp.partition, "committed_offset": om.offset,
-                    "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata,
-                    "commit_timestamp": -1})
+                    "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
             body = {"group_id": self.group_id, "generation_id_or_member_epoch": gen[0],
                     "member_id": gen[1], "group_instance_id": gen[2], "retention_time_ms": -1,
                     "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}

@@ -31,13 +31,13 @@ from typing import NamedTuple, Optional
 from kproto import error_codes
 from kproto.consumer import ANY, OutgoingRequest
 from kproto.errors import KafkaError, RequestTimedOutError
+from kproto.requests import KEY_TYPE_GROUP, find_coordinator_body
 
 __all__ = ["CoordinatorState", "CoordinatorInfo", "GroupCoordinator", "CoordinatorFound",
            "CoordinatorLost", "CoordinatorLookupFailed", "COORDINATOR_ERRORS"]
 
 log = logging.getLogger(__name__)
 
-KEY_TYPE_GROUP = 0
 #: Error codes meaning "this broker is not (or not yet) the coordinator": the
 #: caller marks the coordinator unknown and retries after a fresh lookup.
 COORDINATOR_ERRORS = frozenset({
@@ -145,8 +145,7 @@ class GroupCoordinator:
                 f"{self.request_timeout_ms} ms"), now)
         if (self.state is CoordinatorState.UNKNOWN and self._wanted and self._inflight is None
                 and now >= self._next_lookup_at):
-            body = {"key": self.group_id, "key_type": KEY_TYPE_GROUP,
-                    "coordinator_keys": [self.group_id]}
+            body = find_coordinator_body(self.group_id, KEY_TYPE_GROUP)
             req = OutgoingRequest(ANY, "FindCoordinator", body, self)
             self._inflight = req
             self._inflight_deadline = now + self.request_timeout_ms

@@ -432,7 +432,7 @@ class ConsumerCore(DriverIO):
                 for tp in tps:
                     topics.setdefault(tp.topic, []).append({
                         "partition_index": tp.partition, "current_leader_epoch": -1,
-                        "timestamp": h.timestamps[tp], "max_num_offsets": 1})
+                        "timestamp": h.timestamps[tp]})
                 body = {"replica_id": -1, "isolation_level": self.fetcher.isolation,
                         "timeout_ms": self.config.request_timeout_ms,
                         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}

@@ -454,7 +454,7 @@ class Fetcher:
                 ts = LIST_OFFSETS_EARLIEST if strategy == EARLIEST else LIST_OFFSETS_LATEST
                 topics.setdefault(tp.topic, []).append({
                     "partition_index": tp.partition, "current_leader_epoch": -1,
-                    "timestamp": ts, "max_num_offsets": 1})
+                    "timestamp": ts})
                 self._resets_in_flight.add(tp)
             body = {"replica_id": -1, "isolation_level": self.isolation, "timeout_ms": 30000,
                     "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}

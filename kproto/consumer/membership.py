@@ -703,9 +703,11 @@ class GroupMembership:
         if (self.group_instance_id is not None or not self.member_id
                 or not self.coordinator.known or self._leave_req is not None):
             return None
-        body = {"group_id": self.group_id, "member_id": self.member_id,
-                "members": [{"member_id": self.member_id, "group_instance_id": None,
-                             "reason": reason}]}
+        member_id, members = self.member_id, [{"member_id": self.member_id, "group_instance_id": None,
+                                               "reason": reason}]
+        # v0-2 name the one member leaving; v3+ (KIP-345) a list of members.
+        body = (lambda v: {"group_id": self.group_id, "member_id": member_id} if v < 3
+                else {"group_id": self.group_id, "members": members})
         self._leave_req = OutgoingRequest(destination, "LeaveGroup", body, self,
                                           coordinator_epoch=self.coordinator.epoch)
         return self._leave_req

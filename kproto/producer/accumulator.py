@@ -1,11 +1,19 @@
 """The record accumulator: per-partition queues of open batches.
 
 Java's ``RecordAccumulator`` without locks or blocking. ``append`` adds a
-record to the last batch of its partition or opens a new one; a new batch
-reserves ``batch.size`` bytes (or the record's size if larger) of
+record to the last batch of its partition or opens a new one; a batch
+reserves what it may hold (see below; at least the record's size) of
 ``buffer.memory``, and when that budget is spent ``append`` raises
 :class:`BufferExhausted` - the core never waits: the driver does, up to
 ``max.block.ms``, and memory comes back when batches complete (``release``).
+
+A batch opens small (``INITIAL_BATCH_RESERVE`` bytes, or batch.size if
+smaller) and doubles, up to batch.size, while records keep coming and
+buffer.memory has room: a large batch.size then costs memory only on the
+partitions whose traffic fills it, so many partitions at a low rate hold no
+more than they would with Java's 16 KiB, and one busy partition sends few
+large requests (each request costs the network thread the same however many
+records it carries).
 
 ``ready`` tells which leaders have sendable data and when to look again;
 ``drain`` takes batches for those leaders up to ``max.request.size`` per
@@ -19,7 +27,13 @@ from kproto.errors import KafkaError
 from kproto.producer.outcome import BatchOutcome
 from kproto.records import BatchBuilder, estimate_size_in_bytes
 
-__all__ = ["iter_parts", "ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError"]
+__all__ = ["iter_parts", "ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError",
+           "INITIAL_BATCH_RESERVE"]
+
+# What a new batch reserves of buffer.memory (and takes in records) before it
+# grows: Java's old batch.size default, so a partition written slowly holds
+# what it held before batch.size grew.
+INITIAL_BATCH_RESERVE = 16384
 
 
 class BufferExhausted(KafkaError):
@@ -38,15 +52,23 @@ class ProducerBatch:
     ``outcome`` is shared by the handles attached to the batch (those with
     ``notify`` false, see :mod:`kproto.producer.outcome`); ``parts`` lists
     the handles told one by one, in record order: a bare handle owns one
-    record, a ``(handle, count)`` tuple owns ``count`` consecutive records (a
-    bulk send). A record's offset delta is the number of records owned by the
-    parts before it (:func:`iter_parts`). A bare handle instead of a tuple
-    per record matters: every container allocated per record is one more
-    object for the cyclic garbage collector to walk while batches wait."""
+    record, whose offset delta is the handle's ``_delta``; a ``(handle,
+    delta, count)`` tuple owns ``count`` consecutive records from ``delta``
+    (a bulk send). Deltas are stored, not counted from the parts, because
+    attached records between them are in no part. A bare handle instead of
+    a tuple per record matters: every container allocated per record is one
+    more object for the cyclic garbage collector to walk while batches wait.
+
+    ``callbacks`` serves attached handles that carry an ``on_delivery``
+    callback: a flat list of (callback, delta, timestamp) triples, three
+    items per record and no object of its own, so a record with a callback
+    keeps nothing alive but its callback (usually one function shared by
+    every record) while the batch waits; :func:`complete_results` calls
+    them, in record order with the parts."""
 
     __slots__ = ("topic", "partition", "builder", "parts", "created_ms", "deadline_ms", "attempts",
                  "retry_after_ms", "reserved", "full", "base_sequence", "producer_id", "epoch",
-                 "done", "in_flight", "drained_ms", "outcome")
+                 "done", "in_flight", "drained_ms", "outcome", "callbacks")
 
     def __init__(self, topic, partition, builder, now, deadline_ms, reserved):
         self.topic = topic
@@ -66,6 +88,7 @@ class ProducerBatch:
         self.in_flight = False
         self.drained_ms = None
         self.outcome = BatchOutcome(topic, partition)
+        self.callbacks = []
 
     @property
     def tp(self):
@@ -86,14 +109,11 @@ class ProducerBatch:
 
 def iter_parts(parts):
     """(handle, offset_delta, count) for each part of a batch."""
-    delta = 0
     for part in parts:
         if type(part) is tuple:
-            handle, count = part
+            yield part
         else:
-            handle, count = part, 1
-        yield handle, delta, count
-        delta += count
+            yield part, part._delta, 1
 
 
 class RecordAccumulator:
@@ -101,6 +121,8 @@ class RecordAccumulator:
                  compression=0, delivery_timeout_ms=120000, max_request_size=1048576,
                  compression_level=None):
         self.batch_size = batch_size
+        # what a new batch reserves and takes before it grows (see _grow)
+        self.initial_reserve = min(batch_size, INITIAL_BATCH_RESERVE)
         self.linger_ms = linger_ms
         self.buffer_memory = buffer_memory
         self.compression = compression
@@ -133,14 +155,14 @@ class RecordAccumulator:
         return size
 
     def _new_batch(self, topic, partition, need, now):
-        reserve = max(self.batch_size, need)
+        limit = min(self.batch_size, max(self.initial_reserve, need))
+        reserve = max(limit, need)
         if self.used_memory + reserve > self.buffer_memory:
             self.waiting_for_memory = True
             raise BufferExhausted(
                 f"buffer.memory ({self.buffer_memory} bytes) is exhausted: {self.used_memory} bytes "
                 f"are held by batches waiting to be sent")
-        builder = BatchBuilder(self.compression, self.batch_size,
-                               compression_level=self.compression_level)
+        builder = BatchBuilder(self.compression, limit, compression_level=self.compression_level)
         ratio = self._ratio.get(topic)
         if ratio is not None and ratio < 1.0:
             builder.set_compression_ratio_estimate(min(1.0, ratio * 1.05))
@@ -149,6 +171,23 @@ class RecordAccumulator:
         batch = ProducerBatch(topic, partition, builder, now, now + self.delivery_timeout_ms, reserve)
         self.incomplete.add(batch)
         return batch
+
+    def _grow(self, batch):
+        """The open ``batch`` refused a record at its current limit: double the
+        limit (up to batch.size) if buffer.memory has room for the difference.
+        False: the batch is as large as it gets (it is then sent as full)."""
+        builder = batch.builder
+        cur = builder.batch_size
+        if cur >= self.batch_size:
+            return False
+        new = min(self.batch_size, cur * 2)
+        extra = new - cur
+        if self.used_memory + extra > self.buffer_memory:
+            return False
+        self.used_memory += extra
+        batch.reserved += extra
+        builder.grow(new)
+        return True
 
     def _tail(self, tp):
         dq = self.queues.get(tp)
@@ -162,10 +201,13 @@ class RecordAccumulator:
         return dq, None
 
     def open_room(self, tp):
-        """What the open last batch of ``tp`` still takes (BatchBuilder.room);
-        0 when there is none."""
+        """(room, growth): what the open last batch of ``tp`` still takes at its
+        current limit (BatchBuilder.room) and the buffer.memory it may still
+        reserve by growing to batch.size; (0, 0) when there is none."""
         batch = self._tail(tp)[1]
-        return 0 if batch is None else batch.builder.room
+        if batch is None:
+            return 0, 0
+        return batch.builder.room, max(0, self.batch_size - batch.builder.batch_size)
 
     def append(self, topic, partition, ts, key, value, headers, handle, now, size_hint=0):
         """Append one record; returns the batch (its ``parts`` get the handle).
@@ -176,12 +218,17 @@ class RecordAccumulator:
             if not batch.full:
                 builder = batch.builder
                 n = builder.record_count
-                if builder.append(ts, key, value, headers):
+                while not builder.append(ts, key, value, headers):
+                    if not self._grow(batch):       # rare: once per doubling
+                        break
+                else:
+                    handle._delta = n
                     if handle.notify:
                         batch.parts.append(handle)
                     else:
                         handle._outcome = batch.outcome
-                        handle._delta = n
+                        if handle.on_delivery is not None:
+                            batch.callbacks += (handle.on_delivery, n, ts)
                     return batch
                 batch.full = True
         elif dq is None:
@@ -190,11 +237,13 @@ class RecordAccumulator:
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
+        handle._delta = 0
         if handle.notify:
             batch.parts.append(handle)
         else:
             handle._outcome = batch.outcome
-            handle._delta = 0
+            if handle.on_delivery is not None:
+                batch.callbacks += (handle.on_delivery, 0, ts)
         dq.append(batch)
         return batch
 
@@ -214,11 +263,19 @@ class RecordAccumulator:
                     break
                 dq.append(batch)
                 self.wakeup = True
+            first = batch.builder.record_count
             n = batch.builder.append_many(ts, keys, values, headers, i)
             if n:
-                batch.parts.append((handle, n))
+                parts = batch.parts
+                last = parts[-1] if parts else None
+                if type(last) is tuple and last[0] is handle and last[1] + last[2] == first:
+                    parts[-1] = (handle, last[1], last[2] + n)     # the same call, after a grow
+                else:
+                    parts.append((handle, first, n))
                 i += n
             if i < total:
+                if self._grow(batch):
+                    continue
                 if n == 0 and batch.builder.record_count == 0:
                     raise AssertionError("an empty batch refused a record")
                 batch.full = True

@@ -84,7 +84,9 @@ PRODUCER_CONFIG = ConfigDef(COMMON + [
     Setting("enable.idempotence", BOOL, True, doc="exactly-once per partition (needs acks=all)"),
     Setting("retries", INT, 2147483647, in_range(0), "retries of a failed batch (bounded by delivery.timeout.ms)"),
     Setting("max.in.flight.requests.per.connection", INT, 5, in_range(1), "unanswered requests per broker"),
-    Setting("batch.size", INT, 16384, in_range(1), "bytes per batch (per partition)"),
+    # 256 KiB, not Java's 16 KiB: see "Producer defaults" in the README (a batch
+    # opens at 16 KiB of buffer.memory and grows only while records keep coming).
+    Setting("batch.size", INT, 262144, in_range(1), "largest batch per partition, in bytes"),
     Setting("linger.ms", INT, 5, in_range(0), "how long a batch waits for more records"),
     Setting("buffer.memory", INT, 32 * 1024 * 1024, in_range(1), "bytes of records waiting to be sent"),
     Setting("max.block.ms", INT, 60000, in_range(0), "how long send() may block for metadata or memory"),

@@ -22,13 +22,16 @@ timestamps default to ``now`` too, so drivers pass wall-clock time for
 """
 from __future__ import annotations
 
+import logging
 import random
 from typing import Optional
 
 from kproto.client import DriverIO, network_for
 from kproto.cluster import validate_topic_name
 from kproto.errors import KafkaError
-from kproto.producer.accumulator import BufferExhausted, RecordAccumulator, RecordTooLargeError
+from kproto.producer.accumulator import (
+    BufferExhausted, RecordAccumulator, RecordTooLargeError,
+)
 from kproto.records import RECORD_BATCH_OVERHEAD
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
@@ -93,7 +96,7 @@ class RecordMetadata(tuple):
 class DeliveryHandle:
     """The outcome of one ``send``: ``done``, ``error``, ``metadata``.
     Drivers subclass it (futures) and override ``_resolved``."""
-    __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback")
+    __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback", "_delta")
     # Kept in its batch and completed one by one (see kproto.producer.outcome
     # for handles that set this false and read the batch's outcome instead).
     notify = True
@@ -152,6 +155,10 @@ class BulkDelivery(DeliveryHandle):
             self._resolved()
 
 
+log = logging.getLogger("kproto.producer")
+_tuple_new = tuple.__new__
+
+
 def complete_results(results):
     """Resolve every handle of these BatchResults (drivers call this outside
     their lock; a handle's ``_resolved`` may run user code). Handles attached
@@ -163,15 +170,51 @@ def complete_results(results):
             if outcome.watchers is not None:
                 for handle in list(outcome.watchers):
                     handle._outcome_done()
-        delta = 0
+        cbs = r.callbacks
+        if cbs:
+            _run_callbacks(r, cbs)
+            continue
         for part in r.parts:            # iter_parts(), inlined: this runs once per record
             if type(part) is tuple:
-                handle, count = part
+                handle, delta, count = part
                 handle._complete(topic, partition, base, delta, count, lat, err)
-                delta += count
             else:
-                part._complete(topic, partition, base, delta, 1, lat, err)
-                delta += 1
+                part._complete(topic, partition, base, part._delta, 1, lat, err)
+
+
+def _run_callbacks(r, cbs):
+    """complete_results for a batch with on_delivery callbacks of attached
+    records: those and the batch's parts, merged in record order."""
+    topic, partition, base, lat, err = r.topic, r.partition, r.base_offset, r.log_append_time, r.error
+    parts = r.parts
+    p, np = 0, len(parts)
+    for i in range(0, len(cbs), 3):
+        callback, delta = cbs[i], cbs[i + 1]
+        while p < np:                   # parts of earlier records first
+            part = parts[p]
+            if type(part) is tuple:
+                if part[1] > delta:
+                    break
+                part[0]._complete(topic, partition, base, part[1], part[2], lat, err)
+            else:
+                if part._delta > delta:
+                    break
+                part._complete(topic, partition, base, part._delta, 1, lat, err)
+            p += 1
+        if err is None:
+            md = _tuple_new(RecordMetadata, (topic, partition, base + delta if base >= 0 else -1,
+                                             lat if lat >= 0 else cbs[i + 2]))
+        else:
+            md = None
+        try:
+            callback(err, md)
+        except Exception:  # noqa: BLE001 - a user callback must not stop the others (or the driver)
+            log.exception("on_delivery callback %r raised", callback)
+    for part in parts[p:]:
+        if type(part) is tuple:
+            part[0]._complete(topic, partition, base, part[1], part[2], lat, err)
+        else:
+            part._complete(topic, partition, base, part._delta, 1, lat, err)
 
 
 def _to_bytes(value, serializer, what, topic):
@@ -462,12 +505,17 @@ class ProducerCore(DriverIO):
         for p, rows in groups.items():
             count = len(rows[0])
             pending = sizes[p] + count * _MAX_RECORD_OVERHEAD + header_bytes
-            room = acc.open_room((topic, p))
+            room, growth = acc.open_room((topic, p))
             if pending <= room:
                 continue
             pending -= max(0, room - largest)
             batches = count if per_batch < 1 else min(count, -(-pending // per_batch))
-            need += batches * batch_size
+            # Batches open at acc.initial_reserve and double (accumulator):
+            # each reserves at most batch.size, and one that grew to L refused
+            # a record at L/2, so L < 2 * (its records + a record + overhead).
+            # The open batch may also grow, by at most ``growth``.
+            grown = growth + 2 * pending + batches * (acc.initial_reserve + 2 * (largest + RECORD_BATCH_OVERHEAD))
+            need += min(batches * batch_size + growth, grown)
         return need
 
     # -- transactions (transactional.id set) ------------------------------------------------

@@ -15,12 +15,12 @@ errors retry; everything else fails the batch at once.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+import bisect
+from typing import NamedTuple, Optional, Sequence
 
 from kproto import error_codes
 from kproto.connection import ReconnectBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.producer.accumulator import iter_parts
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -45,6 +45,7 @@ class BatchResult(NamedTuple):
     error: Optional[BaseException]
     parts: list
     outcome: object         # the batch's BatchOutcome
+    callbacks: Sequence = ()  # as in ProducerBatch
 
 
 class Sender:
@@ -284,7 +285,7 @@ class Sender:
             if self.txn is not None:
                 self.txn.on_batch_failed(err)
         self.results.append(BatchResult(b.topic, b.partition, base_offset, log_append_time, err, b.parts,
-                                        b.outcome))
+                                        b.outcome, b.callbacks))
 
     def _split(self, b, now):
         """MESSAGE_TOO_LARGE: re-batch the records into halves (at most
@@ -304,13 +305,24 @@ class Sender:
                 starts.append(i)
         # Map every delivery part of the old batch onto the new batches.
         starts.append(len(records))
-        for handle, delta, count in iter_parts(b.parts):
+        for part in b.parts:
+            bare = type(part) is not tuple              # one record's own handle
+            handle, delta, count = (part, part._delta, 1) if bare else part
             lo, hi = delta, delta + count
             for k, nb in enumerate(new):
                 s, e = starts[k], starts[k + 1]
                 a, z = max(lo, s), min(hi, e)
                 if a < z:
-                    nb.parts.append(handle if z - a == 1 else (handle, z - a))
+                    if bare:
+                        handle._delta = a - s
+                        nb.parts.append(handle)
+                    else:
+                        nb.parts.append((handle, a - s, z - a))
+        cbs = b.callbacks
+        for i in range(0, len(cbs), 3):
+            delta = cbs[i + 1]
+            k = bisect.bisect_right(starts, delta) - 1
+            new[k].callbacks += (cbs[i], delta - starts[k], cbs[i + 2])
         b.outcome.split([(starts[k], nb.outcome) for k, nb in enumerate(new)])
         # Memory: the original reservation is handed over to the first piece.
         self.acc.incomplete.discard(b)

@@ -27,6 +27,7 @@ from typing import Optional
 
 from kproto import error_codes
 from kproto.errors import KafkaError
+from kproto.requests import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, find_coordinator_body
 
 __all__ = ["TransactionManager", "TxnResult", "TxnState", "TransactionStateError",
            "TransactionAbortedError"]
@@ -157,7 +158,7 @@ class TransactionManager:
                 "TxnOffsetCommit", ("group", group_id),
                 lambda v: {"transactional_id": self.transactional_id, "group_id": group_id,
                            "producer_id": idem.producer_id, "producer_epoch": idem.epoch,
-                           "generation_id": -1, "member_id": "", "group_instance_id": None,
+                           "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
                            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
                 lambda body: self._check_partition_errors(body, "TxnOffsetCommit"), res))
         self.steps.append(_Step(
@@ -275,7 +276,7 @@ class TransactionManager:
         if node is None or not client.ready(node, now):
             return None
         self._in_flight = True
-        body = {"key": key[1], "key_type": 1 if key[0] == "txn" else 0, "coordinator_keys": [key[1]]}
+        body = find_coordinator_body(key[1], KEY_TYPE_TRANSACTION if key[0] == "txn" else KEY_TYPE_GROUP)
         client.send(node, "FindCoordinator", body, now,
                     callback=lambda req: self._on_coordinator(req, key, client.cluster))
         return None

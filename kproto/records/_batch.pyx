@@ -520,6 +520,15 @@ cdef class BatchBuilder:
         never overshoots."""
         self._set_ratio(ratio)
 
+    def grow(self, Py_ssize_t batch_size):
+        """Raise batch_size to ``batch_size`` (never lower it): the batch takes
+        more records from now on. The producer opens batches small and grows
+        them while records keep coming, so a large batch.size costs memory
+        only where the traffic fills it."""
+        if batch_size > self.batch_size:
+            self.batch_size = batch_size
+            self._set_ratio(self._ratio_estimate)
+
     @property
     def compression_ratio_estimate(self):
         return self._ratio_estimate
