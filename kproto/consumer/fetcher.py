@@ -232,7 +232,15 @@ class Fetcher:
             self._buffered.append(_Buffered(tp, batches, aborted))
             return
         err = error_codes.error_for_code(code, None, context=f"fetch {tp.topic}-{tp.partition}")
-        if err.name in _REFRESH_METADATA:
+        if err.name == "FENCED_LEADER_EPOCH":
+            # The epoch we fetch with (the committed offset's, or ListOffsets')
+            # is older than the leader's - a broker restart or a leader change.
+            # Nothing here would ever make it newer (no OffsetsForLeaderEpoch
+            # validation yet), so every fetch was fenced again, without end:
+            # fetch without an epoch claim (-1: the broker does not check it).
+            st.leader_epoch = -1
+            self.metadata_refresh_needed = True
+        elif err.name in _REFRESH_METADATA:
             self.metadata_refresh_needed = True
         elif err.name == "OFFSET_OUT_OF_RANGE":
             if self.positions.auto_offset_reset == "none":
