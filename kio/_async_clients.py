@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from typing import (
-    TYPE_CHECKING, Any, AsyncIterator, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
+    TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
     Protocol, Sequence, Set, Tuple, Type, TypeVar, Union, overload,
 )
 
@@ -35,17 +35,21 @@ from kproto.config import Config
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError
+from kproto.share import AcknowledgeType, ShareRecord
+from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from kproto.records import Record
 from kproto.producer import (
     BufferExhausted, BulkDelivery, DeliveryHandle, MetadataPending, ProducerClosedError, ProducerCore,
     RecordMetadata, complete_results,
 )
 
-__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncAdmin", "RecordHandle", "delivery_classes"]
+__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncShareConsumer", "AsyncAdmin", "RecordHandle", "delivery_classes"]
 
 log = logging.getLogger("kio.async")
 _time_ns, _monotonic = time.time_ns, time.monotonic
 _C = TypeVar("_C", bound="_Client")
+#: ``callback(offsets, error)`` of the async share consumers: a plain or coroutine function
+AsyncAcknowledgementCallback = Callable[[Dict[TopicPartition, List[int]], Optional[BaseException]], Any]
 
 
 class RecordHandle(Protocol):
@@ -524,14 +528,17 @@ class AsyncConsumer(_Client):
         return await self._poll(timeout, lambda core: core.drain(max_records))
 
     async def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
-                         arrow: bool = False) -> List[PartitionBatch]:
+                         arrow: bool = False, headers: bool = False) -> List[PartitionBatch]:
         """Columnar poll: a list of :class:`kio.consumer.PartitionBatch` (lists,
-        or pyarrow arrays with ``arrow=True``), as the threading Consumer's."""
+        or pyarrow arrays with ``arrow=True``, headers too with
+        ``headers=True``), as the threading Consumer's."""
         limit = max_records or (1 << 62)
+        if headers and not arrow:
+            raise ValueError("poll_batch(headers=True) needs arrow=True (poll() gives each record's headers)")
         if arrow:
-            from kproto.records.arrow import arrow_columns
-            bufs = await self._poll(timeout, lambda core: core.drain_buffers(limit))
-            return [PartitionBatch(tp.topic, tp.partition, *arrow_columns(cb)) for tp, cb in bufs.items()]
+            from kio.consumer import arrow_partition_batch
+            bufs = await self._poll(timeout, lambda core: core.drain_buffers(limit, headers))
+            return [arrow_partition_batch(tp, cb, headers) for tp, cb in bufs.items()]
         cols = await self._poll(timeout, lambda core: core.drain_columns(limit))
         return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
 
@@ -928,6 +935,74 @@ class AsyncAdmin(_Client):
         watermark, i.e. all): {TopicPartition: DeletedRecords(low_watermark)}."""
         return await self._op("delete_records", before, timeout=timeout, raise_errors=raise_errors)
 
+    # -- share groups (KIP-932) ----------------------------------------------------------------
+    @overload
+    async def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
+                                raise_errors: Literal[True] = ...) -> List[ShareGroupListing]: ...
+
+    @overload
+    async def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
+                                raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def list_share_groups(self, *, states: Optional[Iterable[str]] = None,
+                                timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """Every share group of every broker: [ShareGroupListing(group_id,
+        state, coordinator)]; ``states`` keeps only groups in these states."""
+        return await self._op("list_share_groups", states=states, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                    raise_errors: Literal[True] = ...) -> Dict[str, ShareGroupDescription]: ...
+
+    @overload
+    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                    raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+                                    raise_errors: bool = True) -> Any:
+        """{group: ShareGroupDescription(state, epochs, assignor, members,
+        coordinator)}, each member with its subscription and assignment."""
+        return await self._op("describe_share_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    async def list_share_group_offsets(self, group_id: str,
+                                       partitions: Optional[Iterable[TopicPartition]] = ..., *,
+                                       timeout: Optional[float] = ...,
+                                       raise_errors: Literal[True] = ...) -> Dict[TopicPartition, SharePartitionOffset]: ...
+
+    @overload
+    async def list_share_group_offsets(self, group_id: str,
+                                       partitions: Optional[Iterable[TopicPartition]] = ..., *,
+                                       timeout: Optional[float] = ...,
+                                       raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def list_share_group_offsets(self, group_id: str,
+                                       partitions: Optional[Iterable[TopicPartition]] = None, *,
+                                       timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """{TopicPartition: SharePartitionOffset(start_offset, leader_epoch,
+        lag)} of a share group: every partition it has read, or ``partitions``."""
+        return await self._op("list_share_group_offsets", group_id, partitions, timeout=timeout,
+                              raise_errors=raise_errors)
+
+    @overload
+    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
+                                        validate_only: bool = ..., timeout: Optional[float] = ...,
+                                        raise_errors: Literal[True] = ...) -> Dict[ConfigResource, None]: ...
+
+    @overload
+    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
+                                        validate_only: bool = ..., timeout: Optional[float] = ...,
+                                        raise_errors: Literal[False]) -> AdminHandle: ...
+
+    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
+                                        validate_only: bool = False, timeout: Optional[float] = None,
+                                        raise_errors: bool = True) -> Any:
+        """Change some settings of topics, brokers or groups and keep the rest:
+        ``{ConfigResource: {name: value, or None for the default}}``, e.g.
+        ``{ConfigResource.group("jobs"): {"share.auto.offset.reset": "earliest"}}``."""
+        return await self._op("incremental_alter_configs", changes, validate_only=validate_only, timeout=timeout,
+                              raise_errors=raise_errors)
+
     async def _close(self, timeout):
         if self._engine.started:
             await self._engine.stop()
@@ -945,3 +1020,158 @@ def delivery_classes(module: str, event_class: Any) -> Tuple[
                                     "new_event": event_class})
     return (make("Delivery", AsyncDelivery), make("CallbackDelivery", AsyncCallbackDelivery),
             make("BulkDelivery", AsyncBulkDelivery))
+
+
+# == share consumer ==================================================================================
+
+class AsyncShareConsumer(_Client):
+    """``records = await share_consumer.poll(1.0)``; ``async for record in
+    share_consumer``: the threading :class:`kio.ShareConsumer`, awaitable
+    (KIP-932 share groups). The acknowledgement commit callback may be a
+    plain or a coroutine function; it runs in the task that polls, commits
+    or closes."""
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
+        from kproto.share.core import ShareConsumerCore
+        self._setup(ShareConsumerCore(config, **kwargs), nursery, 1 << 20)
+        self._app_events: list = []
+        self._ack_callback: Optional[AsyncAcknowledgementCallback] = None
+
+    @property
+    def member_id(self) -> str:
+        """This member's id in the share group."""
+        return self._core.member_id
+
+    @property
+    def acquisition_lock_timeout_ms(self) -> Optional[int]:
+        """How long the leaders lock records acquired for this member (as the
+        last share fetch answered; None before one did)."""
+        return self._core.fetcher.lock_timeout_ms
+
+    def _after_poll(self) -> bool:
+        evs = self._core.events()
+        if evs:
+            self._app_events.extend(evs)
+        self._core.data_ready = False
+        return self._waiters > 0
+
+    def _check_usable(self):
+        if self._engine.fatal is not None:
+            raise ConsumerClosedError(f"the share consumer's network task failed: {self._engine.fatal!r}")
+        if self._closed or self._core.closing:
+            raise ConsumerClosedError("the share consumer is closed")
+
+    async def _dispatch(self):
+        from kio.share_consumer import ack_callback_calls
+        if not self._app_events:
+            return
+        events, self._app_events = self._app_events, []
+        if self._ack_callback is None:
+            return
+        for offsets, err in ack_callback_calls(events):
+            try:
+                r = self._ack_callback(offsets, err)
+                if inspect.isawaitable(r):
+                    await r
+            except Exception:  # noqa: BLE001
+                log.exception("acknowledgement commit callback %r raised", self._ack_callback)
+
+    def subscribe(self, topics: Union[str, Iterable[str]]) -> None:
+        """Join the share group for these topics (replaces the subscription)."""
+        self._ensure_started()
+        self._check_usable()
+        self._core.subscribe(topics, now_ms())
+        self._engine.kick()
+
+    def unsubscribe(self) -> None:
+        """Leave the share group; subscribe() joins it again. Records of the
+        last poll not acknowledged (or, in implicit mode, committed) are
+        released, as in Java."""
+        self._check_usable()
+        self._core.unsubscribe(now_ms())
+        self._engine.kick()
+
+    def subscription(self) -> Set[str]:
+        """The topics subscribed to."""
+        return self._core.subscription()
+
+    def assignment(self) -> Set[TopicPartition]:
+        """The partitions the broker gave this member (shared with others)."""
+        return self._core.assignment()
+
+    def set_acknowledgement_commit_callback(self, callback: Optional[AsyncAcknowledgementCallback]) -> None:
+        """``callback(offsets, error)`` (plain or coroutine function) runs
+        whenever a leader answered acknowledgements."""
+        self._ack_callback = callback
+
+    async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[ShareRecord]:
+        """Acquired records (ShareRecord, with ``delivery_count``), waiting up
+        to ``timeout`` seconds; settles the last poll's records first
+        (implicit: accepts them; explicit: raises ShareStateError if one is
+        unacknowledged)."""
+        self._ensure_started()
+        self._check_usable()
+        self._core.poll_started(now_ms())
+        self._engine.kick()
+        end = None if timeout is None else now_ms() + timeout * 1000.0
+        while True:
+            await self._dispatch()
+            self._check_usable()
+            if self._core.client.auth_error is not None:
+                raise self._core.client.auth_error
+            out = self._core.drain(max_records)
+            if out:
+                self._engine.kick()
+                return out
+            left = None if end is None else (end - now_ms()) / 1000.0
+            if left is not None and left <= 0:
+                return out
+            await self._wait(left)
+
+    def __aiter__(self) -> AsyncIterator[ShareRecord]:
+        """Every record, as it arrives, until the share consumer is closed."""
+        return self._records()
+
+    async def _records(self):
+        while not self._closed:
+            for record in await self.poll(1.0):
+                yield record
+
+    def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """Acknowledge a record of the last poll (explicit mode): ACCEPT, RELEASE or REJECT."""
+        self._check_usable()
+        self._core.acknowledge(record, type)        # leaves with the next request (poll, commit)
+
+    async def commit_sync(self, timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[KafkaError]]:
+        """Send the acknowledgements made so far and wait for the leaders:
+        {TopicPartition: None or the error}."""
+        self._ensure_started()
+        self._check_usable()
+        h = self._core.commit(now_ms(), None if timeout is None else int(timeout * 1000))
+        await self._wait_done(h)
+        await self._dispatch()
+        return h.result()
+
+    async def commit_async(self) -> None:
+        """Send the acknowledgements made so far without waiting for the answer."""
+        self._ensure_started()
+        self._check_usable()
+        self._core.commit(now_ms())
+        self._engine.kick()
+        await self._dispatch()
+
+    async def _close(self, timeout):
+        """Send the acknowledgements made so far (in implicit mode the last
+        poll's records are released unless committed, as in Java), close the
+        share sessions, leave the group, stop the network task."""
+        if self._closed:
+            return
+        if self._engine.started and self._engine.fatal is None:
+            self._core.begin_close(now_ms(), None if timeout is None else int(timeout * 1000))
+            self._engine.kick()
+            while not self._core.close_done and self._engine.fatal is None:
+                await self._dispatch()
+                await self._wait(None)
+            await self._engine.stop()
+        self._closed = True
+        await self._dispatch()

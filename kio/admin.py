@@ -19,7 +19,6 @@ threads are serialised.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
@@ -34,16 +33,14 @@ from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
 from kproto.errors import KafkaError
+from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
+from kio._common import now_ms as _now_ms  # the cores' one clock
 
 __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec"]
 
 
 class AdminClosedError(KafkaError):
     """The admin client is closed."""
-
-
-def _now_ms():
-    return time.monotonic() * 1000.0
 
 
 class Admin:
@@ -316,6 +313,71 @@ class Admin:
         """Delete the records before {TopicPartition: offset} (-1: the high
         watermark, i.e. all): {TopicPartition: DeletedRecords(low_watermark)}."""
         return self._op("delete_records", before, timeout=timeout, raise_errors=raise_errors)
+
+    # -- share groups (KIP-932) ----------------------------------------------------------------
+    @overload
+    def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
+                          raise_errors: Literal[True] = ...) -> List[ShareGroupListing]: ...
+
+    @overload
+    def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
+                          raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def list_share_groups(self, *, states: Optional[Iterable[str]] = None, timeout: Optional[float] = None,
+                          raise_errors: bool = True) -> Any:
+        """Every share group of every broker: [ShareGroupListing(group_id,
+        state, coordinator)]; ``states`` keeps only groups in these states."""
+        return self._op("list_share_groups", states=states, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                              raise_errors: Literal[True] = ...) -> Dict[str, ShareGroupDescription]: ...
+
+    @overload
+    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                              raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+                              raise_errors: bool = True) -> Any:
+        """{group: ShareGroupDescription(state, epochs, assignor, members,
+        coordinator)}, each member with its subscription and assignment."""
+        return self._op("describe_share_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,
+                                 timeout: Optional[float] = ...,
+                                 raise_errors: Literal[True] = ...) -> Dict[TopicPartition, SharePartitionOffset]: ...
+
+    @overload
+    def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,
+                                 timeout: Optional[float] = ...,
+                                 raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None, *,
+                                 timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """{TopicPartition: SharePartitionOffset(start_offset, leader_epoch,
+        lag)} of a share group: every partition it has read, or ``partitions``."""
+        return self._op("list_share_group_offsets", group_id, partitions, timeout=timeout,
+                        raise_errors=raise_errors)
+
+    @overload
+    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
+                                  validate_only: bool = ..., timeout: Optional[float] = ...,
+                                  raise_errors: Literal[True] = ...) -> Dict[ConfigResource, None]: ...
+
+    @overload
+    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
+                                  validate_only: bool = ..., timeout: Optional[float] = ...,
+                                  raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
+                                  validate_only: bool = False, timeout: Optional[float] = None,
+                                  raise_errors: bool = True) -> Any:
+        """Change some settings of topics, brokers or groups and keep the rest:
+        ``{ConfigResource: {name: value, or None for the default}}``, e.g.
+        ``{ConfigResource.group("jobs"): {"share.auto.offset.reset": "earliest"}}``."""
+        return self._op("incremental_alter_configs", changes, validate_only=validate_only, timeout=timeout,
+                        raise_errors=raise_errors)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -20,7 +20,7 @@ import socket
 
 from kio import _async_clients as clients
 
-__all__ = ["Producer", "Consumer", "Admin"]
+__all__ = ["Producer", "Consumer", "ShareConsumer", "Admin"]
 
 
 def _wake(fut):
@@ -141,4 +141,10 @@ class Consumer(clients.AsyncConsumer):
 class Admin(clients.AsyncAdmin):
     """The asyncio admin client: ``async with kio.aio.Admin(bootstrap_servers=...) as a``,
     then ``await a.create_topics([...])``."""
+    backend_class = AsyncioBackend
+
+
+class ShareConsumer(clients.AsyncShareConsumer):
+    """The asyncio share consumer (KIP-932): ``async with kio.aio.ShareConsumer(bootstrap_servers=...,
+    group_id=...) as c``, then ``c.subscribe([...])`` and ``await c.poll()`` or ``async for record in c``."""
     backend_class = AsyncioBackend

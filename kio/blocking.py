@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import select
 import socket
-import time
 
 from kproto.connection import Connection, ConnectionClosed
 from kproto.errors import ConnectionClosedError, KafkaError
-
-
-def now_ms() -> float:
-    return time.monotonic() * 1000.0
+from kio._common import now_ms  # the cores' one clock
 
 
 def parse_bootstrap(servers) -> list[tuple[str, int]]:

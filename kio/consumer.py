@@ -42,6 +42,7 @@ from kproto.config import Config
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError
 from kproto.records import Record
+from kio._common import now_ms as _now_ms  # the cores' one clock
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionBatch",
            "ConsumerThreadError", "ConsumerClosedError", "KafkaTimeoutError", "WakeupError"]
@@ -58,21 +59,32 @@ class WakeupError(KafkaError):
 
 
 class PartitionBatch(NamedTuple):
-    """The columnar records of one partition (lists, or Arrow arrays)."""
+    """The columnar records of one partition (lists, or Arrow arrays).
+
+    With ``arrow=True`` ``timestamp_types`` is an int32 array (0 CreateTime,
+    1 LogAppendTime), and ``headers`` a ``list<struct<key: string, value:
+    binary>>`` array when ``poll_batch`` was asked for headers; otherwise
+    they are None."""
     topic: str
     partition: int
     offsets: Any
     timestamps: Any
     keys: Any
     values: Any
+    timestamp_types: Any = None
+    headers: Any = None
 
     def __len__(self) -> int:
         """The number of records."""
         return len(self.offsets)
 
 
-def _now_ms():
-    return time.monotonic() * 1000.0
+def arrow_partition_batch(tp: TopicPartition, cb: Any, headers: bool) -> PartitionBatch:
+    """A PartitionBatch of Arrow arrays over one partition's ColumnBuffers
+    (what ``poll_batch(arrow=True)`` of every driver returns)."""
+    from kproto.records.arrow import arrow_columns, arrow_headers, arrow_timestamp_types
+    return PartitionBatch(tp.topic, tp.partition, *arrow_columns(cb), arrow_timestamp_types(cb),
+                          arrow_headers(cb) if headers else None)
 
 
 class Consumer:
@@ -164,17 +176,19 @@ class Consumer:
         return self._poll(timeout, lambda core: core.drain(max_records))
 
     def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
-                   arrow: bool = False) -> List[PartitionBatch]:
+                   arrow: bool = False, headers: bool = False) -> List[PartitionBatch]:
         """Columnar poll: a list of :class:`PartitionBatch` (offsets,
         timestamps, keys, values as lists). With ``arrow=True`` they are
         pyarrow arrays built straight from the fetched bytes (int64, int64,
-        binary, binary; deserializers do not apply). ``max_records`` defaults
-        to everything buffered. Headers: use poll()."""
+        binary, binary, and the int32 timestamp types; deserializers do not
+        apply), plus the headers with ``headers=True`` (Arrow only; else use
+        poll()). ``max_records`` defaults to everything buffered."""
         limit = max_records or (1 << 62)
+        if headers and not arrow:
+            raise ValueError("poll_batch(headers=True) needs arrow=True (poll() gives each record's headers)")
         if arrow:
-            from kproto.records.arrow import arrow_columns
-            bufs = self._poll(timeout, lambda core: core.drain_buffers(limit))
-            return [PartitionBatch(tp.topic, tp.partition, *arrow_columns(cb)) for tp, cb in bufs.items()]
+            bufs = self._poll(timeout, lambda core: core.drain_buffers(limit, headers))
+            return [arrow_partition_batch(tp, cb, headers) for tp, cb in bufs.items()]
         cols = self._poll(timeout, lambda core: core.drain_columns(limit))
         return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
 

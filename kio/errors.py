@@ -48,6 +48,7 @@ from kproto.producer.core import ProducerClosedError, SerializationError
 from kproto.producer.partitioner import InvalidPartitionError
 from kproto.producer.sender import DeliveryTimeoutError
 from kproto.producer.transactions import TransactionAbortedError, TransactionStateError
+from kproto.share import ShareCommitTimeoutError, ShareStateError
 
 # BrokerError, UnknownBrokerError, AuthorizationError and AuthenticationError
 # are in kproto.error_codes.__all__, added below.
@@ -63,6 +64,8 @@ __all__ = [
     "ConsumerClosedError", "ConsumerThreadError", "WakeupError", "CommitFailedError",
     "CommitTimeoutError", "OffsetsTimeoutError", "NoOffsetForPartitionError",
     "RecordTooLargeForFetchError",
+    # share consumer
+    "ShareStateError", "ShareCommitTimeoutError",
     # admin
     "AdminClosedError", "AdminTimeoutError",
     # the local broker, Spark

@@ -213,6 +213,15 @@ class KafkaBroker(BrokerProcess):
             "share.coordinator.state.topic.num.partitions": 1,
             # A group forms as soon as its first member joins (the default waits 3 s).
             "group.initial.rebalance.delay.ms": 0,
+            # KIP-848 groups: the broker tells members how often to heartbeat
+            # (default 5 s, and no group may go below the minimum, also 5 s);
+            # 500 ms lets tests see rebalances in a second or two. A member
+            # that vanished is expelled after the session timeout (45 s by
+            # default; 10 s here).
+            "group.consumer.min.heartbeat.interval.ms": 500,
+            "group.consumer.heartbeat.interval.ms": 500,
+            "group.consumer.min.session.timeout.ms": 6000,
+            "group.consumer.session.timeout.ms": 10000,
             "auto.create.topics.enable": "true",
             "delete.topic.enable": "true",
         }

@@ -35,6 +35,7 @@ from kio._common import sleep_time
 from kio._network import SocketLoop
 from kio._types import BulkCallback, DeliveryCallback, Headers
 from kproto.config import Config
+from kio._common import now_ms as _now_ms  # the cores' one clock
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
 from kproto.producer.core import (
@@ -50,10 +51,6 @@ log = logging.getLogger("kio.producer")
 _time_ns, _monotonic = time.time_ns, time.monotonic
 _new_future = object.__new__
 _tuple_new = tuple.__new__
-
-
-def _now_ms():
-    return _monotonic() * 1000.0
 
 
 _INIT_LOCK = threading.Lock()

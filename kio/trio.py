@@ -23,7 +23,7 @@ import trio
 
 from kio import _async_clients as clients
 
-__all__ = ["Producer", "Consumer", "Admin"]
+__all__ = ["Producer", "Consumer", "ShareConsumer", "Admin"]
 
 
 class TrioBackend:
@@ -97,4 +97,10 @@ class Consumer(clients.AsyncConsumer):
 class Admin(clients.AsyncAdmin):
     """The trio admin client: ``async with kio.trio.Admin(bootstrap_servers=...) as a``
     (or pass ``nursery=``), then ``await a.create_topics([...])``."""
+    backend_class = TrioBackend
+
+
+class ShareConsumer(clients.AsyncShareConsumer):
+    """The trio share consumer (KIP-932): ``async with kio.trio.ShareConsumer(bootstrap_servers=...,
+    group_id=...) as c``, then ``c.subscribe([...])`` and ``await c.poll()``."""
     backend_class = TrioBackend

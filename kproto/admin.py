@@ -46,6 +46,7 @@ from kproto.config import (
     BOOL, COMMON, INT, Config, ConfigDef, Setting, check_security, in_range, require_bootstrap,
 )
 from kproto.consumer import OffsetAndMetadata
+from kproto.share.admin import ShareGroupAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.requests import find_coordinator_body, offset_fetch_body
 from kproto.errors import (
@@ -96,12 +97,19 @@ class NewPartitions(NamedTuple):
 
 
 class ConfigResource(NamedTuple):
-    type: int                             # ConfigResource.TOPIC (2) or BROKER (4)
+    type: int                             # ConfigResource.TOPIC (2), BROKER (4) or GROUP (32)
     name: str
 
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    GROUP = 32
+
+    @classmethod
+    def group(cls, group_id: str) -> "ConfigResource":
+        """The settings of group ``group_id`` (KIP-848/932 group configs, e.g.
+        a share group's share.auto.offset.reset)."""
+        return cls(32, group_id)
 
     @classmethod
     def topic(cls, name: str) -> "ConfigResource":
@@ -357,7 +365,7 @@ class _Call:
         return f"{self.what} to {where}"
 
 
-class AdminCore(DriverIO):
+class AdminCore(DriverIO, ShareGroupAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg

@@ -132,6 +132,23 @@ class ConnectionState(enum.Enum):
     CLOSED = "CLOSED"
 
 
+_S = ConnectionState
+#: The connection machine's transition table (as h11's ``_state.py``): the
+#: states each state may move to. ``Connection._move`` refuses any other move,
+#: so a driver calling things in the wrong order gets NotReadyError at once
+#: instead of a connection in a state nothing expects.
+TRANSITIONS = {
+    _S.DISCONNECTED: frozenset({_S.CONNECTING, _S.CLOSED}),
+    # the socket opened (HANDSHAKE: ApiVersions first), or failed / timed out
+    _S.CONNECTING: frozenset({_S.HANDSHAKE, _S.DISCONNECTED, _S.CLOSED}),
+    # versions agreed: SASL next if configured, else ready
+    _S.HANDSHAKE: frozenset({_S.AUTHENTICATING, _S.READY, _S.DISCONNECTED, _S.CLOSED}),
+    _S.AUTHENTICATING: frozenset({_S.READY, _S.DISCONNECTED, _S.CLOSED}),
+    _S.READY: frozenset({_S.DISCONNECTED, _S.CLOSED}),
+    _S.CLOSED: frozenset(),   # closed for good: a new Connection is needed
+}
+
+
 # --- events -----------------------------------------------------------------
 
 class RequestCompleted(NamedTuple):
@@ -399,7 +416,7 @@ class Connection:
         self._client_software_version = client_software_version
         self.backoff = ReconnectBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms, rng)
 
-        self.state = ConnectionState.DISCONNECTED
+        self.state = ConnectionState.DISCONNECTED   # changed only by _move (see TRANSITIONS)
         self.versions = None             # VersionTable once the handshake is done
         self.api_versions_response = None
         self.last_error = None           # why the connection last closed
@@ -486,6 +503,13 @@ class Connection:
             return None
         return max(0, t - now)
 
+    def _move(self, new: ConnectionState) -> None:
+        """The one place the state changes: only along TRANSITIONS."""
+        if new not in TRANSITIONS[self.state]:
+            raise NotReadyError(f"connection to node {self.node_id}: {self.state.name} -> {new.name} "
+                                f"is not a transition of the connection machine")
+        self.state = new
+
     def start_connect(self, now):
         """The driver starts opening the socket now: DISCONNECTED -> CONNECTING."""
         if self.state is ConnectionState.CLOSED:
@@ -496,7 +520,7 @@ class Connection:
         # A new session negotiates again: the broker may have been upgraded or downgraded.
         self.versions = None
         self.api_versions_response = None
-        self.state = ConnectionState.CONNECTING
+        self._move(ConnectionState.CONNECTING)
         self.last_connect_attempt = now
         self.connect_started_at = now
         self.last_activity = now
@@ -508,7 +532,7 @@ class Connection:
             self.start_connect(now)
         if self.state is not ConnectionState.CONNECTING:
             raise NotReadyError(f"connection_made on node {self.node_id} in state {self.state.name}")
-        self.state = ConnectionState.HANDSHAKE
+        self._move(ConnectionState.HANDSHAKE)
         self.connect_started_at = None
         self.last_activity = now
         m = messages
@@ -754,7 +778,7 @@ class Connection:
         self.versions = versions.negotiate(body.get("api_keys") or [])
         self.api_versions_response = body
         if self.authenticator is not None:
-            self.state = ConnectionState.AUTHENTICATING
+            self._move(ConnectionState.AUTHENTICATING)
             self._auth_step(self.authenticator.start(self), now, events)
         else:
             self._become_ready(now, events)
@@ -790,7 +814,7 @@ class Connection:
         return self.state is not ConnectionState.DISCONNECTED
 
     def _become_ready(self, now, events):
-        self.state = ConnectionState.READY
+        self._move(ConnectionState.READY)
         self.connect_failed = False
         self.failed_attempts = 0
         self.reconnect_backoff_current_ms = 0
@@ -834,8 +858,8 @@ class Connection:
     def _fail_connection(self, reason, error, now, events, done, culprit=None, permanent=False):
         """Close the session: fail every in-flight request, clear buffers, start backoff."""
         if self.state in (ConnectionState.DISCONNECTED, ConnectionState.CLOSED):
-            if permanent:
-                self.state = ConnectionState.CLOSED
+            if permanent and self.state is not ConnectionState.CLOSED:
+                self._move(ConnectionState.CLOSED)
             return
         if self.state in (ConnectionState.CONNECTING, ConnectionState.HANDSHAKE,
                           ConnectionState.AUTHENTICATING):
@@ -860,7 +884,7 @@ class Connection:
                 exc.__cause__ = error if isinstance(error, BaseException) else None
                 self._fail(req, exc, now, events, done)
         self._reset_session()
-        self.state = ConnectionState.CLOSED if permanent else ConnectionState.DISCONNECTED
+        self._move(ConnectionState.CLOSED if permanent else ConnectionState.DISCONNECTED)
         self.connect_started_at = None
         self.last_error = error
         self.last_close_reason = reason
@@ -891,8 +915,8 @@ class Connection:
         if now is None:
             now = self.last_activity if self.last_activity is not None else 0
         if self.state in (ConnectionState.DISCONNECTED, ConnectionState.CLOSED):
-            if permanent:
-                self.state = ConnectionState.CLOSED
+            if permanent and self.state is not ConnectionState.CLOSED:
+                self._move(ConnectionState.CLOSED)
             return events
         self._fail_connection(reason, None, now, events, done, permanent=permanent)
         self._run_callbacks(done)

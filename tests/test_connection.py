@@ -575,3 +575,52 @@ def test_sasl_mechanism_error_closes():
     conn = Connection(1, authenticator=SaslAuthenticator(FakeMechanism()))
     events = handshake(conn, broker)
     assert "bad challenge" in str(of(events, ConnectionClosed)[0].error)
+
+
+# --- the transition table ---------------------------------------------------------
+
+def _in_state(state):
+    conn = Connection(1, "h1", 9092, client_id="t")
+    conn.state = state   # set directly: each row of the table is walked from a fresh machine
+    return conn
+
+
+@pytest.mark.parametrize("src", list(ConnectionState))
+@pytest.mark.parametrize("dst", list(ConnectionState))
+def test_every_transition_is_allowed_or_refused_by_the_table(src, dst):
+    from kproto.connection import TRANSITIONS
+    conn = _in_state(src)
+    if dst in TRANSITIONS[src]:
+        conn._move(dst)
+        assert conn.state is dst
+    else:
+        with pytest.raises(NotReadyError, match=f"{src.name} -> {dst.name}"):
+            conn._move(dst)
+        assert conn.state is src
+
+
+def test_the_table_keeps_closed_final_and_every_state_reachable():
+    from kproto.connection import TRANSITIONS
+    assert TRANSITIONS[ConnectionState.CLOSED] == frozenset()
+    reached, todo = {ConnectionState.DISCONNECTED}, [ConnectionState.DISCONNECTED]
+    while todo:
+        for nxt in TRANSITIONS[todo.pop()] - reached:
+            reached.add(nxt)
+            todo.append(nxt)
+    assert reached == set(ConnectionState)
+
+
+def test_entry_points_called_out_of_order_are_refused():
+    conn = Connection(1, "h1", 9092, client_id="t")
+    with pytest.raises(NotReadyError):
+        conn.send("Metadata", {}, 0)            # not READY
+    conn.start_connect(0)
+    with pytest.raises(NotReadyError):
+        conn.start_connect(0)                   # already CONNECTING
+    conn, _ = ready()
+    with pytest.raises(NotReadyError):
+        conn.connection_made(0)                 # READY -> HANDSHAKE is no transition
+    conn.close(now=0, permanent=True)
+    assert conn.state is ConnectionState.CLOSED
+    with pytest.raises(NotReadyError):
+        conn.start_connect(1)                   # closed for good

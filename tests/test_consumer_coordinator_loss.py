@@ -7,6 +7,12 @@ consumer: the committed offset seen by another client moves past the cut.
 The cut is a real one: the test shuts the coordinator connection's socket
 down, so the network thread reads EOF as it would from a broker that went
 away, and the core's shared coordinator discovery has to find it again.
+
+Both group protocols: ``group.protocol=consumer`` (KIP-848) runs against
+Kafka only (Tansu lacks ConsumerGroupHeartbeat); its broker-restart variant
+restarts a Kafka broker of its own (Kafka keeps its log and the group's
+offsets across the restart, and the partition's leader epoch grows: the
+consumer's fetches must not stay fenced by the old one).
 """
 import socket
 import time
@@ -18,6 +24,8 @@ from kio import Consumer, Producer, TopicPartition as TP
 from kio.broker import LocalBroker, free_port
 
 GROUP = dict(session_timeout_ms=6000, heartbeat_interval_ms=500)
+# KIP-848: the broker sets the session timeout and the heartbeat interval
+CONSUMER_PROTOCOL = dict(group_protocol="consumer")
 
 
 def produce(bootstrap, topic, start, n):
@@ -80,13 +88,26 @@ def wait_committed(c, bootstrap, group, tp, offset, timeout=20):
 @pytest.mark.parametrize("mode", ["sync", "async", "auto"])
 @pytest.mark.parametrize("how", ["assign", "subscribe"])
 def test_commits_resume_after_the_coordinator_connection_is_cut(bootstrap, make_topic, mode, how):
+    commits_resume_after_cut(bootstrap, make_topic, mode, how, GROUP)
+
+
+@pytest.mark.parametrize("broker", ["kafka"], indirect=True)
+@pytest.mark.parametrize("mode", ["sync", "async", "auto"])
+@pytest.mark.parametrize("how", ["assign", "subscribe"])
+def test_consumer_protocol_commits_resume_after_the_coordinator_connection_is_cut(
+        bootstrap, make_topic, mode, how):
+    commits_resume_after_cut(bootstrap, make_topic, mode, how, CONSUMER_PROTOCOL)
+
+
+def commits_resume_after_cut(bootstrap, make_topic, mode, how, group_settings):
     topic = make_topic(1)
     tp = TP(topic, 0)
     group = "g-" + uuid.uuid4().hex[:8]
     produce(bootstrap, topic, 0, 50)
     results = []
     with Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                  enable_auto_commit=(mode == "auto"), auto_commit_interval_ms=200, **GROUP) as c:
+                  enable_auto_commit=(mode == "auto"), auto_commit_interval_ms=200,
+                  **group_settings) as c:
         if how == "assign":
             c.assign([tp])
         else:
@@ -158,5 +179,51 @@ def test_commits_resume_after_the_broker_restarts(make_topic, mode, how, tmp_pat
             assert c._core.coordinator.epoch > epoch    # rediscovered by itself after the outage
             if mode == "async":
                 assert results and results[-1] is None     # (held for the coordinator, as Java does)
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_commits_resume_after_the_kafka_broker_restarts(tmp_path, protocol):
+    """The KAFKA-13840 situation against Kafka, with both group protocols: the coordinator
+    goes away (the JVM's restart takes seconds), heartbeats, commits and
+    lookups fail meanwhile; afterwards the member finds the coordinator by
+    itself - rejoining if the broker fenced it - reads on and its auto-commits
+    land again."""
+    from kio.admin import Admin
+    from kio.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker(log_path=str(tmp_path / "kafka.log")).start()
+    bootstrap = broker.bootstrap_servers
+    topic = "restart-" + uuid.uuid4().hex[:8]
+    tp = TP(topic, 0)
+    group = "g-" + uuid.uuid4().hex[:8]
+    try:
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_topics([topic], num_partitions=1, replication_factor=1)
+        produce(bootstrap, topic, 0, 20)
+        with Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                      auto_commit_interval_ms=200, reconnect_backoff_max_ms=200,
+                      **(CONSUMER_PROTOCOL if protocol == "consumer" else GROUP)) as c:
+            c.subscribe([topic])
+            assert len(consume_and_commit(c, "auto", 20, [])) == 20
+            assert wait_committed(c, bootstrap, group, tp, 20) == 20
+            epoch = c._core.coordinator.epoch
+            member = c._core.membership.member_id
+            broker._stop_process(10.0)   # (stop() would delete the log: restart() in two halves)
+            end = time.monotonic() + 2.5
+            while time.monotonic() < end:
+                c.poll(0.2)
+            broker.start()               # same port, same log
+            produce(bootstrap, topic, 20, 5)
+            got = []
+            end = time.monotonic() + 60
+            while time.monotonic() < end and not any(r.offset == 24 for r in got):
+                got += c.poll(0.2)
+            assert [r.offset for r in got] == list(range(20, 25))
+            assert wait_committed(c, bootstrap, group, tp, 25, timeout=30) == 25
+            assert c._core.coordinator.epoch > epoch       # rediscovered by itself
+            if protocol == "consumer":
+                assert c._core.membership.member_id == member  # the same (client-made) member id
     finally:
         broker.stop()

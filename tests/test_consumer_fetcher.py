@@ -253,6 +253,21 @@ def test_leadership_errors_ask_for_metadata():
     assert requests(f)[0].offsets == {TP0: 0}
 
 
+def test_fenced_leader_epoch_fetches_again_without_the_stale_epoch():
+    # After a Kafka broker restart the partition's leader epoch grew; the
+    # epoch of the committed offset we started from is older for good.
+    pos, f = make()
+    pos.assign([TP0])
+    pos.seek(TP0, 20, leader_epoch=0)
+    (req,) = requests(f)
+    assert req.body["topics"][0]["partitions"][0]["current_leader_epoch"] == 0
+    f.on_fetch_response(req, response(req, {TP0: {"error_code": 74}}))   # FENCED_LEADER_EPOCH
+    assert f.metadata_refresh_needed and f.drain() == []
+    (req,) = requests(f)
+    part = req.body["topics"][0]["partitions"][0]
+    assert (part["fetch_offset"], part["current_leader_epoch"]) == (20, -1)
+
+
 def test_authorization_error_surfaces():
     pos, f = make()
     pos.assign([TP0])

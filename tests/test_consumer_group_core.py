@@ -484,6 +484,27 @@ def test_cooperative_heartbeat_rebalance_keeps_partitions_and_revokes_moved_ones
     assert m.state is MemberState.STABLE and len(m.assignment) == 2
 
 
+def test_cooperative_rejoin_waits_until_the_revocation_was_handed_out():
+    # The SyncGroup answer revokes partitions; the driver may poll the machine
+    # again before it takes the events (the consumer core does, in one step).
+    # The JoinGroup that follows must wait: it tells the group the partitions
+    # are free, and the listener (and its commit) has not run yet.
+    coord, m, net, group = joined(("cooperative-sticky",), partitions={"t": 4})
+    net.take_events()
+    joins = len(net.requests("JoinGroup"))
+    m.events = lambda: []                              # not taken by the driver yet
+    group.others = {"member-B": encode_subscription(["t"], owned_partitions=(), generation_id=-1)}
+    group.errors["Heartbeat"].append(27)
+    m.poll_called(net.now)
+    net.run(1000, steps=6)
+    assert len(net.requests("JoinGroup")) == joins + 1      # the rebalance's, not the follow-up
+    del m.events                                       # the driver takes them now
+    (revoked,) = [e for e in m.events() if isinstance(e, PartitionsRevoked)]
+    assert len(revoked.partitions) == 2
+    net.run(10)
+    assert len(net.requests("JoinGroup")) == joins + 2
+
+
 @pytest.mark.parametrize("code", [22, 25])
 def test_illegal_generation_or_unknown_member_resets_and_partitions_are_lost(code):
     coord, m, net, group = joined(("range",))

@@ -5,6 +5,8 @@
 * a consumer group of kio, confluent-kafka and the Java ``ConsoleConsumer``
   shares a topic's partitions: each member reads the partitions it was given
   and together they read every record once the group is formed.
+* the same with the KIP-848 consumer protocol: a kio member and the Java
+  ``ConsoleConsumer``, both with ``group.protocol=consumer``.
 
 The Java tools come from Maven Central (kio.kafka_broker.tools_classpath).
 """
@@ -150,3 +152,64 @@ def test_group_of_kio_confluent_kafka_and_the_java_console_consumer(bootstrap, m
     assert {p for p, _ in read["kio"]} == during["kio"]
     assert {p for p, _ in read["confluent"]} == during["confluent"]
     assert {p for p, _ in read["java"]} == java_parts
+
+
+def test_kio_and_the_java_console_consumer_in_one_consumer_protocol_group(bootstrap, make_topic):
+    """group.protocol=consumer (KIP-848) on both sides: the broker splits the
+    partitions between the kio member and the Java one, each reads its own."""
+    from kio.admin import Admin
+    topic = make_topic(4)
+    group = "kip848-java-" + uuid.uuid4().hex[:8]
+    java = subprocess.Popen(java_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", bootstrap,
+        "--topic", topic, "--group", group,
+        "--consumer-property", "group.protocol=consumer",
+        "--consumer-property", "auto.offset.reset=earliest",
+        "--formatter-property", "print.partition=true"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    read = {"kio": set(), "java": set()}
+
+    def java_reader():
+        for line in java.stdout:
+            line = line.decode("utf-8", "replace").strip()
+            if line.startswith("Partition:"):
+                part, value = line[len("Partition:"):].split("\t", 1)
+                read["java"].add((int(part), value))
+
+    reader = threading.Thread(target=java_reader, daemon=True)
+    reader.start()
+    try:
+        with Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                      group_protocol="consumer") as c, Admin(bootstrap_servers=bootstrap) as admin:
+            c.subscribe([topic])
+            end = time.monotonic() + 60
+            members = 0
+            while time.monotonic() < end:
+                c.poll(0.2)
+                members = len(admin.describe_consumer_groups([group])[group].members)
+                if members == 2 and len(c.assignment()) == 2:
+                    break
+            assert members == 2 and len(c.assignment()) == 2, (members, c.assignment())
+            mine = {tp.partition for tp in c.assignment()}
+            total = 400
+            with Producer(bootstrap_servers=bootstrap, linger_ms=5) as p:
+                for i in range(total):
+                    p.send(topic, b"v%d" % i, partition=i % 4)
+                assert p.flush(30) == 0
+            want = {(i % 4, "v%d" % i) for i in range(total)}
+            end = time.monotonic() + 45
+            while time.monotonic() < end and read["kio"] | read["java"] != want:
+                for r in c.poll(0.2):
+                    read["kio"].add((r.partition, r.value.decode()))
+            assert {tp.partition for tp in c.assignment()} == mine          # no rebalance meanwhile
+    finally:
+        java.terminate()
+        try:
+            java.wait(20)
+        except subprocess.TimeoutExpired:
+            java.kill()
+            java.wait(10)
+        reader.join(10)
+    assert read["kio"] | read["java"] == want
+    assert {p for p, _ in read["kio"]} == mine
+    assert {p for p, _ in read["java"]} == set(range(4)) - mine

@@ -86,7 +86,7 @@ def test_one_class_per_name():
 
 
 TIMEOUTS = ["RequestTimedOutError", "BrokerRequestTimedOutError", "DeliveryTimeoutError", "AdminTimeoutError",
-            "CommitTimeoutError", "OffsetsTimeoutError"]
+            "CommitTimeoutError", "OffsetsTimeoutError", "ShareCommitTimeoutError"]
 
 
 def test_every_timeout_shares_one_base():

@@ -120,3 +120,62 @@ def test_append_columns_stops_at_max_records_and_resumes():
     assert batch.append_columns(*lists, 55) == (5, True, 59)
     assert lists[0] == list(range(52, 60)) and lists[3] == [b"v%d" % i for i in range(2, 10)]
     assert lists[2] == [None] * 8
+
+
+def _headers_of(batches, min_offset=-1):
+    return [list(r.headers) for b in batches for r in b.records() if r.offset >= min_offset]
+
+
+def test_headers_and_timestamp_types_match_the_record_reader():
+    from kproto.records.arrow import arrow_headers, arrow_timestamp_types
+    b = BatchBuilder("lz4", 1 << 20, base_offset=0)
+    hs = [[], [("a", b"1")], [("a", None), ("bé", b"")], [], [("x", b"y" * 40)] * 3]
+    for i, h in enumerate(hs):
+        b.append(1000 + i, None, b"v%d" % i, h)
+    la = BatchBuilder("none", 1 << 20, base_offset=5, timestamp_type=1)
+    la.append(7, b"k", b"w", [("z", None)])
+    batches = read_batches(b.build() + la.build())
+    cb = ColumnBuffers(headers=True)
+    for batch in batches:
+        assert cb.add(batch) == (len(batch), True)
+    assert arrow_timestamp_types(cb).to_pylist() == [0] * 5 + [1]
+    got = arrow_headers(cb).to_pylist()
+    assert [[(e["key"], e["value"]) for e in row] for row in got] == _headers_of(batches)
+    assert arrow_headers(cb).type == pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    assert cb.header_value_nulls == 2
+    # resumed part-way, only the records taken carry their headers
+    cb2 = ColumnBuffers(headers=True)
+    assert cb2.add(batches[0], 2, 2) == (2, False)
+    assert [[(e["key"], e["value"]) for e in row] for row in arrow_headers(cb2).to_pylist()] == hs[2:4]
+    with pytest.raises(ValueError, match="without headers"):
+        arrow_headers(ColumnBuffers())
+
+
+def test_a_header_key_that_is_not_utf8_is_a_decode_error():
+    from kproto.records.arrow import arrow_headers
+    raw = bytearray(build([(0, None, b"v")]))
+    b = BatchBuilder("none", 1 << 20)
+    b.append(0, None, b"v", [("k\x7f", b"1")])
+    raw = bytearray(b.build())
+    raw[raw.index(b"k\x7f") + 1] = 0xFF        # break the key's UTF-8
+    (batch,) = read_batches(bytes(raw), check_crc=False)
+    cb = ColumnBuffers(headers=True)
+    cb.add(batch)
+    with pytest.raises(DecodeError, match="not UTF-8"):
+        arrow_headers(cb)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=30))),
+                         max_size=4), min_size=1, max_size=40), st.integers(-1, 45))
+def test_property_headers_match_the_record_reader(headers, min_offset):
+    from kproto.records.arrow import arrow_headers
+    b = BatchBuilder("none", 1 << 22)
+    for i, h in enumerate(headers):
+        b.append(i, None, b"v", h)
+    batches = read_batches(b.build())
+    cb = ColumnBuffers(headers=True)
+    for batch in batches:
+        assert cb.add(batch, min_offset)[1]
+    got = [[(e["key"], e["value"]) for e in row] for row in arrow_headers(cb).to_pylist()]
+    assert got == _headers_of(batches, min_offset)

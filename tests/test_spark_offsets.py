@@ -20,14 +20,14 @@ def test_subscribe_earliest_to_latest_skips_empty_partitions():
 
 
 def test_json_offsets_with_earliest_and_latest_markers_and_lower_cased_names():
-    opts = {"subscribePattern": "orders.*", "startingOffsets": '{"orders": {"0": 10, "1": -2}}',
+    opts = {"subscribePattern": "orders$", "startingOffsets": '{"orders": {"0": 10, "1": -2}}',
             "ENDINGOFFSETS": '{"orders": {"0": 20, "1": -1}}'}
     assert plan(**opts) == [OffsetRange("orders", 0, 10, 20), OffsetRange("orders", 1, 0, 30)]
 
 
-def test_assign_and_latest_start():
+def test_assign_reads_the_assigned_partitions():
     assert plan(assign='{"audit": [0]}') == [OffsetRange("audit", 0, 0, 7)]
-    assert plan(assign='{"audit": [0]}', startingOffsets="latest") == []
+    assert plan(assign='{"orders": [1]}', startingOffsets='{"orders": {"1": 3}}') == [OffsetRange("orders", 1, 3, 30)]
 
 
 @pytest.mark.parametrize("options, message", [
@@ -37,7 +37,14 @@ def test_assign_and_latest_start():
     ({"assign": "orders"}, "assign must be JSON"),
     ({"subscribe": "orders", "startingOffsets": "begining"}, "startingOffsets must be"),
     ({"subscribe": "orders", "endingOffsets": '{"orders": 5}'}, "must map topic"),
-    ({"subscribe": "orders", "startingOffsets": '{"orders": {"0": 60}}'}, "after the ending offset"),
+    ({"subscribe": "orders", "startingOffsets": '{"orders": {"0": 60, "1": 0}}'}, "after the ending offset"),
+    # what Spark's Kafka source refuses on a batch read
+    ({"subscribe": "orders", "startingOffsets": "latest"}, "can't be latest for batch queries"),
+    ({"subscribe": "orders", "endingOffsets": "earliest"}, "can't be earliest for batch queries"),
+    ({"subscribe": "orders", "startingOffsets": '{"orders": {"0": -1, "1": 0}}'}, "orders-0 can't be latest"),
+    ({"subscribe": "orders", "endingOffsets": '{"orders": {"0": 9, "1": -2}}'}, "orders-1 can't be earliest"),
+    ({"subscribe": "orders", "startingOffsets": '{"orders": {"0": -3, "1": 0}}'}, "-3 for orders-0 is not an offset"),
+    ({"subscribePattern": "orders.*", "startingOffsets": '{"orders": {"0": 1, "1": 0}}'}, "every partition"),
 ])
 def test_bad_options_are_clear_errors(options, message):
     with pytest.raises(ConfigError, match=message):
@@ -50,6 +57,21 @@ def test_consumer_config_takes_kafka_prefixed_options():
     assert conf == {"bootstrap.servers": "h:1", "fetch.max.bytes": "10", "enable.auto.commit": "false"}
     with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
         consumer_config({"subscribe": "t"})
+
+
+@pytest.mark.parametrize("key", ["auto.offset.reset", "key.deserializer", "value.deserializer",
+                                 "enable.auto.commit", "interceptor.classes"])
+def test_consumer_settings_sparks_source_refuses_are_refused(key):
+    with pytest.raises(ConfigError, match=f"'kafka.{key}' is not supported"):
+        consumer_config(normalize({"kafka.bootstrap.servers": "h:1", f"kafka.{key}": "x"}))
+
+
+def test_include_headers_option():
+    from kio.spark.offsets import include_headers
+    assert include_headers({}) is False
+    assert include_headers(normalize({"includeHeaders": "TRUE"})) is True
+    with pytest.raises(ConfigError, match="includeHeaders must be true or false"):
+        include_headers(normalize({"includeHeaders": "yes"}))
 
 
 # -- streaming ------------------------------------------------------------------------------
@@ -137,7 +159,10 @@ def test_lost_records_fail_the_stream_unless_fail_on_data_loss_is_false():
     ({"endingOffsets": "latest"}, "endingOffsets is for batch reads"),
     ({"maxOffsetsPerTrigger": "0"}, "must be a positive integer"),
     ({"maxOffsetsPerTrigger": "lots"}, "must be a positive integer"),
-    ({"minOffsetsPerTrigger": "5"}, "minOffsetsPerTrigger is not supported"),
+    ({"minOffsetsPerTrigger": "-5"}, "minOffsetsPerTrigger must be a positive integer"),
+    ({"minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "10"}, "above maxOffsetsPerTrigger"),
+    ({"maxTriggerDelay": "5s"}, "set that too"),
+    ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"}, "maxTriggerDelay must be a duration"),
     ({"failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
 ])
 def test_bad_stream_options_are_clear_errors(options, message):
@@ -146,5 +171,23 @@ def test_bad_stream_options_are_clear_errors(options, message):
 
 
 def test_stream_options_defaults_and_values():
-    assert stream_options({}) == (None, True)
-    assert stream_options(normalize({"maxOffsetsPerTrigger": "500", "failOnDataLoss": "False"})) == (500, False)
+    assert stream_options({}) == (None, True, None, 15 * 60 * 1000)
+    assert stream_options(normalize({"maxOffsetsPerTrigger": "500", "failOnDataLoss": "False"}))[:2] == (500, False)
+    got = stream_options(normalize({"minOffsetsPerTrigger": "100", "maxTriggerDelay": "30s"}))
+    assert (got.min_rows, got.max_trigger_delay_ms) == (100, 30_000)
+    from kio.spark.offsets import parse_duration_ms
+    assert [parse_duration_ms(x, "d") for x in ("250", "250ms", "2s", "15m", "1h")] == [
+        250, 250, 2000, 900_000, 3_600_000]
+
+
+def test_min_offsets_per_trigger_waits_for_rows_at_most_max_trigger_delay():
+    from kio.spark.offsets import delay_batch
+    start = {TP("orders", 0): 10, TP("orders", 1): 0}
+    few = {TP("orders", 0): 12, TP("orders", 1): 3}              # 5 new records
+    enough = {TP("orders", 0): 20, TP("orders", 1): 3}           # 13
+    assert delay_batch(None, 1000, start, few, 5000, 4999) is False
+    assert delay_batch(10, 1000, start, few, 5000, 4500) is True       # too few, not waited long
+    assert delay_batch(10, 1000, start, enough, 5000, 4500) is False
+    assert delay_batch(10, 1000, start, few, 5000, 4000) is False      # waited maxTriggerDelay
+    # a partition not in start (new since) is not counted: its first offset is not known here
+    assert delay_batch(3, 1000, {}, {TP("audit", 0): 7}, 10, 0) is True

@@ -27,9 +27,9 @@ from kio.producer import InOrderAcker
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PUBLIC_CLASSES = [kio.Producer, kio.Consumer, kio.Admin, InOrderAcker,
-                  kio.aio.Producer, kio.aio.Consumer, kio.aio.Admin,
-                  kio.trio.Producer, kio.trio.Consumer, kio.trio.Admin, RecordHandle]
+PUBLIC_CLASSES = [kio.Producer, kio.Consumer, kio.ShareConsumer, kio.Admin, InOrderAcker,
+                  kio.aio.Producer, kio.aio.Consumer, kio.aio.ShareConsumer, kio.aio.Admin,
+                  kio.trio.Producer, kio.trio.Consumer, kio.trio.ShareConsumer, kio.trio.Admin, RecordHandle]
 
 # The program is only type-checked, never run. Annotated assignments pin the
 # types: a method that returned Any, or the wrong type, fails the check.
@@ -42,7 +42,10 @@ import trio
 
 import kio.aio
 import kio.trio
-from kio import Admin, Consumer, OffsetAndMetadata, Producer, RecordMetadata, TopicPartition
+from kio import (
+    AcknowledgeType, Admin, Consumer, OffsetAndMetadata, Producer, RecordMetadata, ShareConsumer, ShareRecord,
+    TopicPartition,
+)
 from kio.admin import ConfigResource, NewTopic
 from kio.errors import (
     AdminTimeoutError, BrokerError, KafkaError, KafkaTimeoutError, NotLeaderOrFollowerError,
@@ -50,6 +53,7 @@ from kio.errors import (
 )
 from kio.producer import BulkResult, InOrderAcker
 from kproto.admin import AdminHandle, ConsumerLag, TopicDescription, TopicListing
+from kproto.share.admin import ShareGroupDescription, SharePartitionOffset
 from kproto.consumer.core import OffsetAndTimestamp
 
 
@@ -116,6 +120,22 @@ def threading_clients() -> None:
         group_ids: List[str] = [g.group_id for g in admin.list_consumer_groups(states=["Stable"])]
         nodes = admin.describe_cluster().nodes
         admin.delete_topics(["a"])
+        share_groups: List[str] = [g.group_id for g in admin.list_share_groups()]
+        share_group: ShareGroupDescription = admin.describe_share_groups(["q"])["q"]
+        share_offsets: Dict[TopicPartition, SharePartitionOffset] = admin.list_share_group_offsets("q")
+        admin.incremental_alter_configs({ConfigResource.group("q"): {"share.auto.offset.reset": "earliest"}})
+
+    with ShareConsumer(bootstrap_servers="127.0.0.1:9092", group_id="q",
+                       share_acknowledgement_mode="explicit") as share_consumer:
+        share_consumer.subscribe(["t"])
+        share_consumer.set_acknowledgement_commit_callback(lambda offsets, err: print(offsets, err))
+        for share_record in share_consumer.poll(1.0):
+            deliveries: Optional[int] = share_record.delivery_count
+            share_consumer.acknowledge(share_record, AcknowledgeType.REJECT)
+        results: Dict[TopicPartition, Optional[KafkaError]] = share_consumer.commit_sync()
+        share_consumer.commit_async()
+        shared: Set[TopicPartition] = share_consumer.assignment()
+        lock_ms: Optional[int] = share_consumer.acquisition_lock_timeout_ms
 
 
 async def asyncio_clients() -> None:
@@ -133,6 +153,13 @@ async def asyncio_clients() -> None:
             break
         position: int = await consumer.position(TopicPartition("t", 0))
         await consumer.commit()
+    async with kio.aio.ShareConsumer(bootstrap_servers="127.0.0.1:9092", group_id="q") as share_consumer:
+        share_consumer.subscribe(["t"])
+        records: List[ShareRecord] = await share_consumer.poll(1.0)
+        async for share_record in share_consumer:
+            count: Optional[int] = share_record.delivery_count
+            break
+        results = await share_consumer.commit_sync()
     async with kio.aio.Admin(bootstrap_servers="127.0.0.1:9092") as admin:
         topics: Dict[str, TopicListing] = await admin.list_topics()
         ids: Dict[str, Optional[uuid.UUID]] = await admin.create_topics(["t"])
@@ -148,6 +175,13 @@ async def trio_clients() -> None:
         records = await consumer.poll(1.0)
     async with kio.trio.Admin(bootstrap_servers="127.0.0.1:9092") as admin:
         nodes = (await admin.describe_cluster()).nodes
+        share_offsets = await admin.list_share_group_offsets("q")
+    async with kio.trio.ShareConsumer(bootstrap_servers="127.0.0.1:9092", group_id="q",
+                                      share_acknowledgement_mode="explicit") as share_consumer:
+        share_consumer.subscribe("t")
+        for share_record in await share_consumer.poll(1.0):
+            share_consumer.acknowledge(share_record, AcknowledgeType.RELEASE)
+        await share_consumer.commit_async()
 
 
 def errors() -> None:
@@ -252,3 +286,33 @@ def test_py_typed_and_stubs_are_shipped():
     patterns = data["tool"]["setuptools"]["package-data"]["*"]
     assert "py.typed" in patterns and "*.pyi" in patterns
     assert any("mypy" in dep for dep in data["project"]["optional-dependencies"]["test"])
+
+
+MESSAGE_BODIES = '''
+import uuid
+from kproto import messages
+from kproto.message_types import HeartbeatRequest, ProduceRequest
+
+ok: HeartbeatRequest = {"group_id": "g", "generation_id": 7, "member_id": "m",
+                        "group_instance_id": None}
+produce: ProduceRequest = {"acks": 1, "timeout_ms": 1000, "topic_data": [
+    {"topic_id": uuid.uuid4(), "partition_data": [{"index": 0, "records": b""}]}]}
+messages.encode_request("Heartbeat", 4, 1, "c", ok)
+'''
+
+
+def test_message_types_are_generated_from_the_schema_tables():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_message_types.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_mypy_sees_message_body_field_names(tmp_path):
+    r, _ = _mypy(tmp_path, "bodies.py", MESSAGE_BODIES)
+    assert r.returncode == 0, r.stdout + r.stderr
+    typo = MESSAGE_BODIES.replace('"generation_id": 7', '"generaton_id": 7')
+    r, _ = _mypy(tmp_path, "typo.py", typo)
+    assert r.returncode != 0 and "generaton_id" in r.stdout, r.stdout
+    wrong = MESSAGE_BODIES.replace('"index": 0', '"index": "0"')
+    r, _ = _mypy(tmp_path, "wrong.py", wrong)
+    assert r.returncode != 0 and "index" in r.stdout, r.stdout

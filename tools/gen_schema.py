@@ -66,6 +66,10 @@ APIS = [
     ("ShareGroupDescribe", "share_group_describe"),
     ("ShareFetch", "share_fetch"),
     ("ShareAcknowledge", "share_acknowledge"),
+    # Share-group administration: group configs (share.auto.offset.reset, lock
+    # duration) live on GROUP config resources; offsets per share-partition.
+    ("IncrementalAlterConfigs", "incremental_alter_configs"),
+    ("DescribeShareGroupOffsets", "describe_share_group_offsets"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

@@ -73,6 +73,7 @@ def _config(args) -> dict:
     conf = {"bootstrap.servers": args.bootstrap_server,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
             "default.api.timeout.ms": int(args.timeout * 1000)}
+    given = properties(args.property)
     if args.group:
         conf["group.id"] = args.group
         # The first records come once the group is joined, and a coordinator
@@ -81,10 +82,13 @@ def _config(args) -> dict:
         # default; Kafka: group.initial.rebalance.delay.ms, 3 s by default).
         # A console tool wants records within seconds: the smallest session
         # timeout brokers accept by default (group.min.session.timeout.ms), a
-        # heartbeat a third of it. --property overrides both.
-        conf["session.timeout.ms"] = 6000
-        conf["heartbeat.interval.ms"] = 2000
-    conf.update(properties(args.property))
+        # heartbeat a third of it. --property overrides both. With
+        # group.protocol=consumer the broker owns both (and they may not be set).
+        protocol = {k.replace("_", "."): v for k, v in given.items()}.get("group.protocol", "classic")
+        if str(protocol).strip().lower() != "consumer":
+            conf["session.timeout.ms"] = 6000
+            conf["heartbeat.interval.ms"] = 2000
+    conf.update(given)
     return conf
 
 

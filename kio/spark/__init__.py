@@ -65,7 +65,8 @@ def write(df, topic: Optional[str] = None, bootstrap_servers=None, *, errors: st
           flush_timeout: Optional[float] = None, transactional_id_prefix: Optional[str] = None,
           **producer_config) -> WriteReport:
     """Send every row of ``df`` to Kafka (columns: value, and optionally key,
-    topic, partition, headers, timestamp - Spark's Kafka sink conventions).
+    topic, partition, headers, timestamp - Spark's Kafka sink conventions;
+    as there, ``topic`` overrides a topic column).
 
     ``errors="raise"`` (default): a failed delivery fails the Spark task with
     a :class:`SparkWriteError` naming the topic and the cause.
@@ -78,7 +79,11 @@ def write(df, topic: Optional[str] = None, bootstrap_servers=None, *, errors: st
     ``transactional_id_prefix``: each Spark partition is written in one Kafka
     transaction (transactional.id ``<prefix>-<partition>``), so
     read_committed consumers see a partition's rows all together, once per
-    successful attempt; errors are then always raised."""
+    successful attempt; errors are then always raised. A failure upstream
+    of the sink in the same Spark stage ends the sink's input as if the
+    partition were complete, so that partial partition is committed:
+    materialize ``df`` first (``df.cache(); df.count()``, a checkpoint, or
+    a shuffle before the write) so such failures happen in an earlier stage."""
     from kio.spark.sink import _check_columns
     _check_columns(df.columns, topic)
     if errors not in ("raise", "report", "column"):

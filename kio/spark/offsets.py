@@ -8,9 +8,19 @@ Topics are chosen by exactly one of ``subscribe`` ("t1,t2"),
 ``subscribePattern`` (a regex matched against the whole name) and
 ``assign`` (JSON ``{"topic": [0, 1]}``).
 
+As in Spark's Kafka source, a batch read refuses to start at "latest" or
+end at "earliest" (-1 in startingOffsets, -2 in endingOffsets), and JSON
+offsets for subscribed topics must name every partition of them.
+
 Streams (``readStream``) take ``startingOffsets`` ("latest" by default),
-``maxOffsetsPerTrigger`` and ``failOnDataLoss`` (true by default), as
-Spark's Kafka source does; their offsets are checkpointed by Spark.
+``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay``
+and ``failOnDataLoss`` (true by default), as Spark's Kafka source does;
+their offsets are checkpointed by Spark.
+
+``kafka.*`` options go to the kio consumer, less those Spark's source
+refuses too (auto.offset.reset, key/value.deserializer, enable.auto.commit,
+interceptor.classes); a setting kio does not know is a ConfigError where
+the Java client would only log a warning.
 """
 from __future__ import annotations
 
@@ -23,7 +33,8 @@ from kproto.errors import ConfigError, KafkaError
 
 __all__ = ["OffsetRange", "plan_ranges", "consumer_config", "normalize", "option", "EARLIEST", "LATEST",
            "offsets_to_json", "offsets_from_json", "stream_options", "stream_initial", "stream_latest",
-           "stream_ranges", "DataLossError", "topic_partitions"]
+           "stream_ranges", "DataLossError", "topic_partitions", "StreamOptions", "include_headers",
+           "delay_batch", "parse_duration_ms"]
 
 EARLIEST, LATEST = -2, -1
 
@@ -47,13 +58,36 @@ def option(options: dict, name: str, default=None):
     return options.get(name.lower(), default)
 
 
+#: kafka.* settings Spark's Kafka source refuses, and why (the same here).
+_REFUSED_CONSUMER_SETTINGS = {
+    "auto.offset.reset": "set the source option startingOffsets to 'earliest' or 'latest' instead: the "
+                         "source, not the consumer, decides where reading starts",
+    "key.deserializer": "keys are read as bytes; use DataFrame operations to deserialize them",
+    "value.deserializer": "values are read as bytes; use DataFrame operations to deserialize them",
+    "enable.auto.commit": "the source commits nothing to Kafka (Spark checkpoints the offsets)",
+    "interceptor.classes": "interceptors could change the records",
+}
+
+
 def consumer_config(options: dict) -> dict:
     """``kafka.*`` options (Spark's convention) -> kio consumer config."""
     conf = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
     if "bootstrap.servers" not in conf:
         raise ConfigError("the kio-kafka source needs option kafka.bootstrap.servers")
-    conf.setdefault("enable.auto.commit", "false")
+    for key in conf:
+        why = _REFUSED_CONSUMER_SETTINGS.get(key.replace("_", "."))
+        if why is not None:
+            raise ConfigError(f"Kafka option 'kafka.{key}' is not supported (as in Spark's Kafka source): {why}")
+    conf["enable.auto.commit"] = "false"
     return conf
+
+
+def include_headers(options: dict) -> bool:
+    """Option includeHeaders (false by default, as in Spark's source)."""
+    raw = str(option(options, "includeHeaders", "false")).strip().lower()
+    if raw not in ("true", "false"):
+        raise ConfigError(f"option includeHeaders must be true or false, not {raw!r}")
+    return raw == "true"
 
 
 def _spec(options: dict, name: str, default: str, allowed: tuple):
@@ -113,16 +147,55 @@ def _resolve(spec, tp, default, first, last):
     return first[tp] if off == EARLIEST else last[tp] if off == LATEST else off
 
 
+def batch_specs(options: dict):
+    """(startingOffsets, endingOffsets) of a batch read, refusing what Spark's
+    Kafka source refuses: a start at latest, an end at earliest."""
+    start_spec = _spec(options, "startingOffsets", "earliest", ("earliest", "latest"))
+    end_spec = _spec(options, "endingOffsets", "latest", ("earliest", "latest"))
+    if start_spec == "latest":
+        raise ConfigError("option startingOffsets can't be latest for batch queries on Kafka (a batch "
+                          "would read nothing); use a stream, or earliest or JSON offsets")
+    if end_spec == "earliest":
+        raise ConfigError("option endingOffsets can't be earliest for batch queries on Kafka")
+    for name, spec, bad, word in (("startingOffsets", start_spec, LATEST, "latest (-1)"),
+                                  ("endingOffsets", end_spec, EARLIEST, "earliest (-2)")):
+        if isinstance(spec, dict):
+            wrong = sorted(tp for tp, off in spec.items() if off == bad)
+            if wrong:
+                raise ConfigError(f"option {name}: the offset for {wrong[0].topic}-{wrong[0].partition} "
+                                  f"can't be {word} for batch queries on Kafka")
+    for name, spec in (("startingOffsets", start_spec), ("endingOffsets", end_spec)):
+        if isinstance(spec, dict):
+            bad_off = sorted(tp for tp, off in spec.items() if off < EARLIEST)
+            if bad_off:
+                raise ConfigError(f"option {name}: offset {spec[bad_off[0]]} for {bad_off[0].topic}-"
+                                  f"{bad_off[0].partition} is not an offset (-2 earliest, -1 latest)")
+    return start_spec, end_spec
+
+
+def _check_names_all_partitions(name: str, spec, tps) -> None:
+    """JSON offsets with subscribe/subscribePattern must name exactly the
+    partitions read (Spark's rule: a partition left out would be read from
+    an offset nobody chose)."""
+    if not isinstance(spec, dict):
+        return
+    if set(spec) != set(tps):
+        given = sorted(f"{tp.topic}-{tp.partition}" for tp in spec)
+        read = sorted(f"{tp.topic}-{tp.partition}" for tp in tps)
+        raise ConfigError(f"option {name}: JSON offsets must name every partition of the subscribed topics "
+                          f"(use -2 for earliest, -1 for latest); given {given}, read {read}")
+
+
 def plan_ranges(options: dict, list_topics, beginning_offsets, end_offsets) -> List[OffsetRange]:
     """The offset ranges to read: one per topic-partition with records.
 
     ``options`` as :func:`normalize` returns them; ``beginning_offsets(tps)``
     / ``end_offsets(tps)`` -> {tp: offset}."""
+    start_spec, end_spec = batch_specs(options)
     tps = topic_partitions(options, list_topics)
-    start_spec = _spec(options, "startingOffsets", "earliest", ("earliest", "latest"))
-    end_spec = _spec(options, "endingOffsets", "latest", ("latest",))
-    if start_spec == "latest" and end_spec == "latest":
-        return []
+    if option(options, "assign") is None:
+        for name, spec in (("startingOffsets", start_spec), ("endingOffsets", end_spec)):
+            _check_names_all_partitions(name, spec, tps)
     first = beginning_offsets(tps)
     last = end_offsets(tps)
     ranges = []
@@ -155,27 +228,70 @@ def offsets_from_json(spec: dict) -> Dict[TopicPartition, int]:
     return {TopicPartition(t, int(p)): int(off) for t, parts in spec.items() for p, off in parts.items()}
 
 
-def stream_options(options: dict) -> Tuple[Optional[int], bool]:
-    """(maxOffsetsPerTrigger or None, failOnDataLoss) of a streaming read;
-    options only a batch read takes are refused, as Spark's Kafka source does."""
+class StreamOptions(NamedTuple):
+    """The options of a streaming read (see :func:`stream_options`)."""
+    max_rows: Optional[int]            # maxOffsetsPerTrigger
+    fail_on_data_loss: bool
+    min_rows: Optional[int] = None     # minOffsetsPerTrigger
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+
+
+_DURATION_UNITS = {"us": 1e-3, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(raw: str, name: str) -> int:
+    """A duration as Spark writes them ("15m", "30s", "500ms"; a bare number is ms)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(raw).lower())
+    if m is None or m.group(2) not in ("", *_DURATION_UNITS):
+        raise ConfigError(f"option {name} must be a duration like 30s, 15m or 500ms, not {raw!r}")
+    return int(int(m.group(1)) * _DURATION_UNITS.get(m.group(2) or "ms", 1))
+
+
+def _positive(options: dict, name: str) -> Optional[int]:
+    raw = option(options, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"option {name} must be a positive integer, not {raw!r}")
+    return value
+
+
+def stream_options(options: dict) -> StreamOptions:
+    """The options of a streaming read; options only a batch read takes are
+    refused, as Spark's Kafka source does."""
     if option(options, "endingOffsets") is not None:
         raise ConfigError("option endingOffsets is for batch reads; a stream reads on as records arrive")
-    for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
-        if option(options, name) is not None:
-            raise ConfigError(f"option {name} is not supported by kio-kafka (maxOffsetsPerTrigger is)")
-    raw = option(options, "maxOffsetsPerTrigger")
-    max_rows = None
-    if raw is not None:
-        try:
-            max_rows = int(raw)
-        except (TypeError, ValueError):
-            max_rows = 0
-        if max_rows <= 0:
-            raise ConfigError(f"option maxOffsetsPerTrigger must be a positive integer, not {raw!r}")
+    max_rows = _positive(options, "maxOffsetsPerTrigger")
+    min_rows = _positive(options, "minOffsetsPerTrigger")
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise ConfigError(f"option minOffsetsPerTrigger ({min_rows}) is above maxOffsetsPerTrigger ({max_rows})")
+    delay = option(options, "maxTriggerDelay")
+    if delay is not None and min_rows is None:
+        raise ConfigError("option maxTriggerDelay bounds the wait of minOffsetsPerTrigger: set that too")
+    delay_ms = parse_duration_ms(delay, "maxTriggerDelay") if delay is not None else 15 * 60 * 1000
     fail = str(option(options, "failOnDataLoss", "true")).lower()
     if fail not in ("true", "false"):
         raise ConfigError(f"option failOnDataLoss must be true or false, not {fail!r}")
-    return max_rows, fail == "true"
+    return StreamOptions(max_rows, fail == "true", min_rows, delay_ms)
+
+
+def delay_batch(min_rows: Optional[int], max_delay_ms: int, start: Dict[TopicPartition, int],
+                end: Dict[TopicPartition, int], now_ms: float, last_trigger_ms: Optional[float]) -> bool:
+    """Spark's minOffsetsPerTrigger rule: skip this trigger (no micro-batch)
+    while fewer than ``min_rows`` new records are there, unless
+    ``max_delay_ms`` passed since the last micro-batch (``last_trigger_ms``;
+    None: the stream's first trigger, which counts as the clock's start). Partitions
+    not in ``start`` (new since) are not counted."""
+    if min_rows is None:
+        return False
+    if last_trigger_ms is not None and now_ms - last_trigger_ms >= max_delay_ms:
+        return False
+    new = sum(max(0, off - start.get(tp, off)) for tp, off in end.items())
+    return new < min_rows
 
 
 def stream_initial(options: dict, tps, beginning_offsets, end_offsets) -> Dict[TopicPartition, int]:

@@ -2,10 +2,11 @@
 through one cached producer per Python worker process, a report back.
 
 Column conventions are those of Spark's own Kafka sink: ``value`` (required;
-binary or string), optional ``key`` (binary or string), ``topic`` (per row,
-overrides the ``topic`` option), ``partition`` (int; null lets the
+binary or string), optional ``key`` (binary or string), ``topic`` (per row, used
+when no ``topic`` option is given), ``partition`` (int; null lets the
 partitioner choose), ``headers`` (array of struct<key: string, value:
-binary>) and ``timestamp`` (timestamp, or long milliseconds). Rows go to
+binary>) and ``timestamp`` (timestamp, or long milliseconds). As in
+Spark's sink, a ``topic`` option overrides the ``topic`` column. Rows go to
 the producer's bulk path, ``send_many``, one call per (topic, partition)
 group of each Arrow batch.
 
@@ -134,7 +135,7 @@ def _row_columns(rb, topic):
             return None
         return convert(rb.column(name)) if convert else rb.column(name).to_pylist()
     return (col("value"), col("key"), col("headers", _headers), col("timestamp", _timestamps_ms),
-            col("topic"), col("partition"))
+            col("topic") if topic is None else None, col("partition"))
 
 
 def send_rows(batches: Iterable, topic: Optional[str], config: dict, *,
@@ -161,10 +162,10 @@ def send_rows(batches: Iterable, topic: Optional[str], config: dict, *,
                                        timestamp_ms=None if stamps is None else stamps[i]))
             except Exception as e:  # noqa: BLE001 - the row's error column says it
                 outcomes.append(e)
-        pending = p.flush(flush_timeout)
+        wait = _flush_wait(p, flush_timeout)
+        pending = p.flush(wait)
         if pending:
-            raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush "
-                                  f"({flush_timeout} s)")
+            raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush ({wait} s)")
         partitions, offsets, errors = [], [], []
         for o in outcomes:
             exc = o if isinstance(o, BaseException) else o.exception(0)
@@ -236,7 +237,8 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
         keys = arrow_as_binary(rb.column("key")).to_pylist() if "key" in names else None
         headers = _headers(rb.column("headers")) if "headers" in names else None
         stamps = _timestamps_ms(rb.column("timestamp")) if "timestamp" in names else None
-        topics = rb.column("topic").to_pylist() if "topic" in names else None
+        # as in Spark's sink, the topic option overrides the topic column
+        topics = rb.column("topic").to_pylist() if "topic" in names and topic is None else None
         parts = rb.column("partition").to_pylist() if "partition" in names else None
         if topics is None and parts is None:
             groups = {(topic, None): None}
@@ -265,11 +267,22 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
                                f"{type(e).__name__}: {e}"))
                 continue
             sent.append((t, part, fut, len(vs), size))
-    pending = p.flush(flush_timeout)
+    wait = _flush_wait(p, flush_timeout)
+    pending = p.flush(wait)
     if pending:
-        raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush "
-                              f"({flush_timeout} s)")
+        raise SparkWriteError(f"kio.spark: {pending} records still undelivered after flush ({wait} s)")
     return _report(sent, failed, errors)
+
+
+def _flush_wait(p, flush_timeout: Optional[float]) -> float:
+    """How long a task waits for its acknowledgements: ``flush_timeout``, or
+    by default the producer's delivery.timeout.ms plus a margin. Every record
+    is acknowledged or failed within delivery.timeout.ms, so waiting longer
+    would only hang the task (and the Spark job) on a stuck producer; failing
+    it lets Spark retry it instead."""
+    if flush_timeout is not None:
+        return flush_timeout
+    return p.config.delivery_timeout_ms / 1000.0 + 30.0
 
 
 def _report(sent, failed, errors) -> List[tuple]:

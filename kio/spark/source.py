@@ -27,7 +27,7 @@ from kio.spark import offsets as _offsets
 from kio.spark import sink as _sink
 from kproto.errors import ConfigError, KafkaError
 
-__all__ = ["KioKafkaDataSource", "KAFKA_SCHEMA"]
+__all__ = ["KioKafkaDataSource", "KAFKA_SCHEMA", "KAFKA_SCHEMA_NO_HEADERS"]
 
 KAFKA_SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -40,9 +40,8 @@ KAFKA_SCHEMA = StructType([
     StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                  StructField("value", BinaryType())]))),
 ])
-
-#: rows per Arrow batch a read task yields
-_ROWS_PER_BATCH = 10_000
+#: without option includeHeaders=true (Spark's default): no headers column
+KAFKA_SCHEMA_NO_HEADERS = StructType(KAFKA_SCHEMA.fields[:-1])
 
 
 class _RangePartition(InputPartition):
@@ -59,7 +58,7 @@ class KioKafkaDataSource(DataSource):
         return "kio-kafka"
 
     def schema(self):
-        return KAFKA_SCHEMA
+        return KAFKA_SCHEMA if _offsets.include_headers(_offsets.normalize(self.options)) else KAFKA_SCHEMA_NO_HEADERS
 
     def reader(self, schema):
         return _Reader(_offsets.normalize(self.options))
@@ -76,6 +75,8 @@ class _Reader(DataSourceReader):
         self.options = options
         self.config = _offsets.consumer_config(options)
         self.timeout = float(_offsets.option(options, "readTimeoutSeconds", "120"))
+        self.headers = _offsets.include_headers(options)
+        _offsets.batch_specs(options)          # refused here, on the driver, before any task
 
     def partitions(self):
         from kio.consumer import Consumer
@@ -86,38 +87,71 @@ class _Reader(DataSourceReader):
 
     def read(self, partition):
         if isinstance(partition, _RangePartition):   # else nothing was planned: Spark still
-            yield from read_range(self.config, partition.range, self.timeout)  # runs one empty task
+            yield from read_range(self.config, partition.range, self.timeout, self.headers)  # runs one empty task
 
 
-def read_range(config: dict, r: _offsets.OffsetRange, timeout: float):
+def read_range(config: dict, r: _offsets.OffsetRange, timeout: float, headers: bool = False):
     """Arrow batches of records [r.start, r.end) of one topic-partition, read
-    by a kio Consumer in manual-assignment mode; a range that stops growing
-    for ``timeout`` seconds fails the task instead of hanging it."""
-    import pyarrow as pa
-
+    by a kio Consumer in manual-assignment mode through the columnar path
+    (``poll_batch(arrow=True)``: Arrow arrays built from the fetched bytes,
+    no Python object per record), with Spark's Kafka schema (the headers
+    column with ``headers``; null for a record without headers, as Spark
+    gives). A range that makes no progress for ``timeout`` seconds fails the
+    task instead of hanging it."""
     from kio.consumer import Consumer, TopicPartition
     tp = TopicPartition(r.topic, r.partition)
-    rows = _Rows()
-    deadline = time.monotonic() + timeout
     with Consumer(dict(config)) as c:
         c.assign([tp])
         c.seek(tp, r.start)
         position = r.start
+        deadline = time.monotonic() + timeout
         while position < r.end:
             if time.monotonic() > deadline:
                 raise KafkaError(f"kio-kafka: reading {r.topic}-{r.partition} offsets "
                                  f"[{r.start}, {r.end}) stalled at {position} for "
                                  f"{timeout} s (option readTimeoutSeconds)")
-            for rec in c.poll(1.0):
-                if rec.offset >= r.end:
-                    break
-                rows.add(rec)
-                if len(rows) >= _ROWS_PER_BATCH:
-                    yield rows.batch(pa)
-                    rows = _Rows()
-            position = max(position, c.position(tp))
-    if len(rows):
-        yield rows.batch(pa)
+            for pb in c.poll_batch(1.0, arrow=True, headers=headers):
+                rb = _spark_batch(pb, r.end, headers)
+                if rb is not None:
+                    yield rb
+            # the position moves past aborted records and transaction markers too
+            now = c.position(tp)
+            if now > position:
+                position = now
+                deadline = time.monotonic() + timeout
+
+
+def _empty_as_null(headers):
+    """Spark's Kafka source gives null, not an empty array, for a record
+    without headers."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    empty = pc.equal(pc.list_value_length(headers), 0)
+    if not pc.any(empty).as_py():
+        return headers
+    return pa.ListArray.from_arrays(headers.offsets, headers.values, type=headers.type, mask=empty)
+
+
+def _spark_batch(pb, end: int, headers: bool):
+    """One PartitionBatch (Arrow) as a RecordBatch of Spark's Kafka schema,
+    cut before offset ``end``; None when nothing is left."""
+    import numpy as np
+    import pyarrow as pa
+    offsets = pb.offsets
+    n = int(np.searchsorted(offsets.to_numpy(zero_copy_only=True), end))   # offsets ascend
+    if n == 0:
+        return None
+    topic = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([pb.topic])).cast(pa.string())
+    stamps = pb.timestamps.cast(pa.timestamp("ms")).cast(pa.timestamp("us", tz="UTC"))
+    arrays = [pb.keys, pb.values, topic, pa.array(np.full(n, pb.partition, np.int32)), offsets, stamps,
+              pb.timestamp_types]
+    schema = KAFKA_SCHEMA_NO_HEADERS
+    if headers:
+        arrays.append(_empty_as_null(pb.headers))
+        schema = KAFKA_SCHEMA
+    if n < len(offsets):
+        arrays = [a if i in (2, 3) else a.slice(0, n) for i, a in enumerate(arrays)]
+    return pa.RecordBatch.from_arrays(arrays, names=[f.name for f in schema.fields])
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -130,9 +164,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.config = _offsets.consumer_config(options)
         self.timeout = float(_offsets.option(options, "readTimeoutSeconds", "120"))
-        self.max_rows, self.fail_on_data_loss = _offsets.stream_options(options)
+        self.stream = _offsets.stream_options(options)
+        self.max_rows, self.fail_on_data_loss = self.stream.max_rows, self.stream.fail_on_data_loss
+        self.headers = _offsets.include_headers(options)
         self._target = None                    # end offsets of a Trigger.AvailableNow run
         self._consumer = None                  # for ListOffsets, on the driver only
+        self._last_trigger_ms = None           # when the last micro-batch was planned (minOffsetsPerTrigger)
 
     def __getstate__(self):                    # Spark ships the reader to the read tasks
         state = dict(self.__dict__)
@@ -160,8 +197,19 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start, limit):
         c = self._offsets_client()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = _offsets.stream_latest(_offsets.offsets_from_json(start), self._partitions_now(),
-                                     c.beginning_offsets, c.end_offsets, max_rows, self._target)
+        begin = _offsets.offsets_from_json(start)
+        end = _offsets.stream_latest(begin, self._partitions_now(), c.beginning_offsets, c.end_offsets,
+                                     max_rows, self._target)
+        # minOffsetsPerTrigger: wait for more records (at most maxTriggerDelay),
+        # as Spark's source does; not under Trigger.AvailableNow, whose run
+        # must end with what was there when it began.
+        now_ms = time.monotonic() * 1000.0
+        if self._last_trigger_ms is None:
+            self._last_trigger_ms = now_ms
+        if self._target is None and _offsets.delay_batch(self.stream.min_rows, self.stream.max_trigger_delay_ms,
+                                                         begin, end, now_ms, self._last_trigger_ms):
+            return start
+        self._last_trigger_ms = now_ms
         return _offsets.offsets_to_json(end)
 
     def prepareForTriggerAvailableNow(self):
@@ -174,7 +222,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_RangePartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(self.config, partition.range, self.timeout)
+        return read_range(self.config, partition.range, self.timeout, self.headers)
 
     def commit(self, end):
         pass                                   # Spark's checkpoint holds the offsets
@@ -186,42 +234,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _list_topics(config) -> dict:
-    """{topic: partition count} of the cluster."""
-    from kio.blocking import BlockingClient
-    with BlockingClient(config["bootstrap.servers"]) as client:
-        md = client.metadata(None)
-    return {t["name"]: len(t["partitions"]) for t in md["topics"] if not t.get("error_code")}
-
-
-class _Rows:
-    """Records gathered column by column into one Arrow batch."""
-
-    def __init__(self):
-        self.cols = ([], [], [], [], [], [], [], [])
-
-    def __len__(self):
-        return len(self.cols[0])
-
-    def add(self, rec):
-        c = self.cols
-        c[0].append(rec.key)
-        c[1].append(rec.value)
-        c[2].append(rec.topic)
-        c[3].append(rec.partition)
-        c[4].append(rec.offset)
-        c[5].append(rec.timestamp)
-        c[6].append(rec.timestamp_type)
-        c[7].append([{"key": k, "value": v} for k, v in rec.headers] if rec.headers else [])
-
-    def batch(self, pa):
-        k, v, t, p, o, ts, tt, h = self.cols
-        header = pa.struct([("key", pa.string()), ("value", pa.binary())])
-        return pa.RecordBatch.from_arrays([
-            pa.array(k, pa.binary()), pa.array(v, pa.binary()), pa.array(t, pa.string()),
-            pa.array(p, pa.int32()), pa.array(o, pa.int64()),
-            pa.array(ts, pa.int64()).cast(pa.timestamp("ms")).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(tt, pa.int32()), pa.array(h, pa.list_(header)),
-        ], names=[f.name for f in KAFKA_SCHEMA.fields])
+    """{topic: partition count} of the cluster, asked with the source's own
+    connection settings (TLS, SASL, client id...)."""
+    from kio.admin import Admin
+    from kproto.config import COMMON
+    common = {s.name for s in COMMON}
+    with Admin({k: v for k, v in config.items() if k in common}) as admin:
+        names = list(admin.list_topics())
+        # (raise_errors=False: a topic deleted since the listing is left out.)
+        described = admin.describe_topics(names, raise_errors=False).values() if names else {}
+    return {name: len(d.partitions) for name, d in described.items()}
 
 
 class _Report(WriterCommitMessage):

@@ -1,5 +1,7 @@
 """The consumer group side of the sans-IO core: coordinator discovery, group
-membership (classic protocol), partition assignors and offset commits.
+membership (the classic protocol, :class:`GroupMembership`, and the KIP-848
+consumer protocol, :class:`ConsumerProtocolMembership`: one interface, the
+same events), partition assignors and offset commits.
 
 Every state machine here follows one driver contract (no sockets, threads or
 clock; ``now`` is milliseconds)::
@@ -105,6 +107,9 @@ from kproto.consumer.membership import (  # noqa: E402
     GroupFatalError, GroupMembership, MemberState, MetadataNeeded, PartitionsAssigned,
     PartitionsLost, PartitionsRevoked,
 )
+from kproto.consumer.membership_consumer import (  # noqa: E402
+    ConsumerMemberState, ConsumerProtocolMembership, to_broker_regex,
+)
 from kproto.consumer.commits import (  # noqa: E402
     CommitCompleted, CommitFailed, CommitFailedError, CommitHandle, CommitTimeoutError,
     FetchHandle, OffsetCommitter, OffsetsFetched,
@@ -118,6 +123,7 @@ __all__ = [
     "CoordinatorLost", "CoordinatorLookupFailed",
     "GroupMembership", "MemberState", "PartitionsAssigned", "PartitionsRevoked",
     "PartitionsLost", "GroupFatalError", "MetadataNeeded",
+    "ConsumerProtocolMembership", "ConsumerMemberState", "to_broker_regex",
     "OffsetCommitter", "CommitHandle", "FetchHandle", "CommitCompleted", "CommitFailed",
     "OffsetsFetched", "CommitTimeoutError", "CommitFailedError",
 ]

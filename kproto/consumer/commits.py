@@ -44,7 +44,11 @@ E = error_codes
 # Errors after which the coordinator must be looked up again (Java also treats a
 # broker-side REQUEST_TIMED_OUT on a commit this way).
 _MARK_UNKNOWN = COORDINATOR_ERRORS | {E.BrokerRequestTimedOutError.code}
-_GROUP_RESET = {E.UnknownMemberIdError.code, E.IllegalGenerationError.code}
+_GROUP_RESET = {E.UnknownMemberIdError.code, E.IllegalGenerationError.code,
+                E.FencedMemberEpochError.code}
+# Consumer protocol (KIP-848): the commit carried an older member epoch than
+# the broker's; Java retries a sync commit with the epoch the next heartbeat brings.
+_STALE_EPOCH = E.StaleMemberEpochError.code
 
 
 class CommitTimeoutError(KafkaTimeoutError):
@@ -118,7 +122,8 @@ class FetchHandle(_Handle):
 
 class _Op:
     """One queued commit or fetch: waits for the coordinator, is sent, retried."""
-    __slots__ = ("handle", "kind", "request", "retry_at", "generation", "last_error")
+    __slots__ = ("handle", "kind", "request", "retry_at", "generation", "last_error",
+                 "after_heartbeat")
 
     def __init__(self, handle, kind, now):
         self.handle = handle
@@ -127,6 +132,13 @@ class _Op:
         self.retry_at = now
         self.generation = None
         self.last_error = None      # the retriable error being retried (for the timeout text)
+        self.after_heartbeat = None  # STALE_MEMBER_EPOCH: wait for a heartbeat answer past this count
+
+
+def _retry_worthy(error) -> bool:
+    """Retriable, or STALE_MEMBER_EPOCH (not retriable as such - the same
+    request fails again - but worth retrying with the next member epoch)."""
+    return getattr(error, "retriable", False) or getattr(error, "code", None) == _STALE_EPOCH
 
 
 def default_commit_callback(offsets, error):
@@ -221,7 +233,7 @@ class OffsetCommitter:
                 self._rebalance_round = round_
                 self._rebalance_handle = self._auto_commit(now)
             h = self._rebalance_handle
-            if h is not None and h.done and h.error is not None and h.error.retriable:
+            if h is not None and h.done and h.error is not None and _retry_worthy(h.error):
                 self._rebalance_handle = self._auto_commit(now)
         return not any(op.kind == "commit" for op in self._ops)
 
@@ -257,6 +269,10 @@ class OffsetCommitter:
                 continue
             if op.request is not None or now < op.retry_at:
                 continue
+            if op.after_heartbeat is not None:
+                if self._waits_for_heartbeat(op):
+                    continue                    # the fresh member epoch is not known yet
+                op.after_heartbeat = None
             if not self.coordinator.want(now):
                 continue
             req = self._build(op, now)
@@ -269,9 +285,14 @@ class OffsetCommitter:
         for op in self._ops:
             if op.handle.deadline is not None:
                 ds.append(op.handle.deadline)
-            if op.request is None and self.coordinator.known:
+            if op.request is None and self.coordinator.known and not self._waits_for_heartbeat(op):
                 ds.append(op.retry_at)
         return max(now, min(ds)) if ds else None
+
+    def _waits_for_heartbeat(self, op) -> bool:
+        # (a heartbeat answer is an I/O event: no timer of ours for it)
+        return (op.after_heartbeat is not None and self.membership is not None
+                and getattr(self.membership, "heartbeats_answered", None) == op.after_heartbeat)
 
     def on_response(self, request, body, now) -> None:
         op = request.context
@@ -314,7 +335,7 @@ class OffsetCommitter:
     def _auto_commit_done(self, offsets, error):
         if error is None:
             log.debug("auto-commit of offsets %s for group %r succeeded", offsets, self.group_id)
-        elif error.retriable:
+        elif _retry_worthy(error):
             # Java: retry sooner than the interval after a retriable failure.
             log.debug("auto-commit of offsets %s failed, will retry: %s", offsets, error)
             if self._next_auto_commit is not None and self._last_now is not None:
@@ -396,6 +417,10 @@ class OffsetCommitter:
         elif first in (E.RebalanceInProgressError.code, E.FencedInstanceIdError.code):
             if self.membership is not None:
                 self.membership.on_commit_error(error, op.generation, now)
+        elif first == _STALE_EPOCH and self.membership is not None:
+            # retried (sync) once a heartbeat answered: it brings the current epoch
+            op.after_heartbeat = getattr(self.membership, "heartbeats_answered", None)
+            self.membership.on_commit_error(error, op.generation, now)
         self._retry_or_fail(op, error, now)
 
     def _on_fetch_response(self, op, request, body, now) -> None:
@@ -436,7 +461,7 @@ class OffsetCommitter:
         commits fail to their callback (the coordinator, if it was the
         problem, is already marked unknown for the next commit)."""
         self._last_now = now
-        if op.handle.sync and getattr(error, "retriable", False):
+        if op.handle.sync and _retry_worthy(error):
             op.last_error = error
             op.retry_at = now + self.retry_backoff_ms
             return

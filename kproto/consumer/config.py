@@ -31,6 +31,35 @@ def _strategies(v):
     return tuple(out)
 
 
+def _group_protocol(v):
+    if not isinstance(v, str):
+        raise ValueError(f"expected 'classic' or 'consumer', not {type(v).__name__}")
+    name = v.strip().lower()          # Java: GroupProtocol.valueOf(value.toUpperCase(Locale.ROOT))
+    if name not in ("classic", "consumer"):
+        raise ValueError(f"must be 'classic' or 'consumer' (case-insensitive), not {v!r}")
+    return name
+
+
+#: Settings of one protocol that the other does not use: setting them is an
+#: error (Java's ConsumerConfig throws ConfigException "X cannot be set when
+#: group.protocol=Y") - with the consumer protocol the broker owns the
+#: assignor, the session timeout and the heartbeat interval.
+_CLASSIC_ONLY = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
+_CONSUMER_ONLY = ("group.remote.assignor",)
+
+
+def _check_protocol(values, explicit):
+    protocol = values["group.protocol"]
+    wrong = _CLASSIC_ONLY if protocol == "consumer" else _CONSUMER_ONLY
+    given = [k for k in wrong if k in explicit]
+    if given:
+        hint = ("the broker decides these with the consumer protocol (group.remote.assignor chooses "
+                "its assignor; group.consumer.session.timeout.ms and "
+                "group.consumer.heartbeat.interval.ms are broker/group settings)"
+                if protocol == "consumer" else "it applies to group.protocol=consumer only")
+        raise ConfigError(f"{', '.join(given)} cannot be set when group.protocol={protocol}: {hint}")
+
+
 def _check_group(values, explicit):
     if values["heartbeat.interval.ms"] >= values["session.timeout.ms"]:
         raise ConfigError(f"heartbeat.interval.ms ({values['heartbeat.interval.ms']}) must be lower "
@@ -49,6 +78,12 @@ def _check_group(values, explicit):
 CONSUMER_CONFIG = ConfigDef(COMMON + [
     Setting("group.id", STR, None, doc="consumer group (needed for subscribe and commits)"),
     Setting("group.instance.id", STR, None, doc="static membership id"),
+    Setting("group.protocol", STR, "classic", convert=_group_protocol,
+            doc="group protocol: classic (JoinGroup/SyncGroup, client-side assignors) or consumer "
+                "(KIP-848: ConsumerGroupHeartbeat, the broker assigns); case-insensitive"),
+    Setting("group.remote.assignor", STR, None,
+            doc="group.protocol=consumer: the broker-side assignor (uniform or range); "
+                "unset: the broker's default"),
     Setting("auto.offset.reset", STR, "latest", one_of("earliest", "latest", "none"),
             "where to start without a committed offset: earliest, latest or none"),
     Setting("enable.auto.commit", BOOL, True, doc="commit consumed positions from poll()"),
@@ -77,7 +112,7 @@ CONSUMER_CONFIG = ConfigDef(COMMON + [
     Setting("value.deserializer", ANY, None, convert=callable_or_none("value.deserializer"),
             doc="callable turning value bytes into a value"),
     Setting("exclude.internal.topics", BOOL, True, doc="pattern subscriptions skip internal topics"),
-], checks=[require_bootstrap, check_security, _check_group])
+], checks=[require_bootstrap, check_security, _check_protocol, _check_group])
 
 
 

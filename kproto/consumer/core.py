@@ -51,6 +51,7 @@ from kproto.consumer.membership import (
     GroupFatalError, GroupMembership, MetadataNeeded, PartitionsAssigned, PartitionsLost,
     PartitionsRevoked,
 )
+from kproto.consumer.membership_consumer import ConsumerProtocolMembership
 from kproto.consumer.positions import (
     EARLIEST, LATEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, NoOffsetForPartitionError, Positions,
 )
@@ -181,13 +182,22 @@ class ConsumerCore(DriverIO):
                 self.group_id, retry_backoff_ms=cfg.retry_backoff_ms,
                 retry_backoff_max_ms=cfg.retry_backoff_max_ms, request_timeout_ms=cfg.request_timeout_ms)
             self.coordinator.add_listener(self._on_coordinator_event)
-            self.membership = GroupMembership(
-                self.coordinator, session_timeout_ms=cfg.session_timeout_ms,
-                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                max_poll_interval_ms=cfg.max_poll_interval_ms, group_instance_id=cfg.group_instance_id,
-                assignment_strategy=cfg.partition_assignment_strategy,
-                retry_backoff_ms=cfg.retry_backoff_ms, request_timeout_ms=cfg.request_timeout_ms,
-                client_rack=cfg.client_rack or None, prepare_join=self._prepare_join)
+            # The only place the group protocol matters: both machines have
+            # one interface and emit the same events.
+            if cfg.group_protocol == "consumer":
+                self.membership = ConsumerProtocolMembership(
+                    self.coordinator, max_poll_interval_ms=cfg.max_poll_interval_ms,
+                    group_instance_id=cfg.group_instance_id, remote_assignor=cfg.group_remote_assignor,
+                    retry_backoff_ms=cfg.retry_backoff_ms, request_timeout_ms=cfg.request_timeout_ms,
+                    client_rack=cfg.client_rack or None, prepare_join=self._prepare_join)
+            else:
+                self.membership = GroupMembership(
+                    self.coordinator, session_timeout_ms=cfg.session_timeout_ms,
+                    heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                    max_poll_interval_ms=cfg.max_poll_interval_ms, group_instance_id=cfg.group_instance_id,
+                    assignment_strategy=cfg.partition_assignment_strategy,
+                    retry_backoff_ms=cfg.retry_backoff_ms, request_timeout_ms=cfg.request_timeout_ms,
+                    client_rack=cfg.client_rack or None, prepare_join=self._prepare_join)
             self.committer = OffsetCommitter(
                 self.coordinator, membership=None, enable_auto_commit=cfg.enable_auto_commit,
                 auto_commit_interval_ms=cfg.auto_commit_interval_ms,
@@ -243,16 +253,19 @@ class ConsumerCore(DriverIO):
     def subscribe_pattern(self, pattern, now) -> None:
         """Subscribe to every topic whose whole name matches ``pattern``
         (a regex string or a compiled pattern); metadata of all topics is
-        fetched every metadata.max.age.ms to find new ones."""
+        fetched every metadata.max.age.ms to find new ones. With
+        group.protocol=consumer the broker evaluates the pattern (RE2J
+        syntax: see :func:`~kproto.consumer.membership_consumer.to_broker_regex`)."""
         self._check_open()
         self._need_group("subscribe()")
         if self.mode == "assign":
             raise KafkaError("subscribe() after assign(): call unsubscribe() first")
         pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+        # first: the consumer protocol checks that the broker can evaluate it
+        self.membership.subscribe_pattern(pattern, now)
         self._set_mode("pattern")
         self.cluster.all_topics = True
         self.committer.membership = self.membership
-        self.membership.subscribe_pattern(pattern, now)
         self.cluster.request_update()
 
     def assign(self, partitions, now) -> None:
@@ -493,11 +506,12 @@ class ConsumerCore(DriverIO):
                 cols[tp] = (offs, tss, keys, vals)
         return cols
 
-    def drain_buffers(self, max_records: Optional[int] = None) -> dict:
+    def drain_buffers(self, max_records: Optional[int] = None, headers: bool = False) -> dict:
         """{tp: ColumnBuffers} in Arrow's layout (kproto.records.arrow turns
-        them into arrays); raw bytes: deserializers do not apply here."""
+        them into arrays); raw bytes: deserializers do not apply here.
+        ``headers``: gather the records' headers too."""
         self._raise_error()
-        return self.fetcher.drain_buffers(max_records)
+        return self.fetcher.drain_buffers(max_records, headers)
 
     def _deserialize(self, r):
         from kproto.records import Record
@@ -566,7 +580,7 @@ class ConsumerCore(DriverIO):
         if self.membership is not None and self.mode in ("subscribe", "pattern"):
             counts = {t: len(p) for t, p in self.cluster.partitions.items() if p}
             internal = self.cluster.internal_topics if self.config.exclude_internal_topics else ()
-            self.membership.update_metadata(counts, now, internal)
+            self.membership.update_metadata(counts, now, internal, topic_ids=self.cluster.topic_ids)
 
     def _on_coordinator_event(self, event):
         if isinstance(event, CoordinatorFound):

@@ -232,7 +232,15 @@ class Fetcher:
             self._buffered.append(_Buffered(tp, batches, aborted))
             return
         err = error_codes.error_for_code(code, None, context=f"fetch {tp.topic}-{tp.partition}")
-        if err.name in _REFRESH_METADATA:
+        if err.name == "FENCED_LEADER_EPOCH":
+            # The epoch we fetch with (the committed offset's, or ListOffsets')
+            # is older than the leader's - a broker restart or a leader change.
+            # Nothing here would ever make it newer (no OffsetsForLeaderEpoch
+            # validation yet), so every fetch was fenced again, without end:
+            # fetch without an epoch claim (-1: the broker does not check it).
+            st.leader_epoch = -1
+            self.metadata_refresh_needed = True
+        elif err.name in _REFRESH_METADATA:
             self.metadata_refresh_needed = True
         elif err.name == "OFFSET_OUT_OF_RANGE":
             if self.positions.auto_offset_reset == "none":
@@ -359,15 +367,17 @@ class Fetcher:
         self._drain_columnar(max_records, take)
         return {tp: cols for tp, cols in out.items() if cols[0]}
 
-    def drain_buffers(self, max_records: Optional[int] = None) -> Dict[TopicPartition, ColumnBuffers]:
+    def drain_buffers(self, max_records: Optional[int] = None,
+                      headers: bool = False) -> Dict[TopicPartition, ColumnBuffers]:
         """The bulk path in Arrow's memory layout: {tp: ColumnBuffers}, no
-        Python object per record (see kproto.records.arrow)."""
+        Python object per record (see kproto.records.arrow); with
+        ``headers`` the records' headers are gathered too."""
         out: Dict[TopicPartition, ColumnBuffers] = {}
 
         def take(tp, batch, min_offset, room):
             acc = out.get(tp)
             if acc is None:
-                acc = out[tp] = ColumnBuffers()
+                acc = out[tp] = ColumnBuffers(headers)
             if isinstance(batch, RecordBatch):
                 n, complete = acc.add(batch, min_offset, room)
                 return n, complete, acc.last_offset
@@ -375,7 +385,7 @@ class Fetcher:
             for rec in batch.records(None, -1, min_offset):     # legacy message sets
                 if n == room:
                     return n, False, acc.last_offset
-                acc.add_record(rec.offset, rec.timestamp, rec.key, rec.value)
+                acc.add_record(rec.offset, rec.timestamp, rec.key, rec.value, rec.timestamp_type)
                 n += 1
             return n, True, acc.last_offset
 

@@ -163,6 +163,8 @@ class GroupMembership:
         self._assignments = []
         self._member_subs = {}
         self._events = []
+        #: successful heartbeats so far (same attribute as the consumer protocol's)
+        self.heartbeats_answered = 0
         coordinator.add_listener(self._on_coordinator_event)
 
     # == application inputs ==========================================================
@@ -194,8 +196,9 @@ class GroupMembership:
             if self.subscription and self.state is MemberState.UNJOINED:
                 self._request_rejoin("the application polled again after a poll timeout")
 
-    def update_metadata(self, partitions_per_topic: dict, now, internal_topics=()) -> None:
+    def update_metadata(self, partitions_per_topic: dict, now, internal_topics=(), topic_ids=None) -> None:
         """Topic -> partition count from a metadata refresh (all known topics).
+        (``topic_ids``, name -> id, matters to the consumer protocol only.)
 
         Resumes a leader waiting for metadata, re-evaluates a pattern
         subscription, and (leader) rejoins when the partition count of an
@@ -394,6 +397,11 @@ class GroupMembership:
         bounded by rebalance.timeout.ms."""
         if self._prepare_started is None:
             self._prepare_started = now
+        if any(isinstance(e, PartitionsRevoked) for e in self._events):
+            # A revocation from a SyncGroup answer (COOPERATIVE) that the
+            # driver has not handed out yet: the hook cannot know its listener
+            # is still to run, and the JoinGroup must not go before it did.
+            return False
         if not self._hook_done(now):
             return False
         if not self._revocation_emitted:
@@ -648,6 +656,7 @@ class GroupMembership:
         code = body.get("error_code", 0)
         if code == 0:
             self._session_deadline = now + self.session_timeout_ms
+            self.heartbeats_answered += 1
             return
         error = E.error_for_code(code, None, context=f"Heartbeat of group {self.group_id!r}")
         if code in COORDINATOR_ERRORS:

@@ -36,6 +36,10 @@ class Record:
     def topic(self) -> str: ...
     @property
     def partition(self) -> int: ...
+    @property
+    def delivery_count(self) -> Optional[int]:
+        """How many times a share group delivered the record; None for a Consumer's records."""
+    def _set_delivery_count(self, count: int) -> None: ...
 
     def __init__(self, offset: int, timestamp: int, timestamp_type: int, key: Any, value: Any,
                  headers: Optional[List[Tuple[str, Optional[bytes]]]] = None, topic: Optional[str] = None,

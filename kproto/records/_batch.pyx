@@ -892,6 +892,10 @@ cdef class Record:
     # Where the record came from; set by the consumer's fetcher (records(topic, partition)).
     cdef readonly object topic
     cdef readonly int32_t partition
+    # Share groups (KIP-932): how many times the group delivered the record;
+    # 0 (shown as None) for what a Consumer reads. A field here, not a
+    # subclass: a Python subclass of this type costs ~6x a Record to make.
+    cdef int32_t _delivery_count
 
     def __init__(self, int64_t offset, int64_t timestamp, int timestamp_type,
                  key, value, headers=None, topic=None, int32_t partition=-1):
@@ -911,10 +915,21 @@ cdef class Record:
             self._headers = []
         return self._headers
 
+    @property
+    def delivery_count(self):
+        """How many times a share group delivered this record (1 the first
+        time); None for records a Consumer reads (Java's deliveryCount())."""
+        return self._delivery_count if self._delivery_count > 0 else None
+
+    def _set_delivery_count(self, int32_t count):
+        """The share consumer's fetcher records the delivery count."""
+        self._delivery_count = count
+
     def __repr__(self):
+        dc = f", delivery_count={self._delivery_count}" if self._delivery_count > 0 else ""
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
                 f"timestamp_type={self.timestamp_type}, key={self.key!r}, "
-                f"value={self.value!r}, headers={self.headers!r})")
+                f"value={self.value!r}, headers={self.headers!r}{dc})")
 
     def _tuple(self):
         return (self.offset, self.timestamp, self.timestamp_type, self.key,
@@ -1487,23 +1502,36 @@ cdef inline int _bitmap_room(ColumnBuffer bits, Py_ssize_t rows) except -1:
 
 cdef class ColumnBuffers:
     """Records of one partition accumulated in Arrow's memory layout, with no
-    Python object per record: offsets and timestamps as native int64, keys
-    and values as binary columns (int32 offsets, data, validity bitmap built
-    only once a null shows up).
+    Python object per record: offsets and timestamps as native int64, the
+    timestamp types (0 CreateTime, 1 LogAppendTime) as int32, keys and values
+    as binary columns (int32 offsets, data, validity bitmap built only once a
+    null shows up).
+
+    With ``headers=True`` the records' headers are gathered too, as the
+    buffers of Arrow's ``list<struct<key: string, value: binary>>``: per
+    record an int32 offset into the headers, per header its key (offsets,
+    UTF-8 data) and value (offsets, data, validity bitmap once a null value
+    shows up).
 
     The bulk consumer path (``poll_batch(arrow=True)``, the Spark source) hands
     these buffers to pyarrow without copying them (see
     :mod:`kproto.records.arrow`); nothing here imports pyarrow.
     """
-    cdef readonly ColumnBuffer offsets, timestamps
+    cdef readonly ColumnBuffer offsets, timestamps, timestamp_types
     cdef readonly ColumnBuffer key_offsets, key_data, value_offsets, value_data
     cdef readonly ColumnBuffer key_valid, value_valid      # None while no null was seen
     cdef readonly Py_ssize_t length, key_nulls, value_nulls
     cdef readonly int64_t last_offset
+    cdef readonly bint with_headers
+    cdef readonly ColumnBuffer header_offsets, header_key_offsets, header_key_data
+    cdef readonly ColumnBuffer header_value_offsets, header_value_data
+    cdef readonly ColumnBuffer header_value_valid          # None while no null value was seen
+    cdef readonly Py_ssize_t header_count, header_value_nulls
 
-    def __cinit__(self):
+    def __cinit__(self, bint headers=False):
         self.offsets = ColumnBuffer()
         self.timestamps = ColumnBuffer()
+        self.timestamp_types = ColumnBuffer()
         self.key_offsets = ColumnBuffer()
         self.value_offsets = ColumnBuffer()
         self.key_data = ColumnBuffer()
@@ -1513,6 +1541,18 @@ cdef class ColumnBuffers:
         self.key_valid = self.value_valid = None
         self.length = self.key_nulls = self.value_nulls = 0
         self.last_offset = -1
+        self.with_headers = headers
+        self.header_value_valid = None
+        self.header_count = self.header_value_nulls = 0
+        if headers:
+            self.header_offsets = ColumnBuffer()
+            self.header_key_offsets = ColumnBuffer()
+            self.header_key_data = ColumnBuffer()
+            self.header_value_offsets = ColumnBuffer()
+            self.header_value_data = ColumnBuffer()
+            _col32(self.header_offsets, 0)
+            _col32(self.header_key_offsets, 0)
+            _col32(self.header_value_offsets, 0)
 
     def __len__(self):
         return self.length
@@ -1520,6 +1560,7 @@ cdef class ColumnBuffers:
     cdef int _reserve(self, Py_ssize_t rows, Py_ssize_t key_bytes, Py_ssize_t value_bytes) except -1:
         self.offsets.reserve(8 * rows)
         self.timestamps.reserve(8 * rows)
+        self.timestamp_types.reserve(4 * rows)
         self.key_offsets.reserve(4 * rows)
         self.value_offsets.reserve(4 * rows)
         self.key_data.reserve(key_bytes)
@@ -1528,6 +1569,8 @@ cdef class ColumnBuffers:
             _bitmap_room(self.key_valid, self.length + rows)
         if self.value_valid is not None:
             _bitmap_room(self.value_valid, self.length + rows)
+        if self.with_headers:
+            self.header_offsets.reserve(4 * rows)
         return 0
 
     cdef ColumnBuffer _start_bitmap(self, Py_ssize_t room):
@@ -1545,10 +1588,12 @@ cdef class ColumnBuffers:
         else:
             bits.p[self.length >> 3] &= <unsigned char>~(1 << (self.length & 7))
 
-    cdef inline void _append(self, int64_t offset, int64_t ts, const unsigned char* key, Py_ssize_t key_len,
+    cdef inline void _append(self, int64_t offset, int64_t ts, int32_t ts_type,
+                             const unsigned char* key, Py_ssize_t key_len,
                              const unsigned char* value, Py_ssize_t value_len, Py_ssize_t room):
         _col64(self.offsets, offset)
         _col64(self.timestamps, ts)
+        _col32(self.timestamp_types, ts_type)
         if key_len > 0:
             memcpy(self.key_data.p + self.key_data.n, key, key_len)
             self.key_data.n += key_len
@@ -1572,12 +1617,72 @@ cdef class ColumnBuffers:
         self.last_offset = offset
         self.length += 1
 
-    def add_record(self, int64_t offset, int64_t timestamp, key, value):
-        """One record from Python objects (legacy message sets)."""
+    cdef int _header_value_bit(self, bint valid) except -1:
+        """The validity bit of header number header_count (a bitmap only
+        once a null value shows up; every earlier value is valid)."""
+        cdef Py_ssize_t i = self.header_count, need = (self.header_count + 8) >> 3
+        cdef ColumnBuffer bits = self.header_value_valid
+        if bits is None:
+            if valid:
+                return 0
+            bits = self.header_value_valid = ColumnBuffer()
+            bits.reserve(need)
+            memset(bits.p, 0xFF, need)
+            bits.n = need
+        elif bits.n < need:
+            bits.reserve(need - bits.n)
+            bits.p[bits.n] = 0xFF
+            bits.n = need
+        if valid:
+            bits.p[i >> 3] |= <unsigned char>(1 << (i & 7))
+        else:
+            bits.p[i >> 3] &= <unsigned char>~(1 << (i & 7))
+            self.header_value_nulls += 1
+        return 0
+
+    cdef int _append_headers(self, const unsigned char* d, Py_ssize_t pos, Py_ssize_t count,
+                             Py_ssize_t end) except -1:
+        """The headers of one record already validated by _parse_record."""
+        cdef Py_ssize_t i, kl = 0, vl = 0
+        cdef ColumnBuffer kd = self.header_key_data, vd = self.header_value_data
+        if self.header_key_data.n + (end - pos) > INT32_MAX or self.header_value_data.n + (end - pos) > INT32_MAX:
+            raise OverflowError("a header column would pass 2 GiB")
+        self.header_key_offsets.reserve(4 * count)
+        self.header_value_offsets.reserve(4 * count)
+        for i in range(count):
+            pos = _len(d, pos, end, &kl, False)
+            if pos < 0:
+                _raise_rec(pos, "header key length")
+            kd.reserve(kl)
+            memcpy(kd.p + kd.n, d + pos, kl)
+            kd.n += kl
+            pos += kl
+            _col32(self.header_key_offsets, <int32_t>kd.n)
+            pos = _len(d, pos, end, &vl, True)
+            if pos < 0:
+                _raise_rec(pos, "header value length")
+            self._header_value_bit(vl >= 0)
+            if vl > 0:
+                vd.reserve(vl)
+                memcpy(vd.p + vd.n, d + pos, vl)
+                vd.n += vl
+                pos += vl
+            _col32(self.header_value_offsets, <int32_t>vd.n)
+            self.header_count += 1
+        if self.header_count > INT32_MAX:
+            raise OverflowError("a header column would pass 2**31 headers")
+        _col32(self.header_offsets, <int32_t>self.header_count)
+        return 0
+
+    def add_record(self, int64_t offset, int64_t timestamp, key, value, int32_t timestamp_type=0,
+                   headers=None):
+        """One record from Python objects (legacy message sets: no headers)."""
         cdef const unsigned char[::1] kv, vv
         cdef const unsigned char* kp = NULL
         cdef const unsigned char* vp = NULL
         cdef Py_ssize_t kn = -1, vn = -1
+        if headers:
+            raise ValueError("add_record takes records without headers (legacy message sets)")
         if key is not None:
             kv = key
             kn = kv.shape[0]
@@ -1589,7 +1694,9 @@ cdef class ColumnBuffers:
         if self.key_data.n + max(kn, 0) > INT32_MAX or self.value_data.n + max(vn, 0) > INT32_MAX:
             raise OverflowError("a binary column would pass 2 GiB")
         self._reserve(1, max(kn, 0), max(vn, 0))
-        self._append(offset, timestamp, kp, kn, vp, vn, 1)
+        self._append(offset, timestamp, timestamp_type, kp, kn, vp, vn, 1)
+        if self.with_headers:
+            _col32(self.header_offsets, <int32_t>self.header_count)
 
     def add(self, RecordBatch batch, int64_t min_offset=-1, Py_ssize_t max_records=-1):
         """Append the records of `batch` at or above `min_offset`, at most
@@ -1618,7 +1725,10 @@ cdef class ColumnBuffers:
             if taken == max_records:
                 return taken, False
             ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
-            self._append(off, ts, d + r.key_pos, r.key_len, d + r.val_pos, r.val_len, rows - i)
+            self._append(off, ts, 1 if log_append else 0, d + r.key_pos, r.key_len, d + r.val_pos, r.val_len,
+                         rows - i)
+            if self.with_headers:
+                self._append_headers(d, r.hdr_pos, r.hdr_count, r.end)
             taken += 1
         batch._check_end(pos, rlen)
         return taken, True

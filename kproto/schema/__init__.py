@@ -43,6 +43,8 @@ from kproto.schema import share_group_heartbeat
 from kproto.schema import share_group_describe
 from kproto.schema import share_fetch
 from kproto.schema import share_acknowledge
+from kproto.schema import incremental_alter_configs
+from kproto.schema import describe_share_group_offsets
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -80,4 +82,6 @@ API_MODULES = (
     share_group_describe,
     share_fetch,
     share_acknowledge,
+    incremental_alter_configs,
+    describe_share_group_offsets,
 )

@@ -1,0 +1,74 @@
+"""The driver contract: what every sans-IO core (producer, consumer, admin,
+share consumer) offers the code that owns its sockets and its clock.
+
+A driver, whatever its I/O framework, does only this (``examples/
+selectors_loop.py`` is a complete one in about a hundred lines):
+
+1. ``actions = core.poll(now)``: open a socket for each ``Connect(node, host,
+   port)`` and close the one named by each ``Close(node, reason)``.
+2. Report what the sockets did: ``core.connected(node, now)`` once a socket is
+   open, ``core.received(node, data, now)`` with every chunk read,
+   ``core.disconnected(node, now, exc)`` when one fails or closes.
+3. For each node in ``core.nodes_with_output()``, write ``core.output(node)``
+   and report ``core.sent(node, n, now)`` with the number of bytes written.
+4. Take what the core completed from ``core.events()`` and hand it to the
+   application (wake its waiters, run its callbacks).
+5. Sleep until a socket is readable/writable or ``core.next_deadline(now)``
+   (an absolute time in the core's milliseconds; ``None``: no timer, only I/O
+   or a call from the application wakes the core).
+
+``now`` is always the caller's monotonic clock in milliseconds; the core never
+reads a clock, opens a socket or starts a thread. The methods the application
+calls (``send``, ``subscribe``, ``commit``...) are each core's own.
+"""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Protocol, Union, runtime_checkable
+
+from kproto.client import Close, Connect
+
+__all__ = ["Action", "SansIOCore", "Connect", "Close"]
+
+#: What ``poll`` asks the driver to do with sockets.
+Action = Union[Connect, Close]
+
+
+@runtime_checkable
+class SansIOCore(Protocol):
+    """The methods every core implements for its driver (see the module text)."""
+
+    def poll(self, now: float) -> List[Action]:
+        """Advance timers and state machines; the socket actions to carry out."""
+        ...
+
+    def next_deadline(self, now: float) -> Optional[float]:
+        """When ``poll`` must run next at the latest (None: only on I/O)."""
+        ...
+
+    def events(self) -> list:
+        """Results completed since the last call, for the application."""
+        ...
+
+    def connected(self, node: int, now: float) -> None:
+        """The socket to ``node`` is open (after TLS, if any)."""
+        ...
+
+    def received(self, node: int, data: bytes, now: float) -> None:
+        """Bytes read from ``node``'s socket."""
+        ...
+
+    def disconnected(self, node: int, now: float, exc: Optional[BaseException] = None) -> None:
+        """``node``'s socket failed or closed (``exc``: why, if known)."""
+        ...
+
+    def nodes_with_output(self) -> Iterable[int]:
+        """The nodes with bytes waiting to be written."""
+        ...
+
+    def output(self, node: int) -> bytes:
+        """The bytes to write to ``node`` (not consumed until ``sent``)."""
+        ...
+
+    def sent(self, node: int, n: int, now: float) -> None:
+        """``n`` bytes of ``output(node)`` were written."""
+        ...
