@@ -28,6 +28,7 @@ kproto.errors.X`` are the same thing.
 from kio.admin import AdminClosedError
 from kio.broker import BrokerStartError
 from kio.consumer import ConsumerThreadError, WakeupError
+from kio.spark.connector import ConnectorUnavailable
 from kio.spark.offsets import DataLossError
 from kio.spark.sink import SparkWriteError
 from kproto import error_codes as _error_codes
@@ -69,6 +70,6 @@ __all__ = [
     # admin
     "AdminClosedError", "AdminTimeoutError",
     # the local broker, Spark
-    "BrokerStartError", "SparkWriteError", "DataLossError",
+    "BrokerStartError", "SparkWriteError", "DataLossError", "ConnectorUnavailable",
 ]
 __all__ += _error_codes.__all__

@@ -11,6 +11,7 @@ CI runs both. A test that asserts behaviour of one implementation reads
 ``broker.kind``. A failing test gets the tail of its broker's log in its report.
 """
 import os
+import sys
 
 import pytest
 
@@ -154,3 +155,23 @@ def pytest_sessionfinish(session, exitstatus):
             except OSError:
                 pass
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def spark_builder(master="local[2]", app="kio-tests"):
+    """A SparkSession builder for the suite's Spark tests. The first session
+    of the run launches PySpark's JVM, and a data source jar added later with
+    ``spark.jars`` is not found by ``format("kafka")`` in a later session of
+    the same JVM: so every session puts Spark's own Kafka connector (the
+    comparison's anchor, fetched by kio.spark.connector) on the driver's
+    class path, whichever module starts first."""
+    from pyspark.sql import SparkSession
+
+    from kio.spark.connector import connector_jars, spark_jars_option
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    jars = connector_jars()
+    return (SparkSession.builder.master(master).appName(app)
+            .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.extraClassPath", os.pathsep.join(str(j) for j in jars))
+            .config("spark.jars", spark_jars_option()))

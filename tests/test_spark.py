@@ -9,6 +9,7 @@ import time
 
 import confluent_kafka
 import pytest
+from conftest import spark_builder
 
 from kio import Consumer, TopicPartition as TP
 from kproto.errors import ConfigError
@@ -19,12 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def spark():
     # Python workers run this interpreter and import kio from this checkout.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[2]").appName("kio-tests")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-         .getOrCreate())
+    s = spark_builder("local[2]", "kio-tests").getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     import kio.spark
     kio.spark.register(s)

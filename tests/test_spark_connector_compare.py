@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from conftest import spark_builder
 
 from kio import Producer
 
@@ -22,14 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    from pyspark.sql import SparkSession
-
-    from kio.spark.connector import spark_jars_option
-    s = (SparkSession.builder.master("local[2]").appName("kio-connector-compare")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-         .config("spark.jars", spark_jars_option()).getOrCreate())
+    s = spark_builder("local[2]", "kio-connector-compare").getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     import kio.spark
     kio.spark.register(s)

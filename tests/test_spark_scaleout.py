@@ -22,6 +22,7 @@ import time
 
 import confluent_kafka
 import pytest
+from conftest import spark_builder
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
 
@@ -31,9 +32,7 @@ PARTITIONS = 4
 
 
 def _session(master):
-    from pyspark.sql import SparkSession
-    return (SparkSession.builder.master(master).appName("kio-scaleout")
-            .config("spark.ui.enabled", "false").config("spark.task.maxFailures", "2")
+    return (spark_builder(master, "kio-scaleout").config("spark.task.maxFailures", "2")
             .config("spark.executor.memory", "768m")
             .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
