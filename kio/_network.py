@@ -109,13 +109,20 @@ class SocketLoop:
 
     # -- internals ---------------------------------------------------------------------
     def _drain_wakeups(self):
-        self.wake_pending = False
-        self.woken = True
+        # The flag is cleared only once the pipe is empty. Cleared first, a
+        # wake() from another thread during the drain would set it again and
+        # have its byte read here: the flag would then stay set with nothing in
+        # the pipe, every later wake() would be skipped, and a core with no
+        # timer would sleep in select for good (a flush that never returned).
+        # Cleared last, a wake() during the drain sends nothing, which is
+        # safe: this thread polls the core after handle() and sees its change.
         try:
             while self._wake_r.recv(4096):
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+        self.wake_pending = False
+        self.woken = True
 
     def _open(self, a, now):
         self.close_socket(a.node)
