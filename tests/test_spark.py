@@ -3,8 +3,6 @@ mapInArrow sink, the kio-kafka data source (read and write), the per-worker
 producer helper, and the failure paths."""
 import collections
 import json
-import os
-import sys
 import time
 
 import confluent_kafka
@@ -13,8 +11,6 @@ from conftest import spark_builder
 
 from kio import Consumer, TopicPartition as TP
 from kproto.errors import ConfigError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ rows, and what one side writes the other reads back identically.
 The connector comes from Maven Central through kio.spark.connector
 (pyspark's own version when served, else the newest served release)."""
 import json
-import os
-import sys
 import time
 
 import pytest
@@ -17,8 +15,6 @@ from conftest import spark_builder
 from kio import Producer
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
