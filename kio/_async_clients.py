@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from contextlib import nullcontext
 import time
 import uuid
 from typing import (
@@ -23,7 +24,7 @@ from kio._common import now_ms, rebalance_calls, wall_ms
 from kio._types import (
     AsyncCommitCallback, AsyncRebalanceListener, DeliveryCallback, Headers, Offsets, Partitions,
 )
-from kio.consumer import PartitionBatch
+from kio._consumer_ops import INF, ConsumerOps, PartitionBatch
 from kio.producer import BulkResult, KafkaTimeoutError
 from kproto.admin import (
     AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
@@ -428,16 +429,18 @@ class AsyncProducer(_Client):
 
 # == consumer ======================================================================================
 
-class AsyncConsumer(_Client):
+class AsyncConsumer(ConsumerOps, _Client):
     """``records = await consumer.poll(1.0)``; ``async for record in consumer``.
     Rebalance listeners may be plain functions or coroutine functions; they
-    run in the task that polls, commits or closes."""
+    run in the task that polls, commits or closes. The method bodies are
+    :class:`kio._consumer_ops.ConsumerOps`', shared with the threading
+    Consumer; this class only awaits their waits on the engine."""
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
-        self._setup(ConsumerCore(config, **kwargs), nursery, 1 << 20)
-        self._listeners = (None, None, None)
-        self._app_events = []
-        self._callbacks = []
+        core = ConsumerCore(config, **kwargs)
+        self._init_ops(core)
+        self._setup(core, nursery, 1 << 20)
+        self._lock = nullcontext()          # one task runs the core and the application's calls
 
     def _after_poll(self) -> bool:
         core = self._core
@@ -447,39 +450,47 @@ class AsyncConsumer(_Client):
         core.data_ready = False
         return self._waiters > 0
 
-    def _check_usable(self):
-        if self._engine.fatal is not None:
-            raise ConsumerClosedError(f"the consumer's network task failed: {self._engine.fatal!r}")
-        if self._closed or self._core.closing:
-            raise ConsumerClosedError("the consumer is closed")
+    # -- hooks of ConsumerOps, and the runner of its steps -----------------------------------------
+    def _start(self) -> None:
+        self._ensure_started()
 
-    async def _dispatch(self):
-        if not self._app_events and not self._callbacks:
-            return
-        events, self._app_events = self._app_events, []
-        callbacks, self._callbacks = self._callbacks, []
-        calls, revoked, error = rebalance_calls(events, *self._listeners)
-        for fn, partitions in calls:
-            try:
-                r = fn(partitions)
-                if inspect.isawaitable(r):
-                    await r
-            except Exception as e:  # noqa: BLE001 - rethrown once the rebalance may go on
-                log.exception("rebalance listener raised")
-                error = error or e
-        if revoked:
-            self._core.rebalance_listener_done(now_ms())
-            self._engine.kick()
-        for cb, offsets, err in callbacks:
-            try:
-                r = cb(offsets, err)
-                if inspect.isawaitable(r):
-                    await r
-            except Exception:  # noqa: BLE001
-                log.exception("commit callback %r raised", cb)
-        if error is not None:
-            raise error
+    def _kick(self) -> None:
+        self._engine.kick()
 
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        return self._engine.fatal
+
+    async def _run(self, steps: Any) -> Any:
+        """Run a blocking operation of ConsumerOps in this task: each wait it
+        yields awaits the engine's ``changed`` event, each awaitable (a
+        coroutine listener's) is awaited and its outcome sent back."""
+        try:
+            value: Any = None
+            error: Optional[BaseException] = None
+            while True:
+                try:
+                    step = steps.send(value) if error is None else steps.throw(error)
+                except StopIteration as stop:
+                    return stop.value
+                value = error = None
+                if isinstance(step, float):
+                    left = None if step == INF else (step - now_ms()) / 1000.0
+                    if left is None or left > 0:
+                        self._waiters += 1
+                        try:
+                            await self._engine.wait_changed(left)
+                        finally:
+                            self._waiters -= 1
+                else:
+                    try:
+                        value = await step
+                    except Exception as e:  # noqa: BLE001 - the listener's error, handled by the steps
+                        error = e
+        finally:
+            steps.close()
+
+    # -- the public surface: the threading Consumer's, awaitable --------------------------------------
     def subscribe(self, topics: Union[str, Iterable[str], Pattern[str]],
                   on_assign: Optional[AsyncRebalanceListener] = None,
                   on_revoke: Optional[AsyncRebalanceListener] = None,
@@ -488,79 +499,25 @@ class AsyncConsumer(_Client):
         regex or a string starting with ``^`` (a pattern). Listeners (plain or
         coroutine functions) are called with a list of TopicPartition in the
         task that polls; ``on_lost`` defaults to ``on_revoke``."""
-        import re
-        self._ensure_started()
-        self._check_usable()
-        self._listeners = (on_assign, on_revoke, on_lost)
-        if isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^")):
-            self._core.subscribe_pattern(topics, now_ms())
-        else:
-            self._core.subscribe(topics, now_ms())
-        self._engine.kick()
-
-    def assign(self, partitions: Partitions) -> None:
-        """Manual assignment of these TopicPartitions (no group management);
-        replaces the previous assignment."""
-        self._ensure_started()
-        self._check_usable()
-        self._core.assign(partitions, now_ms())
-        self._engine.kick()
+        self._subscribe(topics, (on_assign, on_revoke, on_lost))
 
     async def unsubscribe(self) -> None:
         """Leave the group (the revocation listener runs) or drop the manual
         assignment; records buffered for the partitions are dropped."""
-        self._core.unsubscribe(now_ms())
-        await self._dispatch()
-        self._engine.kick()
-
-    def assignment(self) -> Set[TopicPartition]:
-        """The partitions assigned to this consumer now (by the group, or by assign())."""
-        return self._core.assignment()
-
-    def subscription(self) -> Set[str]:
-        """The topics subscribed to (for a pattern: the topics it matches now)."""
-        return self._core.subscription()
+        await self._run(self._unsubscribe_steps())
 
     async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[Record]:
         """Records fetched so far (up to ``max_records``, default
         max.poll.records), waiting up to ``timeout`` seconds for some (None:
         until there are). Rebalance listeners and commit callbacks run here."""
-        return await self._poll(timeout, lambda core: core.drain(max_records))
+        return await self._run(self._poll_records_steps(timeout, max_records))
 
     async def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
                          arrow: bool = False, headers: bool = False) -> List[PartitionBatch]:
         """Columnar poll: a list of :class:`kio.consumer.PartitionBatch` (lists,
         or pyarrow arrays with ``arrow=True``, headers too with
         ``headers=True``), as the threading Consumer's."""
-        limit = max_records or (1 << 62)
-        if headers and not arrow:
-            raise ValueError("poll_batch(headers=True) needs arrow=True (poll() gives each record's headers)")
-        if arrow:
-            from kio.consumer import arrow_partition_batch
-            bufs = await self._poll(timeout, lambda core: core.drain_buffers(limit, headers))
-            return [arrow_partition_batch(tp, cb, headers) for tp, cb in bufs.items()]
-        cols = await self._poll(timeout, lambda core: core.drain_columns(limit))
-        return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
-
-    async def _poll(self, timeout, take):
-        self._ensure_started()
-        self._check_usable()
-        self._core.poll_called(now_ms())
-        self._engine.kick()
-        end = None if timeout is None else now_ms() + timeout * 1000.0
-        while True:
-            await self._dispatch()
-            self._check_usable()
-            if self._core.client.auth_error is not None:
-                raise self._core.client.auth_error
-            out = take(self._core)
-            if out:
-                self._engine.kick()        # drained partitions can fetch again
-                return out
-            left = None if end is None else (end - now_ms()) / 1000.0
-            if left is not None and left <= 0:
-                return out
-            await self._wait(left)
+        return await self._run(self._poll_batch_steps(timeout, max_records, arrow, headers))
 
     def __aiter__(self) -> AsyncIterator[Record]:
         """Every record, as it arrives, until the consumer is closed."""
@@ -577,116 +534,49 @@ class AsyncConsumer(_Client):
         """As the threading Consumer's: synchronous by default (returns the
         committed offsets); ``asynchronous=True`` returns at once and
         ``callback(offsets, error)`` runs in a later poll/commit/close."""
-        self._ensure_started()
-        self._check_usable()
-        if asynchronous:
-            cb = None if callback is None else (
-                lambda offs, err, callback=callback: self._callbacks.append((callback, offs, err)))
-            self._core.commit_async(offsets, now_ms(), cb)
-            self._engine.kick()
-            return None
-        h = self._core.commit_sync(offsets, now_ms(), None if timeout is None else int(timeout * 1000))
-        await self._wait_done(h)
-        await self._dispatch()
-        return h.result()
+        return await self._run(self._commit_steps(offsets, asynchronous, callback, timeout))
 
     async def committed(self, partitions: Partitions,
                         timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndMetadata]]:
         """The group's committed offsets of these partitions: {tp:
         OffsetAndMetadata, or None (nothing committed)}."""
-        self._ensure_started()
-        h = self._core.committed(partitions, now_ms(), None if timeout is None else int(timeout * 1000))
-        await self._wait_done(h)
-        return h.result()
-
-    def seek(self, partition: Tuple[str, int], offset: int) -> None:
-        """Consume ``partition`` from ``offset`` on (what was buffered is dropped)."""
-        self._core.seek(partition, offset)
-        self._engine.kick()
-
-    def seek_to_beginning(self, partitions: Optional[Partitions] = None) -> None:
-        """Consume these partitions (default: every assigned one) from their first offset."""
-        self._core.seek_to_beginning(partitions)
-        self._engine.kick()
-
-    def seek_to_end(self, partitions: Optional[Partitions] = None) -> None:
-        """Consume these partitions (default: every assigned one) from their
-        end: only records written from now on."""
-        self._core.seek_to_end(partitions)
-        self._engine.kick()
+        return await self._run(self._committed_steps(partitions, timeout))
 
     async def position(self, partition: Tuple[str, int], timeout: Optional[float] = None) -> int:
         """The offset of the next record poll() returns for this partition;
         waits (up to ``timeout``) while it is being looked up."""
-        self._ensure_started()
-        tp = TopicPartition(*partition)
-        end = None if timeout is None else now_ms() + timeout * 1000.0
-        self._engine.kick()
-        while self._core.position(tp) is None:
-            left = None if end is None else (end - now_ms()) / 1000.0
-            if left is not None and left <= 0:
-                raise KafkaTimeoutError(f"timed out after {timeout} s waiting for the position of {tp}")
-            await self._wait(left)
-        return self._core.position(tp)
-
-    def pause(self, partitions: Partitions) -> None:
-        """Stop fetching these partitions until resume(); they stay assigned."""
-        self._core.pause(partitions)
-
-    def resume(self, partitions: Partitions) -> None:
-        """Fetch paused partitions again."""
-        self._core.resume(partitions)
-        self._engine.kick()
-
-    def paused(self) -> Set[TopicPartition]:
-        """The partitions paused with pause()."""
-        return self._core.paused()
-
-    def lag(self, partition: Tuple[str, int]) -> Optional[int]:
-        """Records between the position and the last high watermark the
-        broker reported (None until a fetch answered)."""
-        return self._core.lag(partition)
-
-    async def _lookup(self, start, timeout):
-        self._ensure_started()
-        self._check_usable()
-        h = start(self._core, now_ms(), None if timeout is None else int(timeout * 1000))
-        await self._wait_done(h)
-        return h.result()
+        return await self._run(self._position_steps(partition, timeout))
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], timeout: Optional[float] = None
                                 ) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
         """For {tp: timestamp in ms}: {tp: OffsetAndTimestamp of the first
         record at or after the timestamp, or None}."""
-        return await self._lookup(lambda core, now, t: core.list_offsets(timestamps, now, t), timeout)
+        return await self._run(self._offsets_for_times_steps(timestamps, timeout))
 
     async def beginning_offsets(self, partitions: Partitions,
                                 timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
         """{tp: the first offset in the log}."""
-        res = await self._lookup(lambda core, now, t: core.beginning_offsets(partitions, now, t), timeout)
-        return {tp: None if v is None else v.offset for tp, v in res.items()}
+        return await self._run(self._beginning_offsets_steps(partitions, timeout))
 
     async def end_offsets(self, partitions: Partitions,
                           timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
         """{tp: the offset the next record written will get} (the last stable
         offset under read_committed)."""
-        res = await self._lookup(lambda core, now, t: core.end_offsets(partitions, now, t), timeout)
-        return {tp: None if v is None else v.offset for tp, v in res.items()}
+        return await self._run(self._end_offsets_steps(partitions, timeout))
 
     async def _close(self, timeout):
         """Commit (auto-commit), run the revocation listener, leave the group,
         stop the network task."""
         if self._closed:
             return
-        if self._engine.started and self._engine.fatal is None:
-            self._core.begin_close(now_ms(), None if timeout is None else int(timeout * 1000))
-            self._engine.kick()
-            while not self._core.close_done and self._engine.fatal is None:
-                await self._dispatch()
-                await self._wait(None)
-            await self._engine.stop()
-        self._closed = True
-        await self._dispatch()
+        try:
+            if self._engine.started:
+                await self._run(self._close_steps(timeout))
+        finally:
+            if self._engine.started:
+                await self._engine.stop()
+            self._closed = True
+            await self._run(self._dispatch_steps())
 
 
 # == admin ==========================================================================================

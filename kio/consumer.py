@@ -24,23 +24,18 @@ Threading contract (as in Java, the consumer is NOT thread-safe):
 from __future__ import annotations
 
 import logging
-import re
 import threading
-import time
-from typing import (
-    Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Set, Tuple,
-    Union,
-)
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Set, Tuple, Union
 
-from kio._common import rebalance_calls, sleep_time
+from kio._common import sleep_time
+from kio._consumer_ops import INF, ConsumerOps, PartitionBatch, Steps, WakeupError, arrow_partition_batch
 from kio._network import SocketLoop
 from kio._types import CommitCallback, Offsets, Partitions, RebalanceListener
-from kio.producer import KafkaTimeoutError
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
-from kproto.errors import KafkaError
+from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.records import Record
 from kio._common import now_ms as _now_ms  # the cores' one clock
 
@@ -54,65 +49,32 @@ class ConsumerThreadError(KafkaError, RuntimeError):
     """The consumer was used from a second thread (it is not thread-safe)."""
 
 
-class WakeupError(KafkaError):
-    """poll() was interrupted by wakeup()."""
-
-
-class PartitionBatch(NamedTuple):
-    """The columnar records of one partition (lists, or Arrow arrays).
-
-    With ``arrow=True`` ``timestamp_types`` is an int32 array (0 CreateTime,
-    1 LogAppendTime), and ``headers`` a ``list<struct<key: string, value:
-    binary>>`` array when ``poll_batch`` was asked for headers; otherwise
-    they are None."""
-    topic: str
-    partition: int
-    offsets: Any
-    timestamps: Any
-    keys: Any
-    values: Any
-    timestamp_types: Any = None
-    headers: Any = None
-
-    def __len__(self) -> int:
-        """The number of records."""
-        return len(self.offsets)
-
-
-def arrow_partition_batch(tp: TopicPartition, cb: Any, headers: bool) -> PartitionBatch:
-    """A PartitionBatch of Arrow arrays over one partition's ColumnBuffers
-    (what ``poll_batch(arrow=True)`` of every driver returns)."""
-    from kproto.records.arrow import arrow_columns, arrow_headers, arrow_timestamp_types
-    return PartitionBatch(tp.topic, tp.partition, *arrow_columns(cb), arrow_timestamp_types(cb),
-                          arrow_headers(cb) if headers else None)
-
-
-class Consumer:
+class Consumer(ConsumerOps):
     """``Consumer(bootstrap_servers=..., group_id="g", auto_offset_reset="earliest")``
-    or ``Consumer({"bootstrap.servers": ...})``; see the module docstring."""
+    or ``Consumer({"bootstrap.servers": ...})``; see the module docstring.
+
+    The method bodies are :class:`kio._consumer_ops.ConsumerOps`', shared with
+    the asyncio and trio consumers; this class only runs their waits on a
+    Condition the network thread notifies."""
 
     config: Config
     """The parsed settings (``consumer.config.group_id``)."""
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        self._core = ConsumerCore(config, **kwargs)
+        self._init_ops(ConsumerCore(config, **kwargs))
         self.config = self._core.config
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._changes = 0                # notifications so far: a wait started after one is not lost
         # Fetch responses run to max.partition.fetch.bytes (1 MiB) and more:
         # reading them in 1 MiB chunks halves the network thread's wake-ups
         # (and its CPU per record) compared with 256 KiB.
         self._net = SocketLoop(self._core, recv_size=1 << 20)
-        self._owner = None
-        self._on_assign = self._on_revoke = self._on_lost = None
-        self._app_events = []            # rebalance events for the user's thread
-        self._callbacks = []             # (callback, offsets, error) for the user's thread
+        self._owner: Optional[int] = None
         self._waiters = 0
         self._stop = False
-        self._closed = False
-        self._wakeup = False
         self._fatal: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, daemon=True,
+        self._thread = threading.Thread(target=self._run_network, daemon=True,
                                         name=f"kio-consumer-network-thread | {self.config.client_id}")
         self._thread.start()
 
@@ -124,48 +86,13 @@ class Consumer:
         regex or a string starting with ``^`` (a pattern). Listeners are
         called with a list of TopicPartition; ``on_lost`` defaults to
         ``on_revoke`` (as Java's onPartitionsLost)."""
-        self._enter()
-        self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-        with self._lock:
-            self._check_usable()
-            now = _now_ms()
-            if isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^")):
-                self._core.subscribe_pattern(topics, now)
-            else:
-                self._core.subscribe(topics, now)
-        self._net.wake()
-
-    def assign(self, partitions: Partitions) -> None:
-        """Manual assignment of these TopicPartitions (no group management);
-        replaces the previous assignment."""
-        self._enter()
-        with self._lock:
-            self._check_usable()
-            self._core.assign(partitions, _now_ms())
-        self._net.wake()
+        self._subscribe(topics, (on_assign, on_revoke, on_lost))
 
     def unsubscribe(self) -> None:
         """Leave the group (the revocation listener runs) or drop the manual
         assignment; records buffered for the partitions are dropped.
         subscribe() or assign() again to consume."""
-        self._enter()
-        with self._lock:
-            self._core.unsubscribe(_now_ms())
-        self._dispatch()
-        self._net.wake()
-
-    def assignment(self) -> Set[TopicPartition]:
-        """The partitions assigned to this consumer now (by the group, or by assign())."""
-        self._enter()
-        with self._lock:
-            return self._core.assignment()
-
-    def subscription(self) -> Set[str]:
-        """The topics subscribed to (for a pattern: the topics it matches now);
-        empty without subscribe()."""
-        self._enter()
-        with self._lock:
-            return self._core.subscription()
+        self._run(self._unsubscribe_steps())
 
     # == records ===================================================================================
     def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[Record]:
@@ -173,7 +100,7 @@ class Consumer:
         max.poll.records), waiting up to ``timeout`` seconds for some
         (None: until there are). Rebalance listeners and commit callbacks
         run inside poll, on this thread."""
-        return self._poll(timeout, lambda core: core.drain(max_records))
+        return self._run(self._poll_records_steps(timeout, max_records))
 
     def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
                    arrow: bool = False, headers: bool = False) -> List[PartitionBatch]:
@@ -183,50 +110,12 @@ class Consumer:
         binary, binary, and the int32 timestamp types; deserializers do not
         apply), plus the headers with ``headers=True`` (Arrow only; else use
         poll()). ``max_records`` defaults to everything buffered."""
-        limit = max_records or (1 << 62)
-        if headers and not arrow:
-            raise ValueError("poll_batch(headers=True) needs arrow=True (poll() gives each record's headers)")
-        if arrow:
-            bufs = self._poll(timeout, lambda core: core.drain_buffers(limit, headers))
-            return [arrow_partition_batch(tp, cb, headers) for tp, cb in bufs.items()]
-        cols = self._poll(timeout, lambda core: core.drain_columns(limit))
-        return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
+        return self._run(self._poll_batch_steps(timeout, max_records, arrow, headers))
 
     def __iter__(self) -> Iterator[Record]:
         """Every record, as it arrives (``poll(1.0)`` in a loop), until the consumer is closed."""
         while not self._closed:
             yield from self.poll(1.0)
-
-    def _poll(self, timeout, take):
-        self._enter()
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            self._check_usable()
-            self._core.poll_called(_now_ms())
-        self._net.wake()
-        while True:
-            self._dispatch()
-            with self._lock:
-                self._check_usable()
-                if self._wakeup:
-                    self._wakeup = False
-                    raise WakeupError("poll() was interrupted by wakeup()")
-                if self._core.client.auth_error is not None:
-                    raise self._core.client.auth_error     # as Java's poll(): not a silent retry loop
-                if not self._app_events and not self._callbacks:
-                    out = take(self._core)
-                    if out:
-                        break
-                    left = None if end is None else end - time.monotonic()
-                    if left is not None and left <= 0:
-                        return out
-                    self._waiters += 1
-                    try:
-                        self._changed.wait(left)     # the network thread notifies: no polling
-                    finally:
-                        self._waiters -= 1
-        self._net.wake()       # partitions drained: their next fetch can go out now
-        return out
 
     # == commits ==================================================================================
     def commit(self, offsets: Optional[Offsets] = None, asynchronous: bool = False,
@@ -239,138 +128,46 @@ class Consumer:
         runs on this thread in a later poll/commit/close (then commit returns
         None). ``timeout`` bounds a synchronous commit (default
         default.api.timeout.ms; then :class:`CommitTimeoutError`)."""
-        self._enter()
-        with self._lock:
-            self._check_usable()
-            now = _now_ms()
-            if asynchronous:
-                cb = None if callback is None else (
-                    lambda offs, err, callback=callback: self._callbacks.append((callback, offs, err)))
-                self._core.commit_async(offsets, now, cb)
-                self._net.wake()
-                return None
-            h = self._core.commit_sync(offsets, now, None if timeout is None else int(timeout * 1000))
-        self._net.wake()
-        self._wait_for(lambda: h.done, None)
-        self._dispatch()
-        return h.result()
+        return self._run(self._commit_steps(offsets, asynchronous, callback, timeout))
 
     def committed(self, partitions: Partitions,
                   timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndMetadata]]:
         """The group's committed offsets of these partitions: {tp:
         OffsetAndMetadata, or None (nothing committed)}."""
-        self._enter()
-        with self._lock:
-            self._check_usable()
-            h = self._core.committed(partitions, _now_ms(), None if timeout is None else int(timeout * 1000))
-        self._net.wake()
-        self._wait_for(lambda: h.done, None)
-        return h.result()
+        return self._run(self._committed_steps(partitions, timeout))
 
     # == positions ==================================================================================
-    def seek(self, partition: Tuple[str, int], offset: int) -> None:
-        """Consume ``partition`` from ``offset`` on: the next record poll()
-        returns for it is the one at ``offset`` (what was buffered is dropped)."""
-        self._enter()
-        with self._lock:
-            self._core.seek(partition, offset)
-        self._net.wake()
-
-    def seek_to_beginning(self, partitions: Optional[Partitions] = None) -> None:
-        """Consume these partitions (default: every assigned one) from their
-        first offset (the log start offset, looked up on the next poll)."""
-        self._enter()
-        with self._lock:
-            self._core.seek_to_beginning(partitions)
-        self._net.wake()
-
-    def seek_to_end(self, partitions: Optional[Partitions] = None) -> None:
-        """Consume these partitions (default: every assigned one) from their
-        end: only records written from now on (looked up on the next poll)."""
-        self._enter()
-        with self._lock:
-            self._core.seek_to_end(partitions)
-        self._net.wake()
-
     def position(self, partition: Tuple[str, int], timeout: Optional[float] = None) -> int:
         """The offset of the next record poll() returns for this partition;
         waits (up to ``timeout``, default default.api.timeout.ms) while it is
         being looked up (committed offset or auto.offset.reset)."""
-        self._enter()
-        tp = TopicPartition(*partition)
-        with self._lock:
-            pos = self._core.position(tp)
-        if pos is not None:
-            return pos
-        self._net.wake()
-        self._wait_for(lambda: self._core.position(tp) is not None, timeout,
-                       f"the position of {tp.topic}-{tp.partition}")
-        with self._lock:
-            return self._core.position(tp)
-
-    def pause(self, partitions: Partitions) -> None:
-        """Stop fetching these partitions (poll() returns none of their
-        records) until resume(); they stay assigned, their positions kept."""
-        self._enter()
-        with self._lock:
-            self._core.pause(partitions)
-
-    def resume(self, partitions: Partitions) -> None:
-        """Fetch paused partitions again."""
-        self._enter()
-        with self._lock:
-            self._core.resume(partitions)
-        self._net.wake()
-
-    def paused(self) -> Set[TopicPartition]:
-        """The partitions paused with pause()."""
-        self._enter()
-        with self._lock:
-            return self._core.paused()
-
-    def lag(self, partition: Tuple[str, int]) -> Optional[int]:
-        """Records between the position and the last high watermark the
-        broker reported (None until a fetch answered)."""
-        self._enter()
-        with self._lock:
-            return self._core.lag(partition)
+        return self._run(self._position_steps(partition, timeout))
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
                           timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
         """For {tp: timestamp in ms}: {tp: OffsetAndTimestamp of the first
         record at or after the timestamp, or None (there is none)}."""
-        return self._lookup(lambda core, now, t: core.list_offsets(timestamps, now, t), timeout)
+        return self._run(self._offsets_for_times_steps(timestamps, timeout))
 
     def beginning_offsets(self, partitions: Partitions,
                           timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
         """{tp: the first offset in the log} (ListOffsets earliest; waits up to
         ``timeout``, default default.api.timeout.ms)."""
-        res = self._lookup(lambda core, now, t: core.beginning_offsets(partitions, now, t), timeout)
-        return {tp: None if v is None else v.offset for tp, v in res.items()}
+        return self._run(self._beginning_offsets_steps(partitions, timeout))
 
     def end_offsets(self, partitions: Partitions,
                     timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[int]]:
         """{tp: the offset the next record written will get} (ListOffsets
         latest: the high watermark, or the last stable offset under
         read_committed; waits up to ``timeout``, default default.api.timeout.ms)."""
-        res = self._lookup(lambda core, now, t: core.end_offsets(partitions, now, t), timeout)
-        return {tp: None if v is None else v.offset for tp, v in res.items()}
-
-    def _lookup(self, start, timeout):
-        self._enter()
-        with self._lock:
-            self._check_usable()
-            h = start(self._core, _now_ms(), None if timeout is None else int(timeout * 1000))
-        self._net.wake()
-        self._wait_for(lambda: h.done, None)
-        return h.result()
+        return self._run(self._end_offsets_steps(partitions, timeout))
 
     # == closing ====================================================================================
     def wakeup(self) -> None:
         """Make a blocked poll() raise WakeupError (thread-safe)."""
         with self._lock:
             self._wakeup = True
-            self._changed.notify_all()
+            self._notify()
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Commit consumed positions (auto-commit), run the revocation
@@ -378,22 +175,15 @@ class Consumer:
         the commit and the LeaveGroup (default default.api.timeout.ms)."""
         if self._closed:
             return
-        self._enter()
-        with self._lock:
-            if self._fatal is None:
-                self._core.begin_close(_now_ms(), None if timeout is None else int(timeout * 1000))
-        self._net.wake()
         try:
-            if self._fatal is None:
-                self._wait_for(lambda: self._core.close_done or self._fatal is not None, None,
-                               dispatch=True)
+            self._run(self._close_steps(timeout))
         finally:
             with self._lock:
                 self._stop = True
             self._net.wake()
             self._thread.join()
             self._closed = True
-            self._dispatch()
+            self._run(self._dispatch_steps())
 
     def __enter__(self) -> Consumer:
         return self
@@ -401,8 +191,8 @@ class Consumer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # == helpers (user's thread) =======================================================================
-    def _enter(self):
+    # == the driver: hooks of ConsumerOps, and the runner of its steps ==============================
+    def _enter(self) -> None:
         me = threading.get_ident()
         if self._owner is None:
             self._owner = me
@@ -412,60 +202,59 @@ class Consumer:
                 f"{self._owner} and was called from thread {me} ({threading.current_thread().name}); "
                 f"use one consumer per thread")
 
-    def _check_usable(self):
-        if self._fatal is not None:
-            raise ConsumerClosedError(f"the consumer's network thread failed: {self._fatal!r}") \
-                from self._fatal
-        if self._closed or self._core.closing:
-            raise ConsumerClosedError("the consumer is closed")
+    def _kick(self) -> None:
+        self._net.wake()
 
-    def _wait_for(self, cond, timeout, what="the operation", dispatch=True):
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if dispatch:
-                self._dispatch()
-            with self._lock:
-                if cond():
-                    return
-                if self._fatal is not None:
-                    self._check_usable()
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
-                self._waiters += 1
-                try:
-                    self._changed.wait(left)
-                finally:
-                    self._waiters -= 1
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        return self._fatal
 
-    def _dispatch(self):
-        """Run rebalance listeners and commit callbacks on the user's thread."""
-        if not self._app_events and not self._callbacks:
-            return
+    def _notify(self) -> None:
+        """Wake the waiting application thread (called with the lock held)."""
+        self._changes += 1
+        self._changed.notify_all()
+
+    def _run(self, steps: Steps[Any]) -> Any:
+        """Run a blocking operation of ConsumerOps on this thread: each wait
+        it yields is a wait on the Condition. The network thread notifies
+        while an operation runs (``_waiters``); ``_changes`` tells whether it
+        did since the operation last looked, so no notification is lost
+        between a check and the wait."""
+        self._enter()
         with self._lock:
-            events, self._app_events = self._app_events, []
-            callbacks, self._callbacks = self._callbacks, []
-        calls, revoked, error = rebalance_calls(events, self._on_assign, self._on_revoke, self._on_lost)
-        for fn, partitions in calls:
-            try:
-                fn(partitions)
-            except Exception as e:  # noqa: BLE001 - rethrown after the rebalance may go on
-                log.exception("rebalance listener raised")
-                error = error or e
-        if revoked:
+            self._waiters += 1
+            seen = self._changes
+        try:
+            value: Any = None
+            error: Optional[BaseException] = None
+            while True:
+                try:
+                    step = steps.send(value) if error is None else steps.throw(error)
+                except StopIteration as stop:
+                    return stop.value
+                value = error = None
+                if isinstance(step, float):
+                    with self._lock:
+                        if self._changes == seen:
+                            left = None if step == INF else (step - _now_ms()) / 1000.0
+                            if left is None or left > 0:
+                                self._changed.wait(left)
+                        seen = self._changes
+                else:
+                    close = getattr(step, "close", None)
+                    if close is not None:
+                        close()           # a coroutine never awaited: no RuntimeWarning on top
+                    error = TypeError(
+                        "kio.Consumer runs listeners and commit callbacks on the polling thread and "
+                        f"cannot await what one returned ({step!r}); use kio.aio or kio.trio for "
+                        "coroutine functions")
+        finally:
+            steps.close()
             with self._lock:
-                self._core.rebalance_listener_done(_now_ms())
-            self._net.wake()
-        for cb, offsets, err in callbacks:
-            try:
-                cb(offsets, err)
-            except Exception:  # noqa: BLE001
-                log.exception("commit callback %r raised", cb)
-        if error is not None:
-            raise error
+                self._waiters -= 1
 
     # == the network thread ==========================================================================
-    def _run(self):
+    def _run_network(self):
         core, net = self._core, self._net
         seen_progress = -1
         events = ()
@@ -491,7 +280,7 @@ class Consumer:
                     woken, net.woken = net.woken, False
                     if self._waiters and (evs or core.data_ready or progress != seen_progress
                                           or not events or woken):
-                        self._changed.notify_all()
+                        self._notify()
                     seen_progress = progress
                     core.data_ready = False
                     deadline = core.next_deadline(now)
@@ -503,7 +292,7 @@ class Consumer:
             log.exception("the consumer network thread failed")
             with self._lock:
                 self._fatal = e
-                self._changed.notify_all()
+                self._notify()
         finally:
             with self._lock:
                 try:
@@ -511,4 +300,4 @@ class Consumer:
                 except Exception:  # noqa: BLE001
                     log.exception("closing the consumer core")
                 net.close()
-                self._changed.notify_all()
+                self._notify()
