@@ -14,7 +14,6 @@ Java 17 or newer must be on the PATH (or in ``$JAVA_HOME``).
 from __future__ import annotations
 
 import base64
-import fcntl
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from kio._maven import fetch_jars
 from kio.broker import BrokerProcess, BrokerStartError, free_port
 
 __all__ = ["KafkaBroker", "KAFKA_VERSION", "KAFKA_TOOLS_VERSION", "kafka_classpath",
@@ -94,36 +94,10 @@ def java_binary() -> str:
 
 def _fetch(artifact: str, version: str) -> Path:
     """The folder of ``org.apache.kafka:artifact:version``'s jars and its runtime
-    dependencies, fetched with Maven on first use (a lock keeps two processes
-    from fetching into the same folder at once)."""
-    folder = cache_root() / f"{artifact}-{version}"
-    lib = folder / "lib"
-    done = folder / ".complete"
-    if done.exists():
-        return lib
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return lib
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise BrokerStartError(
-                f"fetching Apache Kafka {version} needs Maven (mvn) on the PATH "
-                "(Debian: apt-get install maven)")
-        (folder / "pom.xml").write_text(_POM.format(artifact=artifact, version=version,
-                                                    log4j=_LOG4J_VERSION))
-        shutil.rmtree(lib, ignore_errors=True)
-        cmd = [mvn, "-q", "-B", "-f", str(folder / "pom.xml"), "dependency:copy-dependencies",
-               f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
-        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)
-        if run.returncode != 0 or not any(lib.glob(f"{artifact}-*.jar")):
-            raise BrokerStartError(
-                f"Maven could not fetch org.apache.kafka:{artifact}:{version} "
-                f"(exit {run.returncode}):\n{run.stdout.decode('utf-8', 'replace')[-4000:]}")
-        done.write_text(version)
-    return lib
+    dependencies, fetched with Maven on first use."""
+    return fetch_jars(cache_root() / f"{artifact}-{version}",
+                      _POM.format(artifact=artifact, version=version, log4j=_LOG4J_VERSION), artifact,
+                      lambda why: BrokerStartError(f"fetching Apache Kafka ({artifact} {version}): {why}"))
 
 
 def kafka_classpath(version: str = KAFKA_VERSION) -> str:

@@ -20,15 +20,13 @@ ask again.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from kio._maven import fetch_jars
 from kproto.errors import KafkaError
 
 __all__ = ["ConnectorUnavailable", "connector_jars", "connector_version", "spark_jars_option",
@@ -86,38 +84,24 @@ def _shipped_by_spark() -> set:
 
 def _fetch(version: str) -> Path:
     """The folder of the connector ``version``'s runtime jars, fetched with Maven
-    on first use (a lock keeps two processes from fetching into it at once)."""
+    on first use. A release Maven Central refused is remembered for a day."""
     folder = cache_root() / version
-    lib = folder / "lib"
-    done, refused = folder / ".complete", folder / ".not-served"
-    if done.exists():
-        return lib
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return lib
+    refused = folder / ".not-served"
+
+    def known_refused() -> None:
         if refused.exists() and time.time() - refused.stat().st_mtime < _NOT_SERVED_TTL:
             raise ConnectorUnavailable(f"Maven Central did not serve org.apache.spark:{_ARTIFACT}:{version} "
                                        f"(remembered in {refused}):\n{refused.read_text()[-2000:]}")
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise ConnectorUnavailable("fetching Spark's Kafka connector needs Maven (mvn) on the PATH "
-                                       "(Debian: apt-get install maven)")
-        (folder / "pom.xml").write_text(_POM.format(artifact=_ARTIFACT, version=version))
-        shutil.rmtree(lib, ignore_errors=True)
-        # -U: a refusal Maven cached in ~/.m2 earlier must not hide a release served since.
-        cmd = [mvn, "-q", "-B", "-U", "-f", str(folder / "pom.xml"), "dependency:copy-dependencies",
-               f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
-        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        out = run.stdout.decode("utf-8", "replace")
-        if run.returncode != 0 or not any(lib.glob(f"{_ARTIFACT}-*.jar")):
-            if "was not found" in out or "Could not find artifact" in out:
-                refused.write_text(out[-4000:])
-            raise ConnectorUnavailable(f"Maven could not fetch org.apache.spark:{_ARTIFACT}:{version} "
-                                       f"(exit {run.returncode}):\n{out[-4000:]}")
-        refused.unlink(missing_ok=True)
-        done.write_text(version)
+
+    def fail(why: str) -> ConnectorUnavailable:
+        if "was not found" in why or "Could not find artifact" in why:
+            refused.write_text(why[-4000:])
+        return ConnectorUnavailable(f"fetching org.apache.spark:{_ARTIFACT}:{version}: {why}")
+
+    # -U: a refusal Maven cached in ~/.m2 earlier must not hide a release served since.
+    lib = fetch_jars(folder, _POM.format(artifact=_ARTIFACT, version=version), _ARTIFACT, fail,
+                     refresh=True, before=known_refused)
+    refused.unlink(missing_ok=True)
     return lib
 
 
