@@ -2,12 +2,20 @@
 from __future__ import annotations
 
 import errno
+import math
 import socket
 import time
+from typing import Any, Generator, TypeVar
 
 from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 
-__all__ = ["now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
+__all__ = ["INF", "Steps", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
+
+#: a wait without a deadline (a step of a blocking operation, see kio._consumer_ops)
+INF = math.inf
+_T = TypeVar("_T")
+#: a blocking operation: yields waits (a float deadline) or awaitables, returns the result
+Steps = Generator[Any, Any, _T]
 
 
 def now_ms() -> float:

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import re
 from typing import (
-    Any, Callable, ContextManager, Dict, Generator, Iterable, List, Mapping, NamedTuple, Optional, Pattern,
+    Any, Callable, ContextManager, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern,
     Set, Tuple, TypeVar, Union,
 )
 
-from kio._common import now_ms, rebalance_calls
+from kio._common import INF, Steps, now_ms, rebalance_calls
 from kio._types import Offsets, Partitions
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
@@ -47,11 +46,7 @@ __all__ = ["ConsumerOps", "Steps", "INF", "WakeupError", "PartitionBatch", "arro
 
 log = logging.getLogger("kio.consumer")
 
-#: a wait without a deadline
-INF = math.inf
 _T = TypeVar("_T")
-#: a blocking operation: yields waits (a float deadline) or awaitables, returns the result
-Steps = Generator[Any, Any, _T]
 
 
 class WakeupError(KafkaError):

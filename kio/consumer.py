@@ -27,9 +27,8 @@ import logging
 import threading
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Set, Tuple, Union
 
-from kio._common import sleep_time
-from kio._consumer_ops import INF, ConsumerOps, PartitionBatch, Steps, WakeupError, arrow_partition_batch
-from kio._network import SocketLoop
+from kio._consumer_ops import ConsumerOps, PartitionBatch, WakeupError, arrow_partition_batch
+from kio._thread_driver import ThreadDriver
 from kio._types import CommitCallback, Offsets, Partitions, RebalanceListener
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
@@ -37,7 +36,6 @@ from kproto.config import Config
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.records import Record
-from kio._common import now_ms as _now_ms  # the cores' one clock
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionBatch",
            "ConsumerThreadError", "ConsumerClosedError", "KafkaTimeoutError", "WakeupError"]
@@ -49,7 +47,7 @@ class ConsumerThreadError(KafkaError, RuntimeError):
     """The consumer was used from a second thread (it is not thread-safe)."""
 
 
-class Consumer(ConsumerOps):
+class Consumer(ConsumerOps, ThreadDriver):
     """``Consumer(bootstrap_servers=..., group_id="g", auto_offset_reset="earliest")``
     or ``Consumer({"bootstrap.servers": ...})``; see the module docstring.
 
@@ -59,24 +57,19 @@ class Consumer(ConsumerOps):
 
     config: Config
     """The parsed settings (``consumer.config.group_id``)."""
+    _refuse_awaitable = (
+        "kio.Consumer runs listeners and commit callbacks on the polling thread and cannot await what "
+        "one returned ({step!r}); use kio.aio or kio.trio for coroutine functions")
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         self._init_ops(ConsumerCore(config, **kwargs))
         self.config = self._core.config
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._changes = 0                # notifications so far: a wait started after one is not lost
+        self._owner: Optional[int] = None
+        self._seen_progress = -1
         # Fetch responses run to max.partition.fetch.bytes (1 MiB) and more:
         # reading them in 1 MiB chunks halves the network thread's wake-ups
         # (and its CPU per record) compared with 256 KiB.
-        self._net = SocketLoop(self._core, recv_size=1 << 20)
-        self._owner: Optional[int] = None
-        self._waiters = 0
-        self._stop = False
-        self._fatal: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run_network, daemon=True,
-                                        name=f"kio-consumer-network-thread | {self.config.client_id}")
-        self._thread.start()
+        self._start_network(self._core, f"kio-consumer-network-thread | {self.config.client_id}", 1 << 20)
 
     # == subscriptions ========================================================================
     def subscribe(self, topics: Union[str, Iterable[str], Pattern[str]],
@@ -178,10 +171,7 @@ class Consumer(ConsumerOps):
         try:
             self._run(self._close_steps(timeout))
         finally:
-            with self._lock:
-                self._stop = True
-            self._net.wake()
-            self._thread.join()
+            self._stop_network()
             self._closed = True
             self._run(self._dispatch_steps())
 
@@ -209,95 +199,21 @@ class Consumer(ConsumerOps):
     def _failure(self) -> Optional[BaseException]:
         return self._fatal
 
-    def _notify(self) -> None:
-        """Wake the waiting application thread (called with the lock held)."""
-        self._changes += 1
-        self._changed.notify_all()
-
-    def _run(self, steps: Steps[Any]) -> Any:
-        """Run a blocking operation of ConsumerOps on this thread: each wait
-        it yields is a wait on the Condition. The network thread notifies
-        while an operation runs (``_waiters``); ``_changes`` tells whether it
-        did since the operation last looked, so no notification is lost
-        between a check and the wait."""
-        self._enter()
-        with self._lock:
-            self._waiters += 1
-            seen = self._changes
-        try:
-            value: Any = None
-            error: Optional[BaseException] = None
-            while True:
-                try:
-                    step = steps.send(value) if error is None else steps.throw(error)
-                except StopIteration as stop:
-                    return stop.value
-                value = error = None
-                if isinstance(step, float):
-                    with self._lock:
-                        if self._changes == seen:
-                            left = None if step == INF else (step - _now_ms()) / 1000.0
-                            if left is None or left > 0:
-                                self._changed.wait(left)
-                        seen = self._changes
-                else:
-                    close = getattr(step, "close", None)
-                    if close is not None:
-                        close()           # a coroutine never awaited: no RuntimeWarning on top
-                    error = TypeError(
-                        "kio.Consumer runs listeners and commit callbacks on the polling thread and "
-                        f"cannot await what one returned ({step!r}); use kio.aio or kio.trio for "
-                        "coroutine functions")
-        finally:
-            steps.close()
-            with self._lock:
-                self._waiters -= 1
-
-    # == the network thread ==========================================================================
-    def _run_network(self):
+    def _after_round(self, timer: bool) -> None:
+        # Hand the core's events to the application, and wake it only when
+        # something it may wait for can have changed: records, rebalance
+        # events, a completed request, a timer (commit and lookup timeouts),
+        # or a round after the application woke us (what it asked for may be
+        # done at once: closing, a commit that cannot be sent). Not on every
+        # partial read of a large fetch response. The application waits
+        # without a timer: each of these counts.
         core, net = self._core, self._net
-        seen_progress = -1
-        events = ()
-        try:
-            while True:
-                with self._lock:
-                    now = _now_ms()
-                    if self._stop:
-                        break
-                    net.apply(core.poll(now), now)
-                    net.write_all(now)
-                    evs = core.events(ack=False)
-                    if evs:
-                        self._app_events.extend(evs)
-                    # Wake the application only when something it may wait for
-                    # can have changed: records, rebalance events, a completed
-                    # request, a timer (commit and lookup timeouts), or a poll
-                    # after the application woke us (what it asked for may be
-                    # done at once: closing, a commit that cannot be sent).
-                    # Not on every partial read of a large fetch response. The
-                    # application waits without a timer: each of these counts.
-                    progress = core.client.progress
-                    woken, net.woken = net.woken, False
-                    if self._waiters and (evs or core.data_ready or progress != seen_progress
-                                          or not events or woken):
-                        self._notify()
-                    seen_progress = progress
-                    core.data_ready = False
-                    deadline = core.next_deadline(now)
-                    net.update_interest()
-                events = net.select(sleep_time(deadline, _now_ms()))
-                with self._lock:
-                    net.handle(events, _now_ms())
-        except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the caller
-            log.exception("the consumer network thread failed")
-            with self._lock:
-                self._fatal = e
-                self._notify()
-        finally:
-            with self._lock:
-                try:
-                    net.apply(core.close(_now_ms()), _now_ms())
-                except Exception:  # noqa: BLE001
-                    log.exception("closing the consumer core")
-                net.close()
-                self._notify()
+        evs = core.events(ack=False)
+        if evs:
+            self._app_events.extend(evs)
+        progress = core.client.progress
+        woken, net.woken = net.woken, False
+        if self._waiters and (evs or core.data_ready or progress != self._seen_progress or timer or woken):
+            self._notify()
+        self._seen_progress = progress
+        core.data_ready = False

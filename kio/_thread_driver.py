@@ -1,0 +1,174 @@
+"""What every threading client shares: one network thread that runs a sans-IO
+core over a :class:`kio._network.SocketLoop`, a Condition the application
+waits on, and the runner of the step generators the client's shared method
+bodies are written as (see :mod:`kio._consumer_ops`).
+
+A client (``kio.Producer``, ``kio.Consumer``, ``kio.ShareConsumer``) mixes
+:class:`ThreadDriver` in, calls :meth:`ThreadDriver._start_network` once its
+core exists, and overrides the hooks that differ between clients:
+
+* ``_after_round(timer)`` - lock held, after the core was polled and its
+  output written: collect the core's events, call ``_notify()`` when a
+  waiting application thread may go on, and return work to do outside the
+  lock (the producer's delivery callbacks) or None;
+* ``_outside_lock(work)`` - run that work without the lock;
+* ``_on_failure(exc)`` / ``_on_close(now)`` - lock held, when the loop failed
+  or ends; they return outside-the-lock work too.
+
+Nothing here knows a protocol: the loop asks the core for its actions and
+deadline, and the runner only waits.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Optional, TypeVar
+
+from kio._common import INF, Steps, now_ms, sleep_time
+from kio._network import SocketLoop
+
+__all__ = ["ThreadDriver"]
+
+log = logging.getLogger("kio")
+
+_T = TypeVar("_T")
+
+
+class ThreadDriver:
+    """The network thread, the Condition and the steps runner of a threading client."""
+
+    _core: Any
+    _net: SocketLoop
+    _thread: threading.Thread
+    _fatal: Optional[BaseException]
+    #: said when a step yields an awaitable (a coroutine listener's call) this runner cannot await
+    _refuse_awaitable = "a threading client cannot await {step!r}; use kio.aio or kio.trio for coroutine functions"
+
+    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18) -> None:
+        """Set up the waiting state and start the network thread over ``core``."""
+        self._core = core
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._changes = 0            # notifications so far: a wait started after one is not lost
+        self._waiters = 0            # application threads inside _run
+        self._stop = False
+        self._fatal = None
+        self._net = SocketLoop(core, recv_size=recv_size)
+        self._thread = threading.Thread(target=self._network_loop, daemon=True, name=thread_name)
+        self._thread.start()
+
+    def _stop_network(self) -> None:
+        """Ask the network thread to end (it runs ``_on_close``) and wait for it."""
+        with self._lock:
+            self._stop = True
+        self._net.wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # -- hooks ------------------------------------------------------------------------------
+    def _enter(self) -> None:
+        """Called by :meth:`_run` first (the consumers check their owner thread)."""
+
+    def _after_round(self, timer: bool) -> Any:
+        self._notify_if_waiting()
+        return None
+
+    def _outside_lock(self, work: Any) -> None:
+        """Run what a hook returned, without the lock (user callbacks)."""
+
+    def _on_failure(self, exc: BaseException) -> Any:
+        self._fatal = exc
+        return None
+
+    def _on_close(self, now: float) -> Any:
+        self._net.apply(self._core.close(now), now)
+        return None
+
+    # -- waking the application -----------------------------------------------------------
+    def _notify(self) -> None:
+        """Wake the waiting application threads (lock held)."""
+        self._changes += 1
+        self._changed.notify_all()
+
+    def _notify_if_waiting(self) -> None:
+        if self._waiters:
+            self._notify()
+
+    # -- the application's side: run a generator of waits --------------------------------
+    def _run(self, steps: Steps[_T]) -> _T:
+        """Run a blocking operation on this thread: each deadline it yields is
+        a wait on the Condition until the network thread notifies or the
+        deadline passes. ``_changes`` tells whether a notification came since
+        the operation last looked, so none is lost between a check and the wait."""
+        self._enter()
+        with self._lock:
+            self._waiters += 1
+            seen = self._changes
+        try:
+            value: Any = None
+            error: Optional[BaseException] = None
+            while True:
+                try:
+                    step = steps.send(value) if error is None else steps.throw(error)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                value = error = None
+                if isinstance(step, float):
+                    with self._lock:
+                        if self._changes == seen:
+                            left = None if step == INF else (step - now_ms()) / 1000.0
+                            if left is None or left > 0:
+                                self._changed.wait(left)
+                        seen = self._changes
+                else:
+                    close = getattr(step, "close", None)
+                    if close is not None:
+                        close()           # a coroutine never awaited: no RuntimeWarning on top
+                    error = TypeError(self._refuse_awaitable.format(step=step))
+        finally:
+            steps.close()
+            with self._lock:
+                self._waiters -= 1
+
+    # -- the network thread -----------------------------------------------------------------
+    def _network_loop(self) -> None:
+        core, net = self._core, self._net
+        timer = True                      # the last select returned no I/O event
+        try:
+            while True:
+                with self._lock:
+                    now = now_ms()
+                    if self._stop:
+                        break
+                    net.apply(core.poll(now), now)
+                    net.write_all(now)
+                    work = self._after_round(timer)
+                    deadline = core.next_deadline(now)
+                    net.update_interest()
+                if work is not None:
+                    self._outside_lock(work)
+                if self._stop:
+                    break
+                events = net.select(sleep_time(deadline, now_ms()))
+                timer = not events
+                with self._lock:
+                    net.handle(events, now_ms())
+        except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the application
+            log.exception("the network thread %s failed", threading.current_thread().name)
+            with self._lock:
+                work = self._on_failure(e)
+                self._notify()
+            if work is not None:
+                self._outside_lock(work)
+        finally:
+            work = None
+            with self._lock:
+                try:
+                    work = self._on_close(now_ms())
+                except Exception:  # noqa: BLE001
+                    log.exception("closing the core of %s", threading.current_thread().name)
+                net.close_all()
+                self._notify()
+            if work is not None:
+                self._outside_lock(work)
+            net.close()
