@@ -20,11 +20,11 @@ from typing import (
 )
 
 from kio._async_engine import Engine
-from kio._common import now_ms, rebalance_calls, wall_ms
+from kio._common import INF, now_ms, rebalance_calls, wall_ms
 from kio._types import (
     AsyncCommitCallback, AsyncRebalanceListener, DeliveryCallback, Headers, Offsets, Partitions,
 )
-from kio._consumer_ops import INF, ConsumerOps, PartitionBatch
+from kio._consumer_ops import ConsumerOps, PartitionBatch
 from kio.producer import BulkResult, KafkaTimeoutError
 from kproto.admin import (
     AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
@@ -107,6 +107,46 @@ class _Client:
                 raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
             await self._wait(left)
         return handle
+
+    # -- hooks of the shared method bodies (kio._consumer_ops...), and the runner of their steps --
+    def _start(self) -> None:
+        self._ensure_started()
+
+    def _kick(self) -> None:
+        self._engine.kick()
+
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        return self._engine.fatal
+
+    async def _run(self, steps: Any) -> Any:
+        """Run a blocking operation of the shared method bodies in this task: each wait it
+        yields awaits the engine's ``changed`` event, each awaitable (a
+        coroutine listener's) is awaited and its outcome sent back."""
+        try:
+            value: Any = None
+            error: Optional[BaseException] = None
+            while True:
+                try:
+                    step = steps.send(value) if error is None else steps.throw(error)
+                except StopIteration as stop:
+                    return stop.value
+                value = error = None
+                if isinstance(step, float):
+                    left = None if step == INF else (step - now_ms()) / 1000.0
+                    if left is None or left > 0:
+                        self._waiters += 1
+                        try:
+                            await self._engine.wait_changed(left)
+                        finally:
+                            self._waiters -= 1
+                else:
+                    try:
+                        value = await step
+                    except Exception as e:  # noqa: BLE001 - the listener's error, handled by the steps
+                        error = e
+        finally:
+            steps.close()
 
     async def close(self, timeout: Optional[float] = None) -> None:
         """Finish the client's work (see ``_close``: flush, commit and leave
@@ -429,7 +469,7 @@ class AsyncProducer(_Client):
 
 # == consumer ======================================================================================
 
-class AsyncConsumer(ConsumerOps, _Client):
+class AsyncConsumer(_Client, ConsumerOps):
     """``records = await consumer.poll(1.0)``; ``async for record in consumer``.
     Rebalance listeners may be plain functions or coroutine functions; they
     run in the task that polls, commits or closes. The method bodies are
@@ -449,46 +489,6 @@ class AsyncConsumer(ConsumerOps, _Client):
             self._app_events.extend(evs)
         core.data_ready = False
         return self._waiters > 0
-
-    # -- hooks of ConsumerOps, and the runner of its steps -----------------------------------------
-    def _start(self) -> None:
-        self._ensure_started()
-
-    def _kick(self) -> None:
-        self._engine.kick()
-
-    @property
-    def _failure(self) -> Optional[BaseException]:
-        return self._engine.fatal
-
-    async def _run(self, steps: Any) -> Any:
-        """Run a blocking operation of ConsumerOps in this task: each wait it
-        yields awaits the engine's ``changed`` event, each awaitable (a
-        coroutine listener's) is awaited and its outcome sent back."""
-        try:
-            value: Any = None
-            error: Optional[BaseException] = None
-            while True:
-                try:
-                    step = steps.send(value) if error is None else steps.throw(error)
-                except StopIteration as stop:
-                    return stop.value
-                value = error = None
-                if isinstance(step, float):
-                    left = None if step == INF else (step - now_ms()) / 1000.0
-                    if left is None or left > 0:
-                        self._waiters += 1
-                        try:
-                            await self._engine.wait_changed(left)
-                        finally:
-                            self._waiters -= 1
-                else:
-                    try:
-                        value = await step
-                    except Exception as e:  # noqa: BLE001 - the listener's error, handled by the steps
-                        error = e
-        finally:
-            steps.close()
 
     # -- the public surface: the threading Consumer's, awaitable --------------------------------------
     def subscribe(self, topics: Union[str, Iterable[str], Pattern[str]],
