@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from contextlib import nullcontext
 import time
 import uuid
+from types import GeneratorType as _GeneratorType
 from typing import (
     TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
     Protocol, Sequence, Set, Tuple, Type, TypeVar, Union, overload,
@@ -22,10 +24,10 @@ from typing import (
 from kio._async_engine import Engine
 from kio._common import INF, now_ms, rebalance_calls, wall_ms
 from kio._types import (
-    AsyncCommitCallback, AsyncRebalanceListener, DeliveryCallback, Headers, Offsets, Partitions,
+    AsyncCommitCallback, AsyncRebalanceListener, BulkCallback, DeliveryCallback, Headers, Offsets, Partitions,
 )
 from kio._consumer_ops import ConsumerOps, PartitionBatch
-from kio.producer import BulkResult, KafkaTimeoutError
+from kio._producer_ops import ProducerOps
 from kproto.admin import (
     AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
     ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic,
@@ -39,9 +41,9 @@ from kproto.errors import KafkaError
 from kproto.share import AcknowledgeType, ShareRecord
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from kproto.records import Record
+from kproto.errors import KafkaTimeoutError
 from kproto.producer import (
-    BufferExhausted, BulkDelivery, DeliveryHandle, MetadataPending, ProducerClosedError, ProducerCore,
-    RecordMetadata, complete_results,
+    BulkDelivery, BulkResult, ProducerCore, RecordMetadata, attached_result, complete_results,
 )
 
 __all__ = ["AsyncProducer", "AsyncConsumer", "AsyncShareConsumer", "AsyncAdmin", "RecordHandle", "delivery_classes"]
@@ -175,112 +177,89 @@ class AsyncDelivery:
     """``await handle`` -> RecordMetadata (or raises the delivery error).
 
     Attached to its batch's shared outcome (:mod:`kproto.producer.outcome`):
-    acknowledging a batch costs nothing per record, and a handle that is
-    awaited registers itself to be woken."""
+    acknowledging a batch costs nothing per record, its state is read with
+    :func:`kproto.producer.attached_result`, and a handle that is awaited
+    registers itself to be woken. Made without ``__init__`` (``send`` sets
+    what it needs), so every slot is read with a default here."""
     __slots__ = ("topic", "partition", "timestamp", "_outcome", "_delta", "_event")
+    _outcome: Any
+    _event: Any
     notify = False
-    on_delivery = None            # attached records with a callback: AsyncCallbackDelivery
-    new_event = None              # set per backend
-
-    def __init__(self):
-        self._outcome = None
-        self._event = None
+    on_delivery = None            # records with a callback: AsyncCallbackDelivery
+    new_event: Any = None         # set per backend
 
     @property
     def done(self) -> bool:
-        return self._outcome is not None and self._outcome.done
+        """Whether the record is acknowledged or failed."""
+        outcome = getattr(self, "_outcome", None)
+        return outcome is not None and outcome.done
 
-    def _outcome_done(self):
+    def _outcome_done(self) -> None:
         self._event.set()
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         outcome = self._outcome
         if not outcome.done:
-            if self._event is None:
+            if getattr(self, "_event", None) is None:
                 self._event = self.new_event()
                 outcome.watch(self)
             yield from self._event.wait().__await__()
-        offset, log_append_time, error = outcome.offset_of(self._delta)
+        metadata, error = attached_result(self)
         if error is not None:
             raise error
-        return RecordMetadata(self.topic, self.partition, offset,
-                              log_append_time if log_append_time >= 0 else self.timestamp)
+        return metadata  # type: ignore[no-any-return]
 
 
-class _AwaitDone:
-    """``await handle``: wait for ``done`` (an event made on first await and
-    set by ``_resolved``), then raise the error or return ``_value()``."""
-    __slots__ = ()
+class AsyncCallbackDelivery(AsyncDelivery):
+    """A record sent with ``on_delivery``: the same handle, the callback kept
+    in its batch and called in the network task (kproto.producer.complete_results)."""
+    __slots__ = ("on_delivery",)
 
-    def _resolved(self):
+
+class AsyncBulkDelivery(BulkDelivery):
+    """``await handle`` -> BulkResult(topic, count, ranges): kproto's
+    BulkDelivery, whose wake hook sets an event made on first await."""
+    __slots__ = ("_event",)
+    _event: Any
+    new_event: Any = None
+
+    def __init__(self, total: int, topic: str, on_delivery: Any = None) -> None:
+        self._event = None
+        super().__init__(total, topic, on_delivery, AsyncBulkDelivery._wake)
+
+    def _wake(self) -> None:
         if self._event is not None:
             self._event.set()
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, BulkResult]:
         if not self.done:
             if self._event is None:
                 self._event = self.new_event()
             yield from self._event.wait().__await__()
         if self.error is not None:
             raise self.error
-        return self._value()
+        return self.value  # type: ignore[no-any-return]
 
 
-class AsyncCallbackDelivery(_AwaitDone, DeliveryHandle):
-    """A record sent with ``on_delivery``: completed one by one, the callback
-    runs in the network task; ``await handle`` works the same."""
-    __slots__ = ("_event", "on_delivery")
-    new_event = None
-
-    def __init__(self, on_delivery):
-        super().__init__()
-        self._event = None
-        self.on_delivery = on_delivery
-
-    def _resolved(self):
-        _AwaitDone._resolved(self)
-        try:
-            self.on_delivery(self.error, self.metadata)
-        except Exception:  # noqa: BLE001 - a user callback must not kill the network task
-            log.exception("on_delivery callback %r raised", self.on_delivery)
-
-    def _value(self):
-        return self.metadata
-
-    if TYPE_CHECKING:
-        def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
-
-
-class AsyncBulkDelivery(_AwaitDone, BulkDelivery):
-    """``await handle`` -> BulkResult(topic, count, ranges)."""
-    __slots__ = ("_event",)
-    new_event = None
-
-    def __init__(self, total, topic):
-        super().__init__(total)
-        self.topic = topic
-        self._event = None
-        if total == 0:
-            self.done = True
-
-    def _value(self):
-        return BulkResult((self.topic, self.delivered, sorted(self.ranges)))
-
-    if TYPE_CHECKING:
-        def __await__(self) -> Generator[Any, None, BulkResult]: ...
-
-
-class AsyncProducer(_Client):
-    """``async with Producer(bootstrap_servers=...) as p: md = await (await p.send("t", b"v"))``."""
+class AsyncProducer(_Client, ProducerOps):
+    """``async with Producer(bootstrap_servers=...) as p: md = await (await p.send("t", b"v"))``.
+    The method bodies are :class:`kio._producer_ops.ProducerOps`', shared with
+    the threading Producer; this class only awaits their waits on the engine."""
     delivery_class: Type[AsyncDelivery] = AsyncDelivery
     callback_delivery_class: Type[AsyncCallbackDelivery] = AsyncCallbackDelivery
     bulk_class: Type[AsyncBulkDelivery] = AsyncBulkDelivery
+    _network_name = "network task"
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
-        self._setup(ProducerCore(config, **kwargs), nursery, 1 << 18)
-        self._max_block_ms = self.config.max_block_ms
-        self._closing = False
-        self._plain = self._core.key_serializer is None and self._core.value_serializer is None
+        core = ProducerCore(config, **kwargs)
+        self._init_ops(core)
+        self._setup(core, nursery, 1 << 18)
+        # One task runs the core and the application's calls: the lock is never
+        # contended; a Lock's C acquire/release is the cheapest no-op per record.
+        self._lock = threading.Lock()
+        self._idle = True
+        self._handle_class = self.delivery_class
+        self._callback_handle_class = self.callback_delivery_class
 
     def _after_poll(self) -> bool:
         results = self._core.events()
@@ -288,39 +267,23 @@ class AsyncProducer(_Client):
             complete_results(results)
         return self._waiters > 0
 
-    def _check_usable(self):
-        if self._closing or self._closed:
-            raise ProducerClosedError("the producer is closed; it takes no more records")
-        if self._engine.fatal is not None:
-            raise ProducerClosedError(f"the producer's network task failed: {self._engine.fatal!r}")
+    # -- hooks of ProducerOps ---------------------------------------------------------------------
+    def _start(self) -> None:
+        self._ensure_started()
+        self._idle = False
 
-    async def _block(self, exc, topic, deadline):
-        """Wait for the network task to change something; KafkaTimeoutError after max.block.ms."""
-        if self._core.client.auth_error is not None:
-            raise self._core.client.auth_error     # wrong credentials: waiting will not help
-        now = now_ms()
-        first = deadline is None
-        if first:
-            deadline = now + self._max_block_ms
-        if now >= deadline:
-            if isinstance(exc, MetadataPending):
-                trouble = self._core.client.connection_trouble()
-                raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {self._max_block_ms} ms"
-                                        + (f" (no broker answered: {trouble})" if trouble else ""))
-            raise KafkaTimeoutError(f"failed to allocate memory within max.block.ms ({self._max_block_ms} ms)")
-        acc = self._core.accumulator
-        if first or acc.wakeup:
-            # The core needs a poll for what the append asked for (the topic's
-            # metadata, draining to free memory, a batch it filled). Not on
-            # every retry: the main task notifies waiters after each of its
-            # polls, and a kick per wake-up made the two tasks wake each other
-            # without end - a spinning core while no broker answers.
-            acc.wakeup = False
-            self._engine.kick()
-        await self._wait((deadline - now) / 1000.0)
-        self._check_usable()
-        return deadline
+    @property
+    def _fatal(self) -> Optional[BaseException]:  # type: ignore[override]
+        return self._engine.fatal
 
+    def _blocking(self, steps: Any) -> Any:
+        return steps                      # send() awaits them
+
+    def _new_bulk(self, total: int, topic: str, on_delivery: Any) -> Tuple[Any, Any]:
+        handle = self.bulk_class(total, topic, on_delivery)
+        return handle, handle
+
+    # -- the public surface: the threading Producer's, awaitable ----------------------------------
     async def send(self, topic: str, value: object = None, key: object = None, partition: Optional[int] = None,
                    headers: Optional[Headers] = None, timestamp_ms: Optional[int] = None,
                    on_delivery: Optional[DeliveryCallback] = None) -> RecordHandle:
@@ -329,137 +292,59 @@ class AsyncProducer(_Client):
 
         Arguments as the threading :meth:`kio.Producer.send`'s;
         ``on_delivery(error, metadata)`` runs in the network task."""
-        if self._engine._main is None:
-            self._ensure_started()
-        if self._closing or self._closed or self._engine.fatal is not None:
-            self._check_usable()
-        core = self._core
-        # Per-record costs count here: no serializer call for plain bytes,
-        # clocks read inline.
-        if self._plain and type(value) is bytes and (key is None or type(key) is bytes):
-            key_b, value_b = key, value
-        else:
-            key_b, value_b = core.serialize(topic, key, value)
-        handle = self.delivery_class() if on_delivery is None else self.callback_delivery_class(on_delivery)
-        ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
-        try:
-            core.append_serialized(topic, value_b, key_b, partition, headers, ts, _monotonic() * 1000.0, handle)
-        except (MetadataPending, BufferExhausted) as e:
-            deadline = await self._block(e, topic, None)
-            while True:
-                try:
-                    core.append_serialized(topic, value_b, key_b, partition, headers, ts, now_ms(), handle)
-                    break
-                except (MetadataPending, BufferExhausted) as e2:
-                    deadline = await self._block(e2, topic, deadline)
-        acc = core.accumulator
-        if acc.wakeup:
-            acc.wakeup = False
-            self._engine.kick()
-        return handle
+        handle = self._send(topic, value, key, partition, headers, timestamp_ms, on_delivery)
+        if type(handle) is _GeneratorType:
+            handle = await self._run(handle)
+        return handle  # type: ignore[no-any-return]
 
     async def send_many(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
                         partition: Optional[int] = None, headers: Optional[Sequence[Optional[Headers]]] = None,
-                        timestamp_ms: Optional[int] = None) -> AsyncBulkDelivery:
+                        timestamp_ms: Optional[int] = None,
+                        on_delivery: Optional[BulkCallback] = None) -> AsyncBulkDelivery:
         """Queue many records (sequences or Arrow arrays); ``await`` the returned
-        handle for a BulkResult (topic, count, ranges), or the first delivery error."""
-        self._ensure_started()
-        core = self._core
-        values, keys = core.serialize_columns(topic, values, keys)
-        handle = self.bulk_class(len(values), topic)
-        wall = wall_ms()
-        ts = wall if timestamp_ms is None else timestamp_ms
-        start, deadline = 0, None
-        while start < len(values):
-            self._check_usable()
-            try:
-                _, n = core.send_many(topic, values, keys, partition, headers, ts, now=now_ms(),
-                                      handle=handle, start=start, default_timestamp_ms=wall)
-                start += n
-                if start < len(values):
-                    raise BufferExhausted("buffer.memory is full")
-            except (MetadataPending, BufferExhausted) as e:
-                deadline = await self._block(e, topic, deadline)
-        self._engine.kick()
-        return handle
+        handle for a BulkResult (topic, count, ranges), or the first delivery
+        error; ``on_delivery(error, result)`` runs once every record is resolved."""
+        return await self._run(self._send_many_steps(topic, values, keys, partition, headers, timestamp_ms,
+                                                     on_delivery))  # type: ignore[no-any-return]
 
     async def flush(self, timeout: Optional[float] = None) -> int:
         """Send everything now and wait for every acknowledgement; returns
         how many records are still pending (0 unless ``timeout`` ran out)."""
-        self._ensure_started()
-        end = None if timeout is None else now_ms() + timeout * 1000.0
-        self._core.begin_flush()
-        try:
-            self._engine.kick()
-            while self._core.pending and self._engine.fatal is None:
-                left = None if end is None else (end - now_ms()) / 1000.0
-                if left is not None and left <= 0:
-                    break
-                await self._wait(left)
-            return sum(b.record_count for b in self._core.accumulator.incomplete)
-        finally:
-            self._core.end_flush()
+        return await self._run(self._flush_steps(timeout))  # type: ignore[no-any-return]
 
-    async def partitions_for(self, topic: str) -> int:
-        """Partition count of ``topic`` (waits for metadata up to max.block.ms)."""
-        self._ensure_started()
-        deadline = None
-        while True:
-            n = self._core.partitions_for(topic, now_ms())
-            if n is not None:
-                return n
-            deadline = await self._block(MetadataPending(topic), topic, deadline)
-
-    def metrics(self) -> Dict[str, Any]:
-        """The producer's counters and gauges ({name: value})."""
-        return self._core.metrics()
-
-    # -- transactions -----------------------------------------------------------------------------
-    async def _txn(self, start, timeout):
-        self._ensure_started()
-        self._check_usable()
-        res = start()
-        await self._wait_done(res, self._max_block_ms / 1000.0 if timeout is None else timeout, res.name)
-        if res.error is not None:
-            raise res.error
+    async def partitions_for(self, topic: str, timeout: Optional[float] = None) -> int:
+        """Partition count of ``topic``, waiting for its metadata up to
+        ``timeout`` seconds (default max.block.ms), then KafkaTimeoutError."""
+        return await self._run(self._partitions_for_steps(topic, timeout))  # type: ignore[no-any-return]
 
     async def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Find the coordinator and get a producer id (fencing older
         producers with the same transactional id); waits up to ``timeout``
         seconds (default max.block.ms)."""
-        await self._txn(self._core.init_transactions, timeout)
-
-    def begin_transaction(self) -> None:
-        """Start a transaction: the records sent from now on are committed
-        or aborted together."""
-        self._core.begin_transaction()
+        await self._run(self._init_transactions_steps(timeout))
 
     async def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_id: str,
                                           timeout: Optional[float] = None) -> None:
         """Commit consumer offsets ({(topic, partition): next offset}) as part
         of the transaction."""
-        await self._txn(lambda: self._core.send_offsets_to_transaction(offsets, group_id), timeout)
+        await self._run(self._send_offsets_steps(offsets, group_id, timeout))
 
     async def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Send every record of the transaction, wait for them, then commit.
         Raises if a record failed (then call abort_transaction)."""
-        await self._txn(self._core.commit_transaction, timeout)
+        await self._run(self._commit_transaction_steps(timeout))
 
     async def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Abort: unsent records fail with TransactionAbortedError, the
         coordinator writes abort markers."""
-        await self._txn(self._core.abort_transaction, timeout)
+        await self._run(self._abort_transaction_steps(timeout))
 
-    async def _close(self, timeout):
-        """Flush (up to ``timeout``), fail what is left, stop the network task."""
+    async def _close(self, timeout: Optional[float]) -> None:
+        """Flush (up to ``timeout``), fail what is left, stop the network task, close the core."""
         if self._closed:
             return
         if self._engine.started:
-            remaining = await self.flush(timeout)
-            self._closing = True
-            if remaining:
-                self._core.abort_pending(ProducerClosedError(
-                    f"the producer was closed (timeout={timeout}s) before these records were delivered"))
+            await self._run(self._close_steps(timeout))
             await self._engine.stop()
         self._closing = True
         self._core.close(now_ms())
@@ -904,7 +789,7 @@ def delivery_classes(module: str, event_class: Any) -> Tuple[
         Type[AsyncDelivery], Type[AsyncCallbackDelivery], Type[AsyncBulkDelivery]]:
     """The producer's handle classes for one framework (its event type), for
     the Producer classes of :mod:`kio.aio` and :mod:`kio.trio`."""
-    def make(name, base):
+    def make(name: str, base: Any) -> Any:
         # __slots__ = (): handles stay without a __dict__, one small object per record
         return type(name, (base,), {"__module__": module, "__qualname__": name, "__slots__": (),
                                     "new_event": event_class})

@@ -29,28 +29,23 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from kio._common import sleep_time
-from kio._network import SocketLoop
+from kio._common import now_ms
+from kio._producer_ops import ProducerOps
+from kio._thread_driver import ThreadDriver
 from kio._types import BulkCallback, DeliveryCallback, Headers
 from kproto.config import Config
-from kio._common import now_ms as _now_ms  # the cores' one clock
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
 from kproto.producer.core import (
-    BufferExhausted, MetadataPending, ProducerClosedError, ProducerCore, RecordMetadata,
+    BulkDelivery, BulkResult, ProducerClosedError, ProducerCore, RecordMetadata, attached_result,
     complete_results,
 )
 
 __all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "BulkResult", "InOrderAcker"]
 
 log = logging.getLogger("kio.producer")
-
-
-_time_ns, _monotonic = time.time_ns, time.monotonic
-_new_future = object.__new__
-_tuple_new = tuple.__new__
 
 
 _INIT_LOCK = threading.Lock()
@@ -63,7 +58,8 @@ class DeliveryFuture(concurrent.futures.Future):
     ``done``, ``add_done_callback``, ``concurrent.futures.wait`` and
     ``as_completed`` work) that costs one object per record: it is attached
     to its batch's shared outcome (:mod:`kproto.producer.outcome`) and reads
-    its state from there, so completing a batch does nothing per record, and
+    its state from there (:func:`kproto.producer.attached_result`), so
+    completing a batch does nothing per record, and
     a future the application drops is freed at once instead of waiting in
     the batch for the broker. An ``on_delivery`` callback is kept in the
     batch without the future (ProducerBatch.callbacks) and called once the
@@ -88,9 +84,6 @@ class DeliveryFuture(concurrent.futures.Future):
     notify = False                        # see kproto.producer.outcome
     _outcome = None                       # attached: the batch's BatchOutcome and this record's delta
     _delta = 0
-    _completed = False                    # notify mode: set by _complete
-    _offset = -1
-    _error = None
     on_delivery = None
     topic = partition = timestamp = None
     _kio_future = False                   # Future.__init__ has run
@@ -134,27 +127,15 @@ class DeliveryFuture(concurrent.futures.Future):
             if self._kio_settled:
                 return
             self._kio_settled = True
-        off, err = self._final()
+        metadata, err = attached_result(self)
         if err is None:
-            super().set_result(RecordMetadata(self.topic, self.partition, off, self.timestamp))
+            super().set_result(metadata)
         else:
             super().set_exception(err)
 
     def _kio_done(self):
-        if self._completed:
-            return True
         o = self._outcome
         return o is not None and o.done
-
-    def _final(self):
-        """(offset, error) once done."""
-        o = self._outcome
-        if o is None:
-            return self._offset, self._error
-        off, log_append_time, err = o.offset_of(self._delta)
-        if log_append_time >= 0:
-            self.timestamp = log_append_time
-        return off, err
 
     # -- the documented Future interface ---------------------------------------------------
     def done(self):
@@ -171,16 +152,16 @@ class DeliveryFuture(concurrent.futures.Future):
 
     def result(self, timeout=None):
         if self._kio_done():
-            off, err = self._final()
+            metadata, err = attached_result(self)
             if err is not None:
                 raise err
-            return RecordMetadata(self.topic, self.partition, off, self.timestamp)
+            return metadata
         self._kio_init()
         return super().result(timeout)
 
     def exception(self, timeout=None):
         if self._kio_done():
-            return self._final()[1]
+            return attached_result(self)[1]
         self._kio_init()
         return super().exception(timeout)
 
@@ -200,166 +181,55 @@ class DeliveryFuture(concurrent.futures.Future):
         """A watched, attached future's batch is final."""
         self._kio_settle()
 
-    def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
-        """Notify mode: this record's outcome."""
-        # Runs once per record on the network thread: locals over attribute
-        # reads, and the metadata tuple made without RecordMetadata.__new__'s frame.
-        off = -1
-        if error is None:
-            self.partition = partition
-            if log_append_time is not None and log_append_time >= 0:
-                self.timestamp = log_append_time
-            if base_offset >= 0:
-                off = base_offset + delta
-            self._offset = off
-        else:
-            self._error = error
-        self._completed = True            # state first, then the flag: see _kio_init
-        if self._kio_future:
-            self._kio_settle()
-        on_delivery = self.on_delivery
-        if on_delivery is not None:
-            md = None if error is not None else _tuple_new(
-                RecordMetadata, (self.topic, partition, off, self.timestamp))
-            try:
-                on_delivery(error, md)
-            except Exception:  # noqa: BLE001 - a user callback must not kill the network thread
-                log.exception("on_delivery callback %r raised", on_delivery)
-
-
-class BulkResult(tuple):
-    """Result of send_many: (topic, count, ranges) with ranges as
-    (partition, first_offset, count) tuples."""
-    __slots__ = ()
-
-    @property
-    def topic(self) -> str:
-        return self[0]
-
-    @property
-    def count(self) -> int:  # type: ignore[override]  # a field, as before: not tuple.count
-        """How many records were delivered."""
-        return self[1]
-
-    @property
-    def ranges(self) -> List[Tuple[int, int, int]]:
-        """(partition, first_offset, count) of each run of records written."""
-        return self[2]
-
 
 class BulkFuture(concurrent.futures.Future):
-    """The future of one send_many call: resolves when every record is
-    resolved; raises the first error if any record failed."""
+    """The future of one send_many call: resolves to a BulkResult when every
+    record is resolved, or raises the first error if one failed. The
+    counting is :class:`kproto.producer.BulkDelivery`'s (``delivery``);
+    this only wakes the waiters."""
 
-    def __init__(self, total, topic, on_delivery=None):
+    def __init__(self, total: int, topic: str, on_delivery: Optional[BulkCallback] = None) -> None:
         super().__init__()
-        self.total, self.topic, self.on_delivery = total, topic, on_delivery
-        self.delivered = self.failed = 0
-        self.first_error = None
-        self.ranges = []
-        self.partition = self.timestamp = None
-        if total == 0:
-            self.set_result(BulkResult((topic, 0, [])))
+        self.set_running_or_notify_cancel()
+        self.delivery = BulkDelivery(total, topic, on_delivery, self._settle)
 
-    def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
-        if error is None:
-            self.delivered += count
-            self.ranges.append((partition, base_offset + delta if base_offset >= 0 else -1, count))
+    def _settle(self, delivery: BulkDelivery) -> None:
+        if delivery.error is not None:
+            self.set_exception(delivery.error)
         else:
-            self.failed += count
-            self.first_error = self.first_error or error
-        if self.delivered + self.failed >= self.total and not self.done():
-            if self.first_error is not None:
-                self.set_exception(self.first_error)
-            else:
-                self.set_result(BulkResult((self.topic, self.delivered, sorted(self.ranges))))
-            if self.on_delivery is not None:
-                try:
-                    self.on_delivery(self.first_error, self.result() if self.first_error is None else None)
-                except Exception:  # noqa: BLE001
-                    log.exception("on_delivery callback %r raised", self.on_delivery)
+            self.set_result(delivery.value)
 
 
-class Producer:
+class Producer(ProducerOps, ThreadDriver):
     """``Producer(bootstrap_servers=..., linger_ms=5, acks="all")`` or
-    ``Producer({"bootstrap.servers": ...})``; see the module docstring."""
+    ``Producer({"bootstrap.servers": ...})``; see the module docstring.
+
+    The method bodies are :class:`kio._producer_ops.ProducerOps`', shared
+    with the asyncio and trio producers; this class runs their waits on a
+    Condition its network thread notifies."""
 
     config: Config
     """The parsed settings (``producer.config.linger_ms``)."""
+    _idle = False
+    _handle_class = _callback_handle_class = DeliveryFuture
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        self._core = ProducerCore(config, **kwargs)
-        cfg = self._core.config
-        self.config = cfg
-        self._max_block_ms = cfg.max_block_ms
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)   # metadata, memory, completions
-        self._net = SocketLoop(self._core)      # sockets, selector, wake-up pair
-        self._closing = False
-        self._closed = False
-        self._fatal: Optional[BaseException] = None
+        core = ProducerCore(config, **kwargs)
+        self._init_ops(core)
         self._metadata_version = -1
         self._progress = -1
-        self._txn_waiting = 0
-        self._plain = cfg.key_serializer is None and cfg.value_serializer is None
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"kio-producer-network-thread | {cfg.client_id}")
-        self._thread.start()
+        self._start_network(core, f"kio-producer-network-thread | {core.config.client_id}")
 
-    # -- user API ---------------------------------------------------------------------------
-    def send(self, topic: str, value: object = None, key: object = None, partition: Optional[int] = None,
-             headers: Optional[Headers] = None, timestamp_ms: Optional[int] = None,
-             on_delivery: Optional[DeliveryCallback] = None) -> concurrent.futures.Future[RecordMetadata]:
-        """Queue one record; returns a Future resolving to its RecordMetadata
-        (or raising the delivery error).
-
-        ``value`` and ``key`` are bytes, str (UTF-8) or None, or anything the
-        configured serializers take; ``partition`` None lets the partitioner
-        choose (by key); ``headers`` are (str, bytes) pairs or a dict;
-        ``timestamp_ms`` defaults to now. ``on_delivery(error, metadata)``
-        runs on the network thread once the record is acknowledged or failed.
-        Blocks only while the topic's metadata is unknown or buffer.memory is
-        full, up to max.block.ms, then raises :class:`KafkaTimeoutError`."""
-        core = self._core
-        if self._plain and type(value) is bytes and (key is None or type(key) is bytes):
-            key_b, value_b = key, value                             # nothing to serialize
-        else:
-            key_b, value_b = core.serialize(topic, key, value)      # outside the lock
-        # Per-record costs count here: no __init__ call without a callback,
-        # acquire/release instead of a with-block (both cheaper by ~0.1 us).
-        fut = _new_future(DeliveryFuture)
-        if on_delivery is not None:                 # DeliveryFuture(on_delivery), without its frame
-            fut.on_delivery = on_delivery
-        ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._closing or self._closed or self._fatal is not None:
-                self._check_usable()
-            try:
-                core.append_serialized(topic, value_b, key_b, partition, headers, ts, _monotonic() * 1000.0, fut)
-            except (MetadataPending, BufferExhausted) as e:
-                self._send_blocked(e, topic, value_b, key_b, partition, headers, ts, fut)
-            # Wake the network thread only when it has something new to do
-            # (a batch opened or filled up); appends to an open batch need nothing.
-            acc = core.accumulator
-            wake = acc.wakeup
-            acc.wakeup = False
-        finally:
-            lock.release()
-        if wake:
-            self._wake()
-        return fut
-
-    def _send_blocked(self, e, topic, value_b, key_b, partition, headers, ts, fut):
-        """send() found no metadata or no buffer space: wait, up to max.block.ms, and retry."""
-        deadline = self._block(e, topic, None)
-        while True:
-            try:
-                self._core.append_serialized(topic, value_b, key_b, partition, headers, ts, _now_ms(), fut)
-                return
-            except (MetadataPending, BufferExhausted) as e2:
-                deadline = self._block(e2, topic, deadline)
+    # -- the public surface: ProducerOps' bodies, run on this thread ----------------------------
+    if TYPE_CHECKING:
+        def send(self, topic: str, value: object = None, key: object = None, partition: Optional[int] = None,
+                 headers: Optional[Headers] = None, timestamp_ms: Optional[int] = None,
+                 on_delivery: Optional[DeliveryCallback] = None) -> concurrent.futures.Future[RecordMetadata]:
+            """Queue one record (see ProducerOps._send)."""
+    else:
+        # No wrapper frame on the per-record path: send() is the shared body
+        # itself (a wait, rare, runs through _blocking).
+        send = ProducerOps._send
 
     def send_many(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
                   partition: Optional[int] = None, headers: Optional[Sequence[Optional[Headers]]] = None,
@@ -371,129 +241,50 @@ class Producer:
 
         ``keys`` and ``headers`` (one header list or None per record) are
         as long as ``values``; ``on_delivery(error, result)`` runs once, when
-        every record is resolved."""
-        core = self._core
-        values, keys = core.serialize_columns(topic, values, keys)     # outside the lock
-        fut = BulkFuture(len(values), topic, on_delivery)
-        wall = int(time.time() * 1000)
-        ts = wall if timestamp_ms is None else timestamp_ms
-        start, deadline = 0, None
-        while start < len(values):
-            with self._lock:
-                self._check_usable()
-                try:
-                    _, n = core.send_many(topic, values, keys, partition, headers, ts, now=_now_ms(),
-                                          handle=fut, start=start, default_timestamp_ms=wall)
-                    start += n
-                    if start < len(values):
-                        raise BufferExhausted("buffer.memory is full")
-                except (MetadataPending, BufferExhausted) as e:
-                    if isinstance(e, BufferExhausted):
-                        self._wake_locked()
-                    deadline = self._block(e, topic, deadline)
-            self._wake()
-        return fut
+        every record is resolved. Waits, as send, up to max.block.ms."""
+        return self._run(self._send_many_steps(topic, values, keys, partition, headers, timestamp_ms,
+                                               on_delivery))
 
     def flush(self, timeout: Optional[float] = None) -> int:
         """Send everything now and wait until every record is acknowledged or
         failed; returns how many are still pending (0 unless timeout ran out)."""
-        self._not_on_network_thread("flush")
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            self._core.begin_flush()
-            try:
-                self._wake_locked()
-                while self._core.pending and self._thread.is_alive():
-                    left = None if end is None else end - time.monotonic()
-                    if left is not None and left <= 0:
-                        break
-                    self._changed.wait(left)
-                return self._pending_records()
-            finally:
-                self._core.end_flush()
+        return self._run(self._flush_steps(timeout))
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush (up to ``timeout`` seconds), fail what is left with
         ProducerClosedError, close connections and stop the network thread."""
         if self._closed:
             return
-        self._not_on_network_thread("close")
-        remaining = self.flush(timeout)
-        with self._lock:
-            self._closing = True
-            if remaining:
-                self._core.abort_pending(ProducerClosedError(
-                    f"the producer was closed (timeout={timeout}s) before these records were delivered"))
-            self._wake_locked()
-        self._thread.join()
+        self._run(self._close_steps(timeout))
+        self._stop_network()
         self._closed = True
 
-    def metrics(self) -> Dict[str, Any]:
-        """The producer's counters and gauges ({name: value}: records and
-        bytes sent, batches, retries, errors, buffer use, ...)."""
-        with self._lock:
-            return self._core.metrics()
-
     def partitions_for(self, topic: str, timeout: Optional[float] = None) -> int:
-        """Partition count of ``topic`` (waits for metadata up to max.block.ms)."""
-        with self._lock:
-            deadline = None
-            while True:
-                n = self._core.partitions_for(topic, _now_ms())
-                if n is not None:
-                    return n
-                deadline = self._block(MetadataPending(topic), topic, deadline)
+        """Partition count of ``topic``, waiting for its metadata up to
+        ``timeout`` seconds (default max.block.ms), then KafkaTimeoutError."""
+        return self._run(self._partitions_for_steps(topic, timeout))
 
-    # -- transactions (transactional_id set) -----------------------------------------------
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Find the coordinator and get a producer id (fencing older
         producers with the same transactional id). Blocks up to ``timeout``
         seconds (default max.block.ms)."""
-        self._txn_call(lambda: self._core.init_transactions(), timeout)
-
-    def begin_transaction(self) -> None:
-        """Start a transaction (after :meth:`init_transactions`): the records
-        sent from now on are committed or aborted together."""
-        with self._lock:
-            self._core.begin_transaction()
+        self._run(self._init_transactions_steps(timeout))
 
     def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_id: str,
                                     timeout: Optional[float] = None) -> None:
         """Commit consumer offsets ({(topic, partition): next offset}) as part
         of the transaction."""
-        self._txn_call(lambda: self._core.send_offsets_to_transaction(offsets, group_id), timeout)
+        self._run(self._send_offsets_steps(offsets, group_id, timeout))
 
     def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Send every record of the transaction, wait for them, then commit.
         Raises if a record failed (then call abort_transaction)."""
-        self._txn_call(lambda: self._core.commit_transaction(), timeout)
+        self._run(self._commit_transaction_steps(timeout))
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Abort: unsent records fail with TransactionAbortedError, the
         coordinator writes abort markers."""
-        self._txn_call(lambda: self._core.abort_transaction(), timeout)
-
-    def _txn_call(self, start, timeout):
-        self._not_on_network_thread("a transaction call")
-        limit = self._max_block_ms / 1000.0 if timeout is None else timeout
-        end = time.monotonic() + limit
-        with self._lock:
-            self._check_usable()
-            res = start()
-            self._txn_waiting += 1
-            try:
-                self._wake_locked()
-                while not res.done:
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        raise KafkaTimeoutError(f"{res.name} did not complete within {limit:.3f} s")
-                    self._changed.wait(left)
-                    if self._fatal is not None:
-                        self._check_usable()
-            finally:
-                self._txn_waiting -= 1
-        if res.error is not None:
-            raise res.error
+        self._run(self._abort_transaction_steps(timeout))
 
     def __enter__(self) -> Producer:
         return self
@@ -501,119 +292,49 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    # -- the driver: hooks of ProducerOps and of the network thread ------------------------------
+    def _kick(self) -> None:
+        self._net.wake()
+
+    def _on_network_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _blocking(self, steps: Any) -> Any:
+        return self._run(steps)
+
+    def _new_bulk(self, total: int, topic: str, on_delivery: Any) -> Tuple[Any, Any]:
+        fut = BulkFuture(total, topic, on_delivery)
+        return fut, fut.delivery
+
+    def _after_round(self, timer: bool) -> Any:
+        # The application's waits (a send blocked on metadata or memory, flush,
+        # transactions) wake when what they wait for can have changed:
+        # completions, metadata, a connection event (an authentication failure
+        # ends a blocked send at once), a timer, or a round after they woke us.
+        core, net = self._core, self._net
+        results = core.events()
+        version, progress = core.cluster.version, core.client.progress
+        woken, net.woken = net.woken, False
+        if self._waiters and (results or version != self._metadata_version or progress != self._progress
+                              or timer or woken):
+            self._notify()
+        self._metadata_version, self._progress = version, progress
+        return results or None
+
+    def _outside_lock(self, work: Any) -> None:
+        complete_results(work)            # user callbacks: outside the lock
+
+    def _on_failure(self, exc: BaseException) -> Any:
+        self._fatal = exc
         try:
-            if not self._closed and self._thread.is_alive():
-                self._closing = True
-                self._wake()
+            self._core.abort_pending(ProducerClosedError(f"the producer network thread failed: {exc!r}"))
         except Exception:  # noqa: BLE001
-            pass
+            log.exception("failing pending records")
+        return self._core.events()
 
-    # -- helpers for callers (lock held) ----------------------------------------------------------
-    def _check_usable(self):
-        if self._closing or self._closed:
-            raise ProducerClosedError("the producer is closed; it takes no more records")
-        if self._fatal is not None:
-            raise ProducerClosedError(f"the producer's network thread failed: {self._fatal!r}") \
-                from self._fatal
-
-    def _not_on_network_thread(self, what):
-        if threading.current_thread() is self._thread:
-            raise KafkaError(f"{what} from a delivery callback would deadlock: callbacks run on "
-                             f"the producer's network thread")
-
-    def _pending_records(self):
-        return sum(b.record_count for b in self._core.accumulator.incomplete)
-
-    def _block(self, exc, topic, deadline):
-        """Wait (lock held) for the network thread to change something; raise
-        KafkaTimeoutError after max.block.ms."""
-        now = time.monotonic()
-        if self._core.client.auth_error is not None:
-            raise self._core.client.auth_error     # wrong credentials: waiting will not help
-        if threading.current_thread() is self._thread:
-            # Waiting here would stop the very thread that makes progress.
-            raise KafkaTimeoutError(f"send() from a delivery callback cannot wait for "
-                                    f"{'metadata' if isinstance(exc, MetadataPending) else 'buffer memory'}")
-        if deadline is None:
-            deadline = now + self._max_block_ms / 1000.0
-        if now >= deadline:
-            if isinstance(exc, MetadataPending):
-                err = self._core.metadata_error(topic)
-                trouble = self._core.client.connection_trouble()
-                raise KafkaTimeoutError(
-                    f"topic {topic!r} not present in metadata after {self._max_block_ms} ms"
-                    + (f" (last error: {err})" if err is not None else "")
-                    + (f" (no broker answered: {trouble})" if err is None and trouble else "")) from None
-            raise KafkaTimeoutError(
-                f"failed to allocate memory within the configured max blocking time "
-                f"{self._max_block_ms} ms (buffer.memory={self.config.buffer_memory})") from None
-        self._wake_locked()
-        self._changed.wait(deadline - now)
-        self._check_usable()
-        return deadline
-
-    def _wake_locked(self):
-        self._net.wake()
-
-    def _wake(self):
-        # Unlocked read of the flag: at worst one extra byte on the socketpair.
-        self._net.wake()
-
-    # -- the network thread -----------------------------------------------------------------------
-    def _run(self):
-        core = self._core
-        net = self._net
-        try:
-            while True:
-                with self._lock:
-                    now = _now_ms()
-                    net.apply(core.poll(now), now)
-                    net.write_all(now)
-                    results = core.events()
-                    version = core.cluster.version
-                    progress = core.client.progress
-                    # The application's waits (send blocked on metadata or memory,
-                    # flush, transactions) have no polling timer: wake them whenever
-                    # what they wait for can have changed - completions, metadata,
-                    # a connection event (an authentication failure ends a blocked
-                    # send at once), a transaction step.
-                    if (results or version != self._metadata_version or progress != self._progress
-                            or self._txn_waiting):
-                        self._metadata_version = version
-                        self._progress = progress
-                        self._changed.notify_all()
-                    done = self._closing and not core.pending
-                    deadline = core.next_deadline(now)
-                    net.update_interest()
-                complete_results(results)       # user callbacks: outside the lock
-                if done:
-                    break
-                events = net.select(sleep_time(deadline, _now_ms()))
-                with self._lock:
-                    net.handle(events, _now_ms())
-        except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the callers
-            log.exception("the producer network thread failed")
-            with self._lock:
-                self._fatal = e
-                try:
-                    core.abort_pending(ProducerClosedError(f"the producer network thread failed: {e!r}"))
-                except Exception:  # noqa: BLE001
-                    log.exception("failing pending records")
-                results = core.events()
-                self._changed.notify_all()
-            complete_results(results)
-        finally:
-            with self._lock:
-                try:
-                    core.close(_now_ms())
-                    results = core.events()
-                except Exception:  # noqa: BLE001
-                    results = []
-                net.close_all()
-                self._changed.notify_all()
-            complete_results(results)
-            net.close()
+    def _on_close(self, now: float) -> Any:
+        self._net.apply(self._core.close(now), now)
+        return self._core.events()
 
 
 class InOrderAcker:

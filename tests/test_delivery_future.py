@@ -14,9 +14,24 @@ from kproto.errors import KafkaError
 
 
 def _deliver(fut, offset=7, error=None, delay=0.05):
-    t = threading.Timer(delay, fut._complete, args=("t", 3, 100, offset, 1, -1, error))
+    """Attach ``fut`` as record ``offset`` of a batch of partition 3 and
+    complete that batch (base offset 100) on a timer thread, as the network
+    thread does (kproto.producer.complete_results)."""
+    from kproto.producer import complete_results
+    from kproto.producer.sender import BatchResult
+    if fut._outcome is None:
+        _attach(fut, offset)
+    result = BatchResult("t", 3, 100, -1, error, [], fut._outcome)
+    t = threading.Timer(delay, complete_results, args=([result],))
     t.start()
     return t
+
+
+def _attach(fut, offset=7):
+    """What send() does: the future reads record ``offset`` of its batch's outcome."""
+    from kproto.producer.outcome import BatchOutcome
+    fut.partition, fut._outcome, fut._delta = 3, BatchOutcome("t", 3), offset
+    return fut
 
 
 def test_result_waits_for_delivery_on_another_thread():
@@ -41,7 +56,7 @@ def test_wait_and_as_completed_see_deliveries():
 
 def test_done_callbacks_before_and_after_delivery_and_errors():
     seen = []
-    fut = DeliveryFuture()
+    fut = _attach(DeliveryFuture())
     fut.add_done_callback(lambda f: seen.append(("before", f.exception())))
     err = KafkaError("broker said no")
     _deliver(fut, error=err).join()
@@ -183,7 +198,7 @@ def test_works_on_a_future_class_with_other_private_names(renamed):
         _deliver(f, error=KafkaError("no"))
     assert [type(f.exception()) for f in mod.as_completed(again, timeout=5)] == [KafkaError] * 2
     seen = []
-    f = Fut()
+    f = _attach(Fut(), 1)
     f.add_done_callback(lambda x: seen.append(x.result().offset))
     _deliver(f, offset=1).join()
     f.add_done_callback(lambda x: seen.append(-x.result().offset))
@@ -212,10 +227,11 @@ def test_a_waiter_racing_with_the_completion_is_always_woken():
     from kproto.producer.sender import BatchResult
     for i in range(300):
         outcome, futs = _attached(2)
-        futs.append(DeliveryFuture())
-        t = threading.Thread(target=lambda o=outcome, f=futs[2]: (
+        other, more = _attached(1)
+        futs += more
+        t = threading.Thread(target=lambda o=outcome, o2=other: (
             complete_results([BatchResult("t", 2, 0, -1, None, [], o)]),
-            f._complete("t", 2, 0, 0, 1, -1, None)))
+            complete_results([BatchResult("t", 2, 5, -1, None, [], o2)])))
         t.start()
         done, not_done = concurrent.futures.wait(futs, timeout=5)
         t.join()

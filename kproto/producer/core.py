@@ -6,7 +6,7 @@ idempotence - behind one object a driver can run::
 
     core = ProducerCore({"bootstrap.servers": "h:9092", "linger.ms": 5})
     n = core.partitions_for("t", now)        # None: metadata not known yet (keep polling)
-    h = core.send("t", b"v", key=b"k", now=now)   # raises MetadataPending / BufferExhausted
+    h = core.append_serialized("t", b"v", b"k", None, None, ts, now)   # the handle, or AppendBlocked
     for action in core.poll(now):            # Connect(node, host, port) | Close(node, reason)
         ...
     # bytes: core.nodes_with_output(), core.output(node), core.sent(node, n, now)
@@ -14,9 +14,11 @@ idempotence - behind one object a driver can run::
     core.next_deadline(now)                  # absolute ms, or None
     for result in core.events(): ...         # BatchResult per completed batch
 
-The core never blocks and never reads the clock: ``send`` raises
-:class:`MetadataPending` or :class:`BufferExhausted` and the driver decides
-how long to wait (``max.block.ms``). ``now`` is any millisecond clock; record
+The core never blocks and never reads the clock: where a send must wait
+(metadata, buffer memory) it answers :class:`~kproto.producer.waits.AppendBlocked`
+with the deadline (``max.block.ms``); the driver waits for a change or the
+deadline and calls :meth:`ProducerCore.retry_append`, which raises the
+timeout error once it passed (:mod:`kproto.producer.waits`). ``now`` is any millisecond clock; record
 timestamps default to ``now`` too, so drivers pass wall-clock time for
 ``timestamp_ms`` (or use a wall clock for ``now``).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+from functools import partial
 from typing import Optional
 
 from kproto.client import DriverIO, network_for
@@ -39,6 +42,7 @@ from kproto.producer.partitioner import (
     InvalidPartitionError, StickyPartitioner, all_bytes_or_none, group_by_partition, murmur2_partition,
 )
 from kproto.producer.sender import BatchResult, DeliveryTimeoutError, Sender
+from kproto.producer.waits import MEMORY, METADATA, AppendBlocked, block, retry
 from kproto.producer.transactions import (
     TransactionAbortedError, TransactionManager, TransactionStateError, TxnResult,
 )
@@ -46,7 +50,7 @@ from kproto.producer.transactions import (
 __all__ = ["ProducerCore", "DeliveryHandle", "BulkDelivery", "RecordMetadata", "MetadataPending",
            "BufferExhausted", "RecordTooLargeError", "SerializationError", "InvalidPartitionError",
            "BatchResult", "DeliveryTimeoutError", "ProducerClosedError", "complete_results",
-           "TxnResult", "TransactionStateError", "TransactionAbortedError"]
+           "TxnResult", "TransactionStateError", "TransactionAbortedError", "AppendBlocked", "BulkResult", "attached_result"]
 
 
 class MetadataPending(KafkaError):
@@ -95,14 +99,20 @@ class RecordMetadata(tuple):
 
 class DeliveryHandle:
     """The outcome of one ``send``: ``done``, ``error``, ``metadata``.
-    Drivers subclass it (futures) and override ``_resolved``."""
-    __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback", "_delta")
+
+    Completed one by one (``notify``; see :mod:`kproto.producer.outcome` for
+    the handles that read their batch's outcome instead). Once final it calls
+    ``wake(handle)`` - the driver's hook: set a Future, an event - and then
+    ``callback(error, metadata)``, the application's ``on_delivery``, whose
+    exception is logged, never raised into the driver."""
+    __slots__ = ("topic", "partition", "timestamp", "offset", "error", "done", "callback", "wake", "_delta")
     # Kept in its batch and completed one by one (see kproto.producer.outcome
     # for handles that set this false and read the batch's outcome instead).
     notify = True
 
-    def __init__(self, callback=None):
+    def __init__(self, callback=None, wake=None):
         self.callback = callback
+        self.wake = wake
         self.done = False
         self.error = None
         self.offset = -1
@@ -118,29 +128,68 @@ class DeliveryHandle:
         self._resolved()
 
     def _resolved(self):
-        pass
+        """Final: wake the driver's waiter, then run the application's callback."""
+        if self.wake is not None:
+            self.wake(self)
+        callback = self.callback
+        if callback is not None:
+            try:
+                callback(self.error, self.value if self.error is None else None)
+            except Exception:  # noqa: BLE001 - a user callback must not kill the network thread or task
+                log.exception("on_delivery callback %r raised", callback)
+
+    @property
+    def value(self):
+        """What the send delivered: its RecordMetadata."""
+        return RecordMetadata(self.topic, self.partition, self.offset, self.timestamp)
 
     @property
     def metadata(self):
         if not self.done or self.error is not None:
             return None
-        return RecordMetadata(self.topic, self.partition, self.offset, self.timestamp)
+        return self.value
+
+
+class BulkResult(tuple):
+    """Result of send_many: (topic, count, ranges) with ranges as
+    (partition, first_offset, count) tuples."""
+    __slots__ = ()
+
+    @property
+    def topic(self) -> str:
+        return self[0]
+
+    @property
+    def count(self) -> int:  # type: ignore[override]  # a field, as before: not tuple.count
+        """How many records were delivered."""
+        return self[1]
+
+    @property
+    def ranges(self) -> list:
+        """(partition, first_offset, count) of each run of records written."""
+        return self[2]
 
 
 class BulkDelivery(DeliveryHandle):
     """The outcome of one ``send_many``: done when every record is resolved.
     ``delivered``/``failed`` count records, ``error`` is the first error,
-    ``ranges`` lists (partition, first_offset, count) of what was written."""
+    ``ranges`` lists (partition, first_offset, count) of what was written;
+    ``value`` is the BulkResult. ``wake`` and ``callback(error, BulkResult)``
+    run once, when the last record is resolved (at once for no records)."""
     __slots__ = ("total", "delivered", "failed", "ranges")
 
-    def __init__(self, total, callback=None):
-        super().__init__(callback)
+    def __init__(self, total, topic=None, callback=None, wake=None):
+        super().__init__(callback, wake)
         self.total = total
+        self.topic = topic
         self.delivered = 0
         self.failed = 0
         self.ranges = []
         self.partition = None
         self.timestamp = None
+        if total == 0:
+            self.done = True
+            self._resolved()
 
     def _complete(self, topic, partition, base_offset, delta, count, log_append_time, error):
         if error is None:
@@ -153,6 +202,22 @@ class BulkDelivery(DeliveryHandle):
         if self.delivered + self.failed >= self.total and not self.done:
             self.done = True
             self._resolved()
+
+    @property
+    def value(self):
+        return BulkResult((self.topic, self.delivered, sorted(self.ranges)))
+
+
+def attached_result(handle):
+    """(RecordMetadata, None) or (None, error) of a done record handle
+    attached to its batch's outcome (``notify`` false: the drivers' futures
+    and awaitables, see :mod:`kproto.producer.outcome`)."""
+    offset, log_append_time, error = handle._outcome.offset_of(handle._delta)
+    if error is not None:
+        return None, error
+    if log_append_time >= 0:
+        handle.timestamp = log_append_time
+    return RecordMetadata(handle.topic, handle.partition, offset, handle.timestamp), None
 
 
 log = logging.getLogger("kproto.producer")
@@ -350,23 +415,33 @@ class ProducerCore(DriverIO):
              now, handle=None, serialized=False):
         """Append one record; returns its DeliveryHandle (``handle`` if given).
 
-        Raises MetadataPending (partitions unknown), BufferExhausted (no room:
-        retry later), RecordTooLargeError, InvalidPartitionError, SerializationError."""
+        The keyword form for callers that do not wait (tests, scripts): where
+        :meth:`append_serialized` answers AppendBlocked this raises
+        MetadataPending (partitions unknown) or BufferExhausted (no room: retry
+        later); also RecordTooLargeError, InvalidPartitionError, SerializationError."""
         if not serialized:
             key, value = self.serialize(topic, key, value)
-        return self.append_serialized(topic, value, key, partition, headers,
-                                      now if timestamp_ms is None else timestamp_ms, now, handle)
+        answer = self.append_serialized(topic, value, key, partition, headers,
+                                        now if timestamp_ms is None else timestamp_ms, now, handle)
+        if type(answer) is AppendBlocked:
+            raise answer.exception()
+        return answer
 
     def append_serialized(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):
         """``send`` for a key and value that are already bytes or None, with
         positional arguments and an explicit timestamp: the per-record path
-        of drivers (every keyword and default costs on each record)."""
+        of drivers (every keyword and default costs on each record).
+
+        Returns the handle, or an :class:`AppendBlocked` when the record must
+        wait for the topic's metadata or for buffer memory (the driver waits,
+        then calls :meth:`retry_append`)."""
         if self.closed or self.sender.fatal_error is not None:
             self._check_open()
         parts = self.cluster.partitions.get(topic)      # fast path of partitions_for()
         if not parts:
             if self.partitions_for(topic, now) is None:
-                raise MetadataPending(f"partitions of topic {topic!r} are not known yet")
+                return block(self, METADATA, topic, now, partial(
+                    self._append_again, (topic, value, key, partition, headers, timestamp_ms, handle)))
             parts = self.cluster.partitions[topic]
         n = len(parts)
         if partition is None or self.user_partitioner is not None or type(partition) is not int \
@@ -410,9 +485,60 @@ class ProducerCore(DriverIO):
                             batch.callbacks += (handle.on_delivery, n, ts)
                     self._queued += 1
                     return handle
-        acc.append(topic, partition, ts, key, value, headers, handle, now, size)
+        try:
+            acc.append(topic, partition, ts, key, value, headers, handle, now, size)
+        except BufferExhausted:
+            return block(self, MEMORY, topic, now, partial(
+                self._append_again, (topic, value, key, partition, headers, ts, handle)))
         self._queued += 1
         return handle
+
+    def _append_again(self, args, now):
+        topic, value, key, partition, headers, ts, handle = args
+        return self.append_serialized(topic, value, key, partition, headers, ts, now, handle)
+
+    def retry_append(self, blocked: AppendBlocked, now: float):
+        """Try a call that answered ``blocked`` again (after a wait): returns
+        its result (the handle), ``blocked`` itself while it must still wait,
+        or raises KafkaTimeoutError once ``blocked.until`` passed (an
+        authentication failure at once)."""
+        return retry(self, blocked, now)
+
+    def wait_for_partitions(self, topic, now, wait_ms=None):
+        """Partition count of ``topic``, or an AppendBlocked waiting for its
+        metadata (``wait_ms``, default max.block.ms; retry with
+        :meth:`retry_append`)."""
+        n = self.partitions_for(topic, now)
+        if n is not None:
+            return n
+        return block(self, METADATA, topic, now, partial(self._partitions_again, topic),
+                     "partitions_for()", wait_ms)
+
+    def _partitions_again(self, topic, now):
+        return self.wait_for_partitions(topic, now)
+
+    def append_many(self, topic, values, keys, partition, headers, timestamp_ms, now, handle,
+                    default_timestamp_ms, start=0):
+        """:meth:`send_many` for drivers: appends ``values[start:]`` and returns
+        ``handle`` once every record is taken, or an AppendBlocked (metadata
+        unknown, or buffer memory full part way: the retry resumes there)."""
+        try:
+            _, n = self.send_many(topic, values, keys, partition, headers, timestamp_ms, now=now, handle=handle,
+                                  start=start, default_timestamp_ms=default_timestamp_ms)
+        except MetadataPending:
+            waiting_for = METADATA
+        else:
+            start += n
+            if start >= len(values):
+                return handle
+            waiting_for = MEMORY
+        return block(self, waiting_for, topic, now, partial(
+            self._append_many_again, (topic, values, keys, partition, headers, timestamp_ms, handle,
+                                      default_timestamp_ms, start)), "send_many()")
+
+    def _append_many_again(self, args, now):
+        topic, values, keys, partition, headers, timestamp_ms, handle, default_ts, start = args
+        return self.append_many(topic, values, keys, partition, headers, timestamp_ms, now, handle, default_ts, start)
 
     def send_many(self, topic, values, keys=None, partition=None, headers=None, timestamp_ms=None, *,
                   now, handle=None, start=0, default_timestamp_ms=None):
@@ -435,8 +561,7 @@ class ProducerCore(DriverIO):
         if n is None:
             raise MetadataPending(f"partitions of topic {topic!r} are not known yet")
         if handle is None:
-            handle = BulkDelivery(len(values))
-            handle.topic = topic
+            handle = BulkDelivery(len(values), topic)
         ts = _bulk_timestamps(timestamp_ms, len(values),
                               now if default_timestamp_ms is None else default_timestamp_ms)
         acc = self.accumulator
@@ -578,6 +703,11 @@ class ProducerCore(DriverIO):
     def pending(self) -> bool:
         """Records not yet resolved (queued or in flight)."""
         return self.accumulator.has_incomplete
+
+    @property
+    def pending_records(self) -> int:
+        """How many records are not resolved yet (what a flush that ran out of time leaves)."""
+        return sum(b.record_count for b in self.accumulator.incomplete)
 
     @property
     def buffer_available(self) -> int:
