@@ -54,6 +54,7 @@ class ProducerOps:
     _handle_class: Any              # a record's handle without on_delivery
     _callback_handle_class: Any     # ... with on_delivery (an attribute of the handle)
     _network_name = "network thread"
+    _delivering = False             # the threading driver runs completions outside its lock: flush waits for them
 
     def _init_ops(self, core: ProducerCore) -> None:
         self._core = core
@@ -203,7 +204,7 @@ class ProducerOps:
             self._kick()
             while True:
                 with self._lock:
-                    if not core.pending or self._fatal is not None:
+                    if (not core.pending and not self._delivering) or self._fatal is not None:
                         return core.pending_records
                 if now_ms() >= end:
                     with self._lock:

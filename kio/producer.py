@@ -29,7 +29,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kio._common import now_ms
 from kio._producer_ops import ProducerOps
@@ -193,6 +193,21 @@ class BulkFuture(concurrent.futures.Future):
         self.set_running_or_notify_cancel()
         self.delivery = BulkDelivery(total, topic, on_delivery, self._settle)
 
+    @property
+    def delivered(self) -> int:
+        """How many records were acknowledged so far."""
+        return self.delivery.delivered  # type: ignore[no-any-return]
+
+    @property
+    def failed(self) -> int:
+        """How many records failed so far."""
+        return self.delivery.failed  # type: ignore[no-any-return]
+
+    @property
+    def ranges(self) -> List[Tuple[int, int, int]]:
+        """(partition, first_offset, count) of each run written so far (also when some failed)."""
+        return self.delivery.ranges  # type: ignore[no-any-return]
+
     def _settle(self, delivery: BulkDelivery) -> None:
         if delivery.error is not None:
             self.set_exception(delivery.error)
@@ -319,10 +334,19 @@ class Producer(ProducerOps, ThreadDriver):
                               or timer or woken):
             self._notify()
         self._metadata_version, self._progress = version, progress
-        return results or None
+        if results:
+            self._delivering = True
+            return results
+        return None
 
     def _outside_lock(self, work: Any) -> None:
-        complete_results(work)            # user callbacks: outside the lock
+        try:
+            complete_results(work)            # user callbacks: outside the lock
+        finally:
+            with self._lock:
+                # A flush returns once the callbacks of what it waited for ran (as Java's).
+                self._delivering = False
+                self._notify_if_waiting()
 
     def _on_failure(self, exc: BaseException) -> Any:
         self._fatal = exc
