@@ -257,7 +257,7 @@ class AsyncProducer(_Client, ProducerOps):
         # One task runs the core and the application's calls: the lock is never
         # contended; a Lock's C acquire/release is the cheapest no-op per record.
         self._lock = threading.Lock()
-        self._idle = True
+        self._idle = self._unready = True
         self._handle_class = self.delivery_class
         self._callback_handle_class = self.callback_delivery_class
 
@@ -271,6 +271,7 @@ class AsyncProducer(_Client, ProducerOps):
     def _start(self) -> None:
         self._ensure_started()
         self._idle = False
+        self._unready = self._closing or self._closed
 
     @property
     def _fatal(self) -> Optional[BaseException]:  # type: ignore[override]
@@ -346,10 +347,10 @@ class AsyncProducer(_Client, ProducerOps):
         if self._engine.started:
             await self._run(self._close_steps(timeout))
             await self._engine.stop()
-        self._closing = True
+        self._mark_closed(False)
         self._core.close(now_ms())
         complete_results(self._core.events())
-        self._closed = True
+        self._mark_closed(True)
 
 
 # == consumer ======================================================================================

@@ -20,7 +20,8 @@ The hooks a driver provides: ``_lock`` (a ``threading.Lock``: the threading
 driver's, shared with its network thread; an uncontended one for the async
 drivers, whose acquire and release cost less per record than a
 ``nullcontext``), ``_start()`` (the async drivers start their network task;
-``_idle`` says one must), ``_kick()``, ``_fatal`` (the exception that ended
+``_idle`` says one must; ``_unready`` sends ``send`` down its slow path - not
+started, closing or closed - in one attribute read per record), ``_kick()``, ``_fatal`` (the exception that ended
 the network side), ``_on_network_thread()`` (a delivery callback calling in:
 it must not wait), ``_blocking(steps)``, the handle classes and ``_new_bulk``.
 """
@@ -51,6 +52,7 @@ class ProducerOps:
     _closed: bool
     _plain: bool
     _idle: bool                     # the network side must be started first (async, before first use)
+    _unready: bool                  # _idle, closing or closed: send() takes its slow path
     _handle_class: Any              # a record's handle without on_delivery
     _callback_handle_class: Any     # ... with on_delivery (an attribute of the handle)
     _network_name = "network thread"
@@ -61,6 +63,9 @@ class ProducerOps:
         self.config = core.config
         self._closing = False
         self._closed = False
+        # Instance attributes, not class defaults: send() reads them per record
+        # and Python 3.11 has no fast path for a class attribute read through an instance.
+        self._idle = self._unready = False
         self._plain = core.key_serializer is None and core.value_serializer is None
 
     # -- the driver's hooks -------------------------------------------------------------------
@@ -85,6 +90,18 @@ class ProducerOps:
         raise NotImplementedError
 
     # -- checks ---------------------------------------------------------------------------------
+    def _mark_closed(self, closed: bool) -> None:
+        """close() began (``closed`` False) or ended: no more records."""
+        self._closing = True
+        self._closed = self._closed or closed
+        self._unready = True
+
+    def _prepare_send(self) -> None:
+        """send()'s slow path: start the network side, or refuse (closed, failed)."""
+        if self._idle:
+            self._start()
+        self._check_usable()
+
     def _check_usable(self) -> None:
         if self._closing or self._closed:
             raise ProducerClosedError("the producer is closed; it takes no more records")
@@ -116,8 +133,6 @@ class ProducerOps:
         runs on the network thread once the record is acknowledged or failed.
         Blocks only while the topic's metadata is unknown or buffer.memory is
         full, up to max.block.ms, then raises :class:`KafkaTimeoutError`."""
-        if self._idle:
-            self._start()
         core = self._core
         if self._plain and type(value) is bytes and (key is None or type(key) is bytes):
             key_b, value_b = key, value                             # nothing to serialize
@@ -134,8 +149,8 @@ class ProducerOps:
         lock = self._lock
         lock.acquire()
         try:
-            if self._closing or self._closed or self._fatal is not None:
-                self._check_usable()
+            if self._unready or self._fatal is not None:
+                self._prepare_send()
             answer = core.append_serialized(topic, value_b, key_b, partition, headers, ts,
                                             _monotonic() * 1000.0, handle)
             # Wake the network side only when it has something new to do (a
@@ -279,7 +294,7 @@ class ProducerOps:
         self._refuse_on_network_thread("close")
         remaining = yield from self._flush_steps(timeout)
         with self._lock:
-            self._closing = True
+            self._mark_closed(False)
             if remaining:
                 self._core.abort_pending(ProducerClosedError(
                     f"the producer was closed (timeout={timeout}s) before these records were delivered"))

@@ -225,12 +225,11 @@ class Producer(ProducerOps, ThreadDriver):
 
     config: Config
     """The parsed settings (``producer.config.linger_ms``)."""
-    _idle = False
-    _handle_class = _callback_handle_class = DeliveryFuture
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         core = ProducerCore(config, **kwargs)
         self._init_ops(core)
+        self._handle_class = self._callback_handle_class = DeliveryFuture
         self._metadata_version = -1
         self._progress = -1
         self._start_network(core, f"kio-producer-network-thread | {core.config.client_id}")
@@ -272,7 +271,7 @@ class Producer(ProducerOps, ThreadDriver):
             return
         self._run(self._close_steps(timeout))
         self._stop_network()
-        self._closed = True
+        self._mark_closed(True)
 
     def partitions_for(self, topic: str, timeout: Optional[float] = None) -> int:
         """Partition count of ``topic``, waiting for its metadata up to
