@@ -293,3 +293,37 @@ def test_a_transaction_commits_and_aborts_the_same_under_every_driver(bootstrap,
     assert out["committed records"] == ([0, 1],)
     assert out["abort"] == (("ok", None),)
     assert out["read_committed"] == ([b"c0", b"c1"],)
+
+
+# == the threading producer's own rule: callbacks run on its network thread ==================================
+
+def test_a_delivery_callback_may_send_but_never_waits(bootstrap, make_topic):
+    """on_delivery runs on the network thread (outside its lock): a send to
+    a known topic works from there; what would have to wait - flush, close,
+    a send to a topic without metadata - raises at once instead of
+    deadlocking the thread that would end the wait."""
+    topic = make_topic(1)
+    seen = []
+
+    def on_delivery(err, md):
+        seen.append(("resend", type(p.send(topic, b"again")).__name__))
+        for name, call_ in [("flush", lambda: p.flush(1)), ("close", lambda: p.close(1)),
+                            ("send unknown", lambda: p.send(f"nowhere-{uuid.uuid4().hex[:6]}", b"v")),
+                            ("partitions_for unknown", lambda: p.partitions_for("nowhere-x"))]:
+            try:
+                call_()
+                seen.append((name, "ok"))
+            except Exception as e:  # noqa: BLE001
+                seen.append((name, type(e).__name__, str(e)))
+
+    with kio.Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
+        p.send(topic, b"first", on_delivery=on_delivery).result(30)
+        assert p.flush(30) == 0
+    assert seen[0] == ("resend", "DeliveryFuture")
+    assert seen[1] == ("flush", "KafkaError", "flush from a delivery callback would deadlock: callbacks run on "
+                                              "the producer's network thread")
+    assert seen[2][:2] == ("close", "KafkaError") and "would deadlock" in seen[2][2]
+    assert seen[3] == ("send unknown", "KafkaTimeoutError",
+                       "send() from a delivery callback cannot wait for metadata")
+    assert seen[4] == ("partitions_for unknown", "KafkaTimeoutError",
+                       "partitions_for() from a delivery callback cannot wait for metadata")
