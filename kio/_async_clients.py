@@ -77,9 +77,13 @@ class _Client:
         self._core = core
         self.config = core.config
         self._io = self.backend_class(nursery)
-        self._engine = Engine(core, self._io, recv_size=recv_size, after_poll=self._after_poll)
+        self._engine = Engine(core, self._io, recv_size=recv_size, after_poll=self._after_poll,
+                              on_failure=self._engine_failed)
         self._waiters = 0
         self._closed = False
+
+    def _engine_failed(self, exc: BaseException) -> None:
+        """The network task failed (``_failure`` tells the waiters): the producer fails its records."""
 
     def _after_poll(self) -> bool:
         return self._waiters > 0
@@ -265,6 +269,9 @@ class AsyncProducer(_Client, ProducerOps):
         if results:
             complete_results(results)
         return self._waiters > 0
+
+    def _engine_failed(self, exc: BaseException) -> None:
+        complete_results(self._fail_pending(exc))
 
     # -- hooks of ProducerOps ---------------------------------------------------------------------
     def _start(self) -> None:

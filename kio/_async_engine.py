@@ -44,15 +44,17 @@ class _Conn:
 
 class Engine:
     """Runs ``core`` until :meth:`stop`. ``after_poll()`` is the client's
-    hook (collect results, decide whether waiters must wake); ``changed``
+    hook (collect results, decide whether waiters must wake), ``on_failure(exc)``
+    its hook when the main task failed (fail what waits in the core); ``changed``
     is set (and replaced) whenever something an application task may wait
     for can have changed."""
 
-    def __init__(self, core, backend, recv_size=1 << 20, after_poll=None):
+    def __init__(self, core, backend, recv_size=1 << 20, after_poll=None, on_failure=None):
         self.core = core
         self.io = backend
         self.recv_size = recv_size
         self.after_poll = after_poll
+        self.on_failure = on_failure
         self.conns: dict = {}
         self.kicked = backend.event()
         self.changed = backend.event()
@@ -121,6 +123,11 @@ class Engine:
                 raise
             log.exception("the async driver's network task failed")
             self.fatal = e
+            if self.on_failure is not None:
+                try:
+                    self.on_failure(e)
+                except Exception:  # noqa: BLE001 - the waiters are woken below whatever happens
+                    log.exception("the client's failure hook raised")
         finally:
             for node in list(self.conns):
                 self._close(node)

@@ -114,6 +114,15 @@ class ProducerOps:
             raise KafkaError(f"{what} from a delivery callback would deadlock: callbacks run on "
                              f"the producer's network thread")
 
+    def _fail_pending(self, exc: BaseException) -> Any:
+        """The network side failed: fail every unresolved record (no record
+        waits for an answer that cannot come); returns the results to complete."""
+        try:
+            self._core.abort_pending(ProducerClosedError(f"the producer's {self._network_name} failed: {exc!r}"))
+        except Exception:  # noqa: BLE001
+            log.exception("failing pending records")
+        return self._core.events()
+
     def _take_wakeup(self) -> bool:
         """Lock held: the core opened or filled a batch and wants a poll."""
         acc = self._core.accumulator

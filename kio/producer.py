@@ -349,11 +349,7 @@ class Producer(ProducerOps, ThreadDriver):
 
     def _on_failure(self, exc: BaseException) -> Any:
         self._fatal = exc
-        try:
-            self._core.abort_pending(ProducerClosedError(f"the producer network thread failed: {exc!r}"))
-        except Exception:  # noqa: BLE001
-            log.exception("failing pending records")
-        return self._core.events()
+        return self._fail_pending(exc)
 
     def _on_close(self, now: float) -> Any:
         self._net.apply(self._core.close(now), now)
