@@ -4,8 +4,9 @@ Java's ``RecordAccumulator`` without locks or blocking. ``append`` adds a
 record to the last batch of its partition or opens a new one; a batch
 reserves what it may hold (see below; at least the record's size) of
 ``buffer.memory``, and when that budget is spent ``append`` raises
-:class:`BufferExhausted` - the core never waits: the driver does, up to
-``max.block.ms``, and memory comes back when batches complete (``release``).
+:class:`BufferExhausted` - the core never waits: it answers the driver an
+:class:`~kproto.producer.waits.AppendBlocked` until ``max.block.ms``, and
+memory comes back when batches complete (``release``).
 
 A batch opens small (``INITIAL_BATCH_RESERVE`` bytes, or batch.size if
 smaller) and doubles, up to batch.size, while records keep coming and
