@@ -13,7 +13,6 @@ import inspect
 import logging
 import threading
 from contextlib import nullcontext
-import time
 import uuid
 from types import GeneratorType as _GeneratorType
 from typing import (
@@ -22,7 +21,7 @@ from typing import (
 )
 
 from kio._async_engine import Engine
-from kio._common import INF, next_step, now_ms, rebalance_calls, wall_ms
+from kio._common import INF, next_step, now_ms, rebalance_calls
 from kio._types import (
     AsyncCommitCallback, AsyncRebalanceListener, BulkCallback, DeliveryCallback, Headers, Offsets, Partitions,
 )
@@ -37,11 +36,10 @@ from kproto.cluster import TopicPartition
 from kproto.config import Config
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
-from kproto.errors import KafkaError
+from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.share import AcknowledgeType, ShareRecord
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from kproto.records import Record
-from kproto.errors import KafkaTimeoutError
 from kproto.producer import (
     BulkDelivery, BulkResult, ProducerCore, RecordMetadata, attached_result, complete_results,
 )
@@ -49,7 +47,6 @@ from kproto.producer import (
 __all__ = ["AsyncProducer", "AsyncConsumer", "AsyncShareConsumer", "AsyncAdmin", "RecordHandle", "delivery_classes"]
 
 log = logging.getLogger("kio.async")
-_time_ns, _monotonic = time.time_ns, time.monotonic
 _C = TypeVar("_C", bound="_Client")
 #: ``callback(offsets, error)`` of the async share consumers: a plain or coroutine function
 AsyncAcknowledgementCallback = Callable[[Dict[TopicPartition, List[int]], Optional[BaseException]], Any]

@@ -31,12 +31,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kio._common import now_ms
 from kio._producer_ops import ProducerOps
 from kio._thread_driver import ThreadDriver
 from kio._types import BulkCallback, DeliveryCallback, Headers
 from kproto.config import Config
-from kproto.errors import KafkaError, KafkaTimeoutError
+from kproto.errors import KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
 from kproto.producer.core import (
     BulkDelivery, BulkResult, ProducerClosedError, ProducerCore, RecordMetadata, attached_result,
