@@ -258,6 +258,7 @@ class AsyncProducer(_Client, ProducerOps):
         # contended; a Lock's C acquire/release is the cheapest no-op per record.
         self._lock = threading.Lock()
         self._idle = self._unready = True
+        self._fatal: Optional[BaseException] = None
         self._handle_class = self.delivery_class
         self._callback_handle_class = self.callback_delivery_class
 
@@ -268,17 +269,15 @@ class AsyncProducer(_Client, ProducerOps):
         return self._waiters > 0
 
     def _engine_failed(self, exc: BaseException) -> None:
+        self._fatal = exc                 # an attribute, not a property: send() reads it per record
+        self._unready = True
         complete_results(self._fail_pending(exc))
 
     # -- hooks of ProducerOps ---------------------------------------------------------------------
     def _start(self) -> None:
         self._ensure_started()
         self._idle = False
-        self._unready = self._closing or self._closed
-
-    @property
-    def _fatal(self) -> Optional[BaseException]:  # type: ignore[override]
-        return self._engine.fatal
+        self._unready = self._closing or self._closed or self._fatal is not None
 
     def _blocking(self, steps: Any) -> Any:
         return steps                      # send() awaits them
