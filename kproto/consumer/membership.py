@@ -232,7 +232,10 @@ class GroupMembership:
         self._set_subscription(self._matching_topics(), now)
 
     def unsubscribe(self, now) -> None:
-        """Give up every partition and leave the group (Java's unsubscribe)."""
+        """Give up every partition and leave the group (Java's unsubscribe).
+        Nothing on a closed member: it left for good (it must stay closed)."""
+        if self.state is MemberState.CLOSED:
+            return
         self._leave_prepare("unsubscribed")
         self._send_leave_or_reset("the consumer unsubscribed", now)
         self.subscription = frozenset()
@@ -792,8 +795,8 @@ class GroupMembership:
         self._leave_req = None
         if code:
             log.info("group %r: LeaveGroup answered %s", self.group_id, E.error_for_code(code))
-        if self._closing:
-            self._move(MemberState.CLOSED)
+        if self._closing and self.state is not MemberState.CLOSED:
+            self._move(MemberState.CLOSED)     # (a fatal error may have closed it meanwhile)
 
     def _reset_generation(self, reason, lost=True) -> None:
         """Forget generation and member id (Java's resetStateAndGeneration);
@@ -809,6 +812,13 @@ class GroupMembership:
             self.assignment = frozenset()
 
     def _fail(self, error) -> None:
+        if self.state in (MemberState.FATAL, MemberState.CLOSED):
+            # A late answer (an OffsetCommit after close(), a second fatal
+            # error): a closed member stays closed, a failed one keeps the
+            # error the application was told about.
+            log.warning("group %r: %s after the member was %s; ignored", self.group_id, error,
+                        "closed" if self.state is MemberState.CLOSED else "failed")
+            return
         log.error("group %r: fatal group error: %s", self.group_id, error)
         self.fatal_error = error
         self._move(MemberState.FATAL)

@@ -300,7 +300,10 @@ class ConsumerProtocolMembership:
         self._set_subscription(self._matching_topics(), now, changed)
 
     def unsubscribe(self, now: float) -> None:
-        """Give up every partition and leave the group."""
+        """Give up every partition and leave the group. Nothing on a closed
+        member: it left for good (it must stay closed)."""
+        if self.state is ConsumerMemberState.CLOSED:
+            return
         self._leave_prepare("the consumer unsubscribed")
         self._send_leave(now)
         self.subscription = frozenset()
@@ -754,10 +757,17 @@ class ConsumerProtocolMembership:
         self._leave_req = None
         if code:
             log.info("group %r: leaving answered %s", self.group_id, E.error_for_code(code))
-        if self._closing:
-            self._move(ConsumerMemberState.CLOSED)
+        if self._closing and self.state is not ConsumerMemberState.CLOSED:
+            self._move(ConsumerMemberState.CLOSED)   # (a fatal error may have closed it meanwhile)
 
     def _fail(self, error: KafkaError) -> None:
+        if self.state in (ConsumerMemberState.FATAL, ConsumerMemberState.CLOSED):
+            # A late answer (an OffsetCommit after close(), a second fatal
+            # error): a closed member stays closed, a failed one keeps the
+            # error the application was told about.
+            log.warning("group %r: %s after the member was %s; ignored", self.group_id, error,
+                        "closed" if self.state is ConsumerMemberState.CLOSED else "failed")
+            return
         log.error("group %r: fatal group error: %s", self.group_id, error)
         self.fatal_error = error
         self._move(ConsumerMemberState.FATAL)

@@ -61,13 +61,12 @@ TRANSITIONS = {
         _S.STABLE,               # the broker answered with a member epoch
         _S.JOINING,              # fenced again before the first answer: rejoin with epoch 0
         _S.LEAVING,              # leave() with a heartbeat in flight (the member id may be known)
-        _S.LEFT,                 # leave() before any heartbeat went out: nothing to tell the broker
+        _S.LEFT,                 # leave() with no heartbeat in flight: the broker does not know us
         _S.FAILED}),             # a non-retriable error, a broker without share groups
     _S.STABLE: frozenset({
         _S.STABLE,               # every answered heartbeat (new epoch, new assignment)
         _S.JOINING,              # FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: rejoin with epoch 0
         _S.LEAVING,              # leave()
-        _S.LEFT,                 # leave() while the broker had given epoch 0: nothing to tell it
         _S.FAILED}),
     _S.LEAVING: frozenset({
         _S.LEFT}),               # the leave heartbeat was answered or failed
@@ -138,8 +137,9 @@ class ShareMembership:
         share to the others at once instead of after the session timeout."""
         if self.state in (ShareMemberState.LEFT, ShareMemberState.FAILED, ShareMemberState.LEAVING):
             return
-        if self.state is ShareMemberState.UNSUBSCRIBED or (self.epoch == 0 and self._inflight is None):
-            self._left()
+        if self.state is ShareMemberState.UNSUBSCRIBED or (
+                self.state is ShareMemberState.JOINING and self._inflight is None):
+            self._left()                             # the broker does not know this member (yet / any more)
             return
         self._move(ShareMemberState.LEAVING)
         self._next_heartbeat_at = now
