@@ -28,6 +28,9 @@ Follows Java's ``AbstractCoordinator`` + ``ConsumerCoordinator``:
 The driver invokes the application's rebalance listener for the events a poll
 returned before it calls ``poll`` again: revocations are emitted one poll
 before the JoinGroup that follows them, so offsets can still be committed.
+
+States (:class:`MemberState`) change only along :data:`TRANSITIONS`, the
+complete table of moves with the event behind each.
 """
 from __future__ import annotations
 

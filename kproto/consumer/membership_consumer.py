@@ -45,6 +45,9 @@ retried after the lookup; COORDINATOR_LOAD_IN_PROGRESS after a backoff;
 other errors (GROUP_AUTHORIZATION_FAILED, UNRELEASED_INSTANCE_ID,
 FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION,
 GROUP_MAX_SIZE_REACHED, a broker without the API, ...) are fatal.
+
+States (:class:`ConsumerMemberState`) change only along :data:`TRANSITIONS`,
+the complete table of moves with the event behind each.
 """
 from __future__ import annotations
 

@@ -9,8 +9,11 @@ the consumer protocol. States::
     STABLE --heartbeat every heartbeat_interval_ms (the broker's)--> STABLE
     JOINING/STABLE --FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID--> JOINING (epoch 0, same member id,
                                                                    assignment lost)
-    any --leave()--> LEAVING (epoch -1) --answer, failure or leave timeout--> LEFT
-    any --fatal error (authorization, group full, ...)--> FAILED
+    JOINING/STABLE --leave()--> LEAVING (epoch -1) --answer or failure--> LEFT
+    UNSUBSCRIBED, or JOINING with no heartbeat in flight --leave()--> LEFT (nothing to tell)
+    JOINING/STABLE --fatal error (authorization, group full, ...)--> FAILED (for good)
+
+:data:`TRANSITIONS` is the complete table; no other move is made.
 
 The member id is made here (a random UUID, as KIP-1082 has clients do), so
 a member that rejoins after being fenced keeps its id.
