@@ -29,6 +29,7 @@ from typing import Optional
 from kproto.client import DriverIO, network_for
 from kproto.cluster import validate_topic_name
 from kproto.errors import KafkaError
+from kproto.producer._append import FastAppend
 from kproto.producer.accumulator import (
     BufferExhausted, RecordAccumulator, RecordTooLargeError,
 )
@@ -283,6 +284,13 @@ class ProducerCore(DriverIO):
         self._queued = 0
         # Records smaller than this need no exact size check (fast path of send).
         self._small_record = min(cfg.max_request_size, cfg.buffer_memory) - 1024
+        # append_serialized's common case in C (kproto/producer/_append.pyx),
+        # bound over the method below, which it calls for everything else;
+        # ``del core.append_serialized`` leaves the Python implementation only.
+        self._fast_append = None
+        if self.user_partitioner is None:
+            self._fast_append = FastAppend(self, self.append_serialized)
+            self.append_serialized = self._fast_append.append
 
     # -- metadata ---------------------------------------------------------------------
     def partitions_for(self, topic, now=None) -> Optional[int]:
@@ -621,7 +629,7 @@ class ProducerCore(DriverIO):
 
     def metrics(self) -> dict:
         m = dict(self._metrics)
-        m["records_queued"] = self._queued
+        m["records_queued"] = self._queued + (self._fast_append.appended if self._fast_append else 0)
         m["errors"] = dict(m["errors"])
         m["request_latency_ms_avg"] = (m["request_latency_ms_total"] / m["responses"]) if m["responses"] else 0.0
         m["buffer_used_bytes"] = self.accumulator.used_memory

@@ -272,7 +272,6 @@ cdef unsigned char* _write_headers(unsigned char* w, unsigned char* wend, object
 # ---------------------------------------------------------------------------
 # builder
 
-@cython.final
 cdef class BatchBuilder:
     """Accumulates records into one RecordBatch v2 (magic 2).
 
@@ -281,25 +280,7 @@ cdef class BatchBuilder:
     computes the CRC. Producer id/epoch/sequence can be changed until (and
     between) builds, because the idempotent producer assigns them at drain time.
     """
-    cdef unsigned char* buf
-    cdef Py_ssize_t pos
-    cdef Py_ssize_t cap
-    cdef readonly Py_ssize_t batch_size
-    cdef readonly int compression
-    cdef readonly int64_t base_offset
-    cdef readonly int64_t producer_id
-    cdef readonly int producer_epoch
-    cdef readonly int32_t base_sequence
-    cdef readonly bint is_transactional
-    cdef readonly bint is_control
-    cdef readonly int timestamp_type
-    cdef readonly int32_t record_count
-    cdef readonly int64_t first_timestamp
-    cdef readonly int64_t max_timestamp
-    cdef object _payload          # compressed records, cached until next append
-    cdef readonly object compression_level
-    cdef Py_ssize_t _limit             # batch_size in uncompressed bytes
-    cdef double _ratio_estimate
+    # (fields: see _batch.pxd)
 
     def __cinit__(self, compression=0, Py_ssize_t batch_size=16384, *,
                   int64_t base_offset=0, int64_t producer_id=-1,
