@@ -18,28 +18,118 @@ driver pays no extra frame.
 
 It holds no state of its own that could go stale: every decision reads the
 producer's own objects (the cluster's ``partitions`` map, the sticky
-partitioner's map, the accumulator's per-partition deques, the batch's
-``full`` flag, ``closed`` and the sender's ``fatal_error``). The only cache
-is, per topic, the list of the accumulator's deques by partition: a deque,
-once made for a partition, is never replaced nor removed from
-``RecordAccumulator.queues``, so a cached one is always the live one.
+partitioner's map, the accumulator's per-partition deques and the batch's
+``full`` flag). A closed or failed producer needs no check of its own here:
+closing and a fatal error empty every partition's queue at once
+(``Sender._fail_all``), and afterwards only the Python paths, which refuse
+first, could open a batch - so the fast path finds no open batch and hands
+the call to the Python implementation, which raises the reason. The caches it
+keeps cannot go stale either: per topic, the list of the accumulator's
+deques by partition (a deque, once made for a partition, is never replaced
+nor removed from ``RecordAccumulator.queues``, so a cached one is the live
+one), and per handle class, its ``notify`` (a class attribute: see
+``DeliveryHandle``) and whether it keeps Python's own attribute access.
+
+:class:`ProducerBatch` lives here, as a typed class, so that the fast path
+reads a batch's ``full``, ``builder``, ``parts``, ``outcome`` and
+``callbacks`` as C fields (Python code sees the same attributes as before).
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromSsize_t
-from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.object cimport PyObject, PyObject_GenericGetAttr, PyObject_GenericSetAttr
+from cpython.unicode cimport PyUnicode_CheckExact
 from libc.stdint cimport int64_t
 
 from kproto.producer._murmur2 cimport _murmur2
 from kproto.records._batch cimport BatchBuilder
 
-import collections
+from kproto.producer.outcome import BatchOutcome
 
-__all__ = ["FastAppend"]
+__all__ = ["FastAppend", "ProducerBatch"]
 
-cdef object _deque = collections.deque
+cdef object _object_getattribute = object.__getattribute__
+cdef object _object_setattr = object.__setattr__
+
+
+cdef class ProducerBatch:
+    """One batch of one partition and the deliveries waiting on it.
+
+    ``outcome`` is shared by the handles attached to the batch (those with
+    ``notify`` false, see :mod:`kproto.producer.outcome`); ``parts`` lists
+    the handles told one by one, in record order: a bare handle owns one
+    record, whose offset delta is the handle's ``_delta``; a ``(handle,
+    delta, count)`` tuple owns ``count`` consecutive records from ``delta``
+    (a bulk send). Deltas are stored, not counted from the parts, because
+    attached records between them are in no part. A bare handle instead of
+    a tuple per record matters: every container allocated per record is one
+    more object for the cyclic garbage collector to walk while batches wait.
+
+    ``callbacks`` serves attached handles that carry an ``on_delivery``
+    callback: a flat list of (callback, delta, timestamp) triples, three
+    items per record and no object of its own, so a record with a callback
+    keeps nothing alive but its callback (usually one function shared by
+    every record) while the batch waits; :func:`complete_results` calls
+    them, in record order with the parts.
+
+    ``full``: no more appends (drained, retried, split, or refused a
+    record); only the last batch of a partition's queue may be open."""
+
+    cdef public object topic
+    cdef public object partition
+    cdef public BatchBuilder builder
+    cdef public list parts
+    cdef public object created_ms
+    cdef public object deadline_ms
+    cdef public object attempts
+    cdef public object retry_after_ms
+    cdef public object reserved
+    cdef public bint full
+    cdef public object base_sequence
+    cdef public object producer_id
+    cdef public object epoch
+    cdef public object done
+    cdef public object in_flight
+    cdef public object drained_ms
+    cdef public object outcome
+    cdef public list callbacks
+
+    def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+        self.parts = []
+        self.created_ms = now
+        self.deadline_ms = deadline_ms
+        self.attempts = 0
+        self.retry_after_ms = 0
+        self.reserved = reserved
+        self.full = False
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.epoch = -1
+        self.done = False
+        self.in_flight = False
+        self.drained_ms = None
+        self.outcome = BatchOutcome(topic, partition)
+        self.callbacks = []
+
+    @property
+    def tp(self):
+        return (self.topic, self.partition)
+
+    @property
+    def record_count(self):
+        return self.builder.record_count
+
+    @property
+    def has_sequence(self):
+        return self.base_sequence >= 0
+
+    def __repr__(self):
+        return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
+                f"seq={self.base_sequence} attempts={self.attempts}>")
 
 
 cdef class FastAppend:
@@ -50,31 +140,39 @@ cdef class FastAppend:
     ``records_queued`` metric adds them)."""
 
     cdef object _slow               # the Python implementation, bound to its core
-    cdef object _core
-    cdef object _sender
     cdef object _txn                # TransactionManager or None
     cdef dict _partitions           # Cluster.partitions: topic -> {partition: leader}
     cdef dict _queues               # RecordAccumulator.queues: (topic, partition) -> deque
     cdef dict _sticky               # StickyPartitioner._sticky: topic -> partition
     cdef dict _topic_queues         # topic -> [deque or None by partition] (see the docstring)
     cdef Py_ssize_t _small_record   # key + value below this: no size check needed
+    cdef type _htype                # the handle class seen last, and of that class:
+    cdef bint _hnotify              #   its ``notify``,
+    cdef bint _hplain               #   whether it keeps object's __getattribute__/__setattr__
     cdef public long long appended
 
     def __init__(self, core, slow):
         self._slow = slow
-        self._core = core
-        self._sender = core.sender
         self._txn = core.transactions
         self._partitions = core.cluster.partitions
         self._queues = core.accumulator.queues
         self._sticky = core.partitioner._sticky
         self._topic_queues = {}
         self._small_record = core._small_record
+        self._htype = None
         self.appended = 0
+
+    cdef int _learn_handle_type(self, object handle) except -1:
+        cdef type t = type(handle)
+        self._hnotify = bool(t.notify)
+        self._hplain = (getattr(t, "__getattribute__", None) is _object_getattribute
+                        and getattr(t, "__setattr__", None) is _object_setattr)
+        self._htype = t
+        return 0
 
     cdef object _partition_queue(self, object topic, Py_ssize_t p, object p_obj):
         """The accumulator's deque of (topic, p), or None while it has none."""
-        cdef PyObject* found = PyDict_GetItem(self._topic_queues, topic)
+        cdef PyObject* found = PyDict_GetItemWithError(self._topic_queues, topic)
         cdef list dqs
         cdef object dq
         if found == NULL or PyList_GET_SIZE(<list>found) <= p:
@@ -95,34 +193,41 @@ cdef class FastAppend:
         returns ``handle``."""
         cdef PyObject* found
         cdef Py_ssize_t n, p, klen, vlen, count
+        cdef const unsigned char* kp = NULL
+        cdef const unsigned char* vp = NULL
         cdef long long ll
         cdef int overflow = 0
         cdef int64_t ts
-        cdef object p_obj, dq, batch, parts = None, outcome = None, on_delivery = None, delta
+        cdef object p_obj, dq, on_delivery = None, delta
+        cdef list parts = None
+        cdef ProducerBatch batch
         cdef BatchBuilder builder
-        cdef bint notify
+        cdef bint notify, plain
 
         if handle is None or headers is not None or not PyLong_CheckExact(timestamp_ms):
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        if self._core.closed or self._sender.fatal_error is not None:
+        if not PyUnicode_CheckExact(topic):
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        found = PyDict_GetItem(self._partitions, topic)
+        found = PyDict_GetItemWithError(self._partitions, topic)
         if found == NULL:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         n = len(<object>found)
+        # lengths -1 for null (as encoded); both count 0 against the size limit
         if value is None:
-            vlen = 0
+            vlen = -1
         elif PyBytes_CheckExact(value):
+            vp = <const unsigned char*>PyBytes_AS_STRING(value)
             vlen = PyBytes_GET_SIZE(value)
         else:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         if key is None:
-            klen = 0
+            klen = -1
         elif PyBytes_CheckExact(key):
+            kp = <const unsigned char*>PyBytes_AS_STRING(key)
             klen = PyBytes_GET_SIZE(key)
         else:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        if n == 0 or klen + vlen >= self._small_record:
+        if n == 0 or (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) >= self._small_record:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         ts = PyLong_AsLongLongAndOverflow(timestamp_ms, &overflow)
         if overflow:
@@ -131,10 +236,10 @@ cdef class FastAppend:
         # -- the partition: explicit, murmur2 of the key, or the sticky one
         if partition is None:
             if key is not None:
-                p = (_murmur2(<const unsigned char*>PyBytes_AS_STRING(key), klen) & 0x7FFFFFFF) % n
+                p = (_murmur2(kp, klen) & 0x7FFFFFFF) % n
                 p_obj = PyLong_FromSsize_t(p)
             else:
-                found = PyDict_GetItem(self._sticky, topic)
+                found = PyDict_GetItemWithError(self._sticky, topic)
                 if found == NULL or not PyLong_CheckExact(<object>found):
                     return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
                 p_obj = <object>found
@@ -155,42 +260,55 @@ cdef class FastAppend:
         dq = self._partition_queue(topic, p, p_obj)
         if dq is None or not dq:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        batch = dq[len(dq) - 1]
+        batch = <ProducerBatch?>dq[len(dq) - 1]
         if batch.full:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        builder = <BatchBuilder?>batch.builder
-        notify = handle.notify
+        builder = batch.builder
+        if type(handle) is not self._htype:
+            self._learn_handle_type(handle)
+        notify = self._hnotify
+        plain = self._hplain
         if notify:
             parts = batch.parts
-            if type(parts) is not list:
-                return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         else:
-            outcome = batch.outcome
-            on_delivery = handle.on_delivery
+            if plain:
+                try:
+                    on_delivery = PyObject_GenericGetAttr(handle, "on_delivery")
+                except AttributeError:      # left to the class's __getattr__, if any
+                    on_delivery = handle.on_delivery
+            else:
+                on_delivery = handle.on_delivery
             if on_delivery is not None:
                 parts = batch.callbacks
-                if type(parts) is not list:
-                    return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         if self._txn is not None:
             self._txn.maybe_add_partition((topic, p_obj))
         count = builder.record_count
-        if not builder._append(ts, key, value, None):
+        # (kp and vp point into bytes objects this call holds: still valid)
+        if not builder._put_record(ts, kp, klen, vp, vlen, None, 0, 0):
             # full at its current size: growing it, or a new batch, is the slow path's
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
 
         # -- the record is in the batch: its handle's bookkeeping
         delta = PyLong_FromSsize_t(count)
-        handle.topic = topic
-        handle.partition = p_obj
-        handle.timestamp = timestamp_ms
-        handle._delta = delta
+        if plain:
+            PyObject_GenericSetAttr(handle, "topic", topic)
+            PyObject_GenericSetAttr(handle, "partition", p_obj)
+            PyObject_GenericSetAttr(handle, "timestamp", timestamp_ms)
+            PyObject_GenericSetAttr(handle, "_delta", delta)
+            if not notify:
+                PyObject_GenericSetAttr(handle, "_outcome", batch.outcome)
+        else:
+            handle.topic = topic
+            handle.partition = p_obj
+            handle.timestamp = timestamp_ms
+            handle._delta = delta
+            if not notify:
+                handle._outcome = batch.outcome
         if notify:
             PyList_Append(parts, handle)
-        else:
-            handle._outcome = outcome
-            if on_delivery is not None:
-                PyList_Append(parts, on_delivery)
-                PyList_Append(parts, delta)
-                PyList_Append(parts, timestamp_ms)
+        elif on_delivery is not None:
+            PyList_Append(parts, on_delivery)
+            PyList_Append(parts, delta)
+            PyList_Append(parts, timestamp_ms)
         self.appended += 1
         return handle

@@ -31,4 +31,8 @@ cdef class BatchBuilder:
     cdef int _reserve(self, Py_ssize_t n) except -1
     # Encode one record; its size, or 0 when the batch is full.
     cdef Py_ssize_t _append(self, int64_t ts, object key, object value, object headers) except -1
+    # The same from raw bytes (length -1: null) and header pairs sized already.
+    cdef Py_ssize_t _put_record(self, int64_t ts, const unsigned char* kp, Py_ssize_t kn,
+                                const unsigned char* vp, Py_ssize_t vn,
+                                object hseq, Py_ssize_t hcount, Py_ssize_t hsize) except -1
     cdef int _set_ratio(self, double ratio) except -1
