@@ -465,3 +465,38 @@ def test_retried_and_split_batches_are_not_appended_to():
     fast, out = compare(play, setup=lambda k: k.partitions.update({"t": 2}), min_fast=300,
                         batch_size=4096, linger_ms=2)
     assert out["metrics"]["splits"] > 0 and out["metrics"]["retries"] > 0
+
+
+def test_on_delivery_callbacks_get_record_metadata_in_record_order_and_one_raising_stops_none(caplog):
+    # kproto/producer/_callbacks.pyx calls them: each gets a RecordMetadata
+    # (or None and the error), merged in record order with told handles.
+    from kproto.producer import RecordMetadata
+    core, kafka, sim = make(linger_ms=5)
+    sim.send(b"warm")
+    got = []
+
+    def cb(err, md):
+        got.append((err, md))
+
+    def bad(err, md):
+        raise RuntimeError("callback boom")
+
+    for i in range(1, 6):
+        h = Attached()
+        h.on_delivery = bad if i == 3 else cb
+        core.send("t", b"v%d" % i, now=sim.now, handle=h, timestamp_ms=1000 + i)
+        if i == 2:
+            told = core.send("t", b"told", now=sim.now, handle=NotingTold())     # offset 3
+    sim.run_until(lambda: told.done)
+    assert [(err, type(md), tuple(md)) for err, md in got] == [
+        (None, RecordMetadata, ("t", 0, 1, 1001)), (None, RecordMetadata, ("t", 0, 2, 1002)),
+        (None, RecordMetadata, ("t", 0, 5, 1004)), (None, RecordMetadata, ("t", 0, 6, 1005))]
+    assert told.offset == 3 and "callback boom" in caplog.text
+    got.clear()
+    kafka.inject("t", 0, 87)                                       # INVALID_RECORD: fails the batch
+    for i in range(2):
+        h = Attached()
+        h.on_delivery = cb
+        core.send("t", b"bad", now=sim.now, handle=h)
+    sim.run_until(lambda: len(got) == 2)
+    assert [md for _, md in got] == [None, None] and all(err is not None for err, _ in got)

@@ -30,6 +30,7 @@ from kproto.client import DriverIO, network_for
 from kproto.cluster import validate_topic_name
 from kproto.errors import KafkaError
 from kproto.producer._append import FastAppend
+from kproto.producer._callbacks import run_callbacks
 from kproto.producer.accumulator import (
     BufferExhausted, RecordAccumulator, RecordTooLargeError,
 )
@@ -172,8 +173,8 @@ def complete_results(results):
                 for handle in list(outcome.watchers):
                     handle._outcome_done()
         cbs = r.callbacks
-        if cbs:
-            _run_callbacks(r, cbs)
+        if cbs:     # on_delivery callbacks of attached records, merged with the parts (in C)
+            run_callbacks(r, cbs, RecordMetadata, log)
             continue
         for part in r.parts:            # iter_parts(), inlined: this runs once per record
             if type(part) is tuple:
@@ -181,41 +182,6 @@ def complete_results(results):
                 handle._complete(topic, partition, base, delta, count, lat, err)
             else:
                 part._complete(topic, partition, base, part._delta, 1, lat, err)
-
-
-def _run_callbacks(r, cbs):
-    """complete_results for a batch with on_delivery callbacks of attached
-    records: those and the batch's parts, merged in record order."""
-    topic, partition, base, lat, err = r.topic, r.partition, r.base_offset, r.log_append_time, r.error
-    parts = r.parts
-    p, np = 0, len(parts)
-    for i in range(0, len(cbs), 3):
-        callback, delta = cbs[i], cbs[i + 1]
-        while p < np:                   # parts of earlier records first
-            part = parts[p]
-            if type(part) is tuple:
-                if part[1] > delta:
-                    break
-                part[0]._complete(topic, partition, base, part[1], part[2], lat, err)
-            else:
-                if part._delta > delta:
-                    break
-                part._complete(topic, partition, base, part._delta, 1, lat, err)
-            p += 1
-        if err is None:
-            md = _tuple_new(RecordMetadata, (topic, partition, base + delta if base >= 0 else -1,
-                                             lat if lat >= 0 else cbs[i + 2]))
-        else:
-            md = None
-        try:
-            callback(err, md)
-        except Exception:  # noqa: BLE001 - a user callback must not stop the others (or the driver)
-            log.exception("on_delivery callback %r raised", callback)
-    for part in parts[p:]:
-        if type(part) is tuple:
-            part[0]._complete(topic, partition, base, part[1], part[2], lat, err)
-        else:
-            part._complete(topic, partition, base, part._delta, 1, lat, err)
 
 
 def _to_bytes(value, serializer, what, topic):
