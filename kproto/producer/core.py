@@ -334,7 +334,11 @@ class ProducerCore(DriverIO):
     def append_serialized(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):
         """``send`` for a key and value that are already bytes or None, with
         positional arguments and an explicit timestamp: the per-record path
-        of drivers (every keyword and default costs on each record)."""
+        of drivers (every keyword and default costs on each record).
+
+        This is the Python implementation: each core binds
+        ``append_serialized`` to ``FastAppend.append`` (see ``__init__``),
+        which does the common case in C and calls this for the rest."""
         if self.closed or self.sender.fatal_error is not None:
             self._check_open()
         parts = self.cluster.partitions.get(topic)      # fast path of partitions_for()
