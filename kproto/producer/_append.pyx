@@ -39,6 +39,7 @@ from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromSsize_t
 from cpython.object cimport PyObject, PyObject_GenericGetAttr, PyObject_GenericSetAttr, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_CheckExact
 from libc.stdint cimport int64_t
 
@@ -46,6 +47,20 @@ from kproto.producer._murmur2 cimport _murmur2
 from kproto.records._batch cimport BatchBuilder
 
 from kproto.producer.outcome import BatchOutcome
+
+from types import MemberDescriptorType
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
 
 __all__ = ["Allocator", "FastAppend", "ProducerBatch"]
 
@@ -148,7 +163,9 @@ cdef class FastAppend:
     cdef Py_ssize_t _small_record   # key + value below this: no size check needed
     cdef type _htype                # the handle class seen last, and of that class:
     cdef bint _hnotify              #   its ``notify``,
-    cdef bint _hplain               #   whether it keeps object's __getattribute__/__setattr__
+    cdef bint _hplain               #   whether it keeps object's __getattribute__/__setattr__,
+    cdef bint _hslots               #   whether what append writes are its own slots, at
+    cdef Py_ssize_t _slot[5]        #   these offsets (topic, partition, timestamp, _delta, _outcome)
     cdef public long long appended
 
     def __init__(self, core, slow):
@@ -164,9 +181,26 @@ cdef class FastAppend:
 
     cdef int _learn_handle_type(self, object handle) except -1:
         cdef type t = type(handle)
+        cdef PyMemberDef* member
+        cdef int i
+        self._htype = None
         self._hnotify = bool(t.notify)
         self._hplain = (getattr(t, "__getattribute__", None) is _object_getattribute
                         and getattr(t, "__setattr__", None) is _object_setattr)
+        # Where object.__setattr__ would put what append writes: the same
+        # slots, written directly (what PyMember_SetOne does for an object
+        # slot), saving the generic lookup of each name on every record.
+        self._hslots = self._hplain
+        for i, name in enumerate(_HANDLE_FIELDS[:4] if self._hnotify else _HANDLE_FIELDS):
+            desc = getattr(t, name, None)
+            if type(desc) is not MemberDescriptorType:
+                self._hslots = False
+                break
+            member = (<PyMemberDescrObject*><PyObject*>desc).d_member
+            if member.type != T_OBJECT_EX or member.flags & READONLY:
+                self._hslots = False
+                break
+            self._slot[i] = member.offset
         self._htype = t
         return 0
 
@@ -290,7 +324,14 @@ cdef class FastAppend:
 
         # -- the record is in the batch: its handle's bookkeeping
         delta = PyLong_FromSsize_t(count)
-        if plain:
+        if self._hslots:
+            _put_slot(handle, self._slot[0], topic)
+            _put_slot(handle, self._slot[1], p_obj)
+            _put_slot(handle, self._slot[2], timestamp_ms)
+            _put_slot(handle, self._slot[3], delta)
+            if not notify:
+                _put_slot(handle, self._slot[4], batch.outcome)
+        elif plain:
             PyObject_GenericSetAttr(handle, "topic", topic)
             PyObject_GenericSetAttr(handle, "partition", p_obj)
             PyObject_GenericSetAttr(handle, "timestamp", timestamp_ms)
@@ -334,3 +375,14 @@ cdef class Allocator:
 
 
 cdef tuple _EMPTY_TUPLE = ()
+#: what append writes on a handle, in FastAppend._slot's order (the last only when attached)
+cdef tuple _HANDLE_FIELDS = ("topic", "partition", "timestamp", "_delta", "_outcome")
+
+
+cdef inline void _put_slot(object obj, Py_ssize_t offset, object value) noexcept:
+    """obj's object slot at ``offset`` = value (PyMember_SetOne, T_OBJECT_EX)."""
+    cdef PyObject** field = <PyObject**>((<char*><PyObject*>obj) + offset)
+    cdef PyObject* old = field[0]
+    Py_INCREF(value)
+    field[0] = <PyObject*>value
+    Py_XDECREF(old)
