@@ -49,7 +49,7 @@ __all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "BulkResult", "InO
 log = logging.getLogger("kio.producer")
 
 
-_time_ns, _monotonic = time.time_ns, time.monotonic
+_time, _monotonic = time.time, time.monotonic
 _tuple_new = tuple.__new__
 
 
@@ -339,7 +339,7 @@ class Producer:
         fut = _new_future()                         # DeliveryFuture, __init__ not run
         if on_delivery is not None:                 # DeliveryFuture(on_delivery), without its frame
             fut.on_delivery = on_delivery
-        ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
+        ts = _time() * 1000.0 if timestamp_ms is None else timestamp_ms    # float ms: the core makes it an int
         lock = self._lock
         lock.acquire()
         try:

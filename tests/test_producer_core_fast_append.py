@@ -129,8 +129,10 @@ class Script:
         append_serialized itself (values the driver would have serialized)."""
         h = self.handle(kind)
         core, sim = self.core, self.sim
-        if timestamp_ms == "now":               # the simulated clock may be a float: drivers pass ints
+        if timestamp_ms == "now":               # the simulated clock may be a float
             timestamp_ms = int(sim.now)
+        elif timestamp_ms == "float":           # float ms, as kio.Producer.send passes them
+            timestamp_ms = sim.now + 1_700_000_000_000.6
         for _ in range(200):
             try:
                 if direct:
@@ -284,7 +286,8 @@ def _mixed(s, rng, count, topics=("t",), max_value=300, partitions=3):
         if rng.random() < 0.25:
             partition = rng.choice([0, 1, 2, 0, 1, 2, -1, 7, True, "1", 2 ** 70])
         headers = [("h", b"v%d" % i)] if rng.random() < 0.05 else None
-        ts = rng.choice(["now"] * 6 + [None, 1_000_000 + i, 2 ** 63 - 1, 2 ** 64, 1.5e6])
+        ts = rng.choice(["now"] * 4 + ["float"] * 3 + [None, 1_000_000 + i, 2 ** 63 - 1, 2 ** 64, 1.5e6,
+                                                       -2.5, 9.3e18, float("nan"), float("inf")])
         direct = rng.random() < 0.05
         if direct:                                  # values a driver would have serialized
             value = rng.choice([value, bytearray(b"ba"), "str", memoryview(b"mv")])

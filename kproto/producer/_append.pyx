@@ -6,8 +6,9 @@ Appending one record to a partition's open batch is what every ``send()``
 does, and interpreted it cost several thousand instructions a record
 (``bench/send_cost.py``). :class:`FastAppend` does exactly what the Python
 implementation does in its common case - a topic whose partitions are
-known, a bytes/None key and value with no headers, an explicit partition,
-a murmur2 partition of the key, or the topic's current sticky partition,
+known, a bytes/None key and value with no headers, an int (or float)
+timestamp, an explicit partition, a murmur2 partition of the key, or the
+topic's current sticky partition,
 and a last batch of that partition that is open and takes the record at its
 current size - and hands every other call, unchanged, to the Python
 implementation (metadata not known yet, a new or growing batch, headers,
@@ -37,7 +38,8 @@ reads a batch's ``full``, ``builder``, ``parts``, ``outcome`` and
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromSsize_t
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromLongLong, PyLong_FromSsize_t
 from cpython.object cimport PyObject, PyObject_GenericGetAttr, PyObject_GenericSetAttr, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_CheckExact
@@ -232,13 +234,26 @@ cdef class FastAppend:
         cdef long long ll
         cdef int overflow = 0
         cdef int64_t ts
-        cdef object p_obj, dq, on_delivery = None, delta
+        cdef object p_obj, dq, on_delivery = None, delta, ts_obj
         cdef list parts = None
         cdef ProducerBatch batch
         cdef BatchBuilder builder
         cdef bint notify, plain
 
-        if handle is None or headers is not None or not PyLong_CheckExact(timestamp_ms):
+        if handle is None or headers is not None:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        # the timestamp: an int, or a float of milliseconds (drivers pass
+        # time.time() * 1000, cheaper than time_ns() // 10**6), made an int as
+        # int() does; anything else, or out of int64's range, is the slow path's
+        if PyLong_CheckExact(timestamp_ms):
+            ts = PyLong_AsLongLongAndOverflow(timestamp_ms, &overflow)
+            if overflow:
+                return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+            ts_obj = timestamp_ms
+        elif PyFloat_CheckExact(timestamp_ms) and -9.2e18 <= PyFloat_AS_DOUBLE(timestamp_ms) <= 9.2e18:
+            ts = <int64_t>PyFloat_AS_DOUBLE(timestamp_ms)       # NaN fails the test above
+            ts_obj = None                                        # made once the record is in
+        else:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         if not PyUnicode_CheckExact(topic):
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
@@ -262,9 +277,6 @@ cdef class FastAppend:
         else:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         if n == 0 or (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) >= self._small_record:
-            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        ts = PyLong_AsLongLongAndOverflow(timestamp_ms, &overflow)
-        if overflow:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
 
         # -- the partition: explicit, murmur2 of the key, or the sticky one
@@ -324,24 +336,26 @@ cdef class FastAppend:
 
         # -- the record is in the batch: its handle's bookkeeping
         delta = PyLong_FromSsize_t(count)
+        if ts_obj is None:
+            ts_obj = PyLong_FromLongLong(ts)
         if self._hslots:
             _put_slot(handle, self._slot[0], topic)
             _put_slot(handle, self._slot[1], p_obj)
-            _put_slot(handle, self._slot[2], timestamp_ms)
+            _put_slot(handle, self._slot[2], ts_obj)
             _put_slot(handle, self._slot[3], delta)
             if not notify:
                 _put_slot(handle, self._slot[4], batch.outcome)
         elif plain:
             PyObject_GenericSetAttr(handle, "topic", topic)
             PyObject_GenericSetAttr(handle, "partition", p_obj)
-            PyObject_GenericSetAttr(handle, "timestamp", timestamp_ms)
+            PyObject_GenericSetAttr(handle, "timestamp", ts_obj)
             PyObject_GenericSetAttr(handle, "_delta", delta)
             if not notify:
                 PyObject_GenericSetAttr(handle, "_outcome", batch.outcome)
         else:
             handle.topic = topic
             handle.partition = p_obj
-            handle.timestamp = timestamp_ms
+            handle.timestamp = ts_obj
             handle._delta = delta
             if not notify:
                 handle._outcome = batch.outcome
@@ -350,7 +364,7 @@ cdef class FastAppend:
         elif on_delivery is not None:
             PyList_Append(parts, on_delivery)
             PyList_Append(parts, delta)
-            PyList_Append(parts, timestamp_ms)
+            PyList_Append(parts, ts_obj)
         self.appended += 1
         return handle
 
