@@ -8,9 +8,9 @@ does, and interpreted it cost several thousand instructions a record
 implementation does in its common case - a topic whose partitions are
 known, a bytes/None key and value with no headers, an int (or float)
 timestamp, an explicit partition, a murmur2 partition of the key, or the
-topic's current sticky partition,
-and a last batch of that partition that is open and takes the record at its
-current size - and hands every other call, unchanged, to the Python
+topic's current sticky partition, and a last batch of that partition that is
+open and takes the record at its current size - and hands every other call,
+unchanged, to the Python
 implementation (metadata not known yet, a new or growing batch, headers,
 serializable objects, a closed or failed producer, bad arguments: whatever
 that returns or raises is the answer). Its ``append`` has the same signature
@@ -29,7 +29,8 @@ keeps cannot go stale either: per topic, the list of the accumulator's
 deques by partition (a deque, once made for a partition, is never replaced
 nor removed from ``RecordAccumulator.queues``, so a cached one is the live
 one), and per handle class, its ``notify`` (a class attribute: see
-``DeliveryHandle``) and whether it keeps Python's own attribute access.
+``DeliveryHandle``), whether it keeps Python's own attribute access, and
+the offsets of the slots append writes, when they are slots.
 
 :class:`ProducerBatch` lives here, as a typed class, so that the fast path
 reads a batch's ``full``, ``builder``, ``parts``, ``outcome`` and
