@@ -26,9 +26,9 @@ except ImportError:  # pragma: no cover
     from tests.test_producer_core import FakeKafka, make
     from tests.test_producer_core_transactions import TxnKafka
 
-from kio.producer import DeliveryFuture
+from kio.producer import DeliveryFuture, _new_future
 from kproto.producer import BufferExhausted, MetadataPending, complete_results
-from kproto.producer._append import FastAppend, ProducerBatch
+from kproto.producer._append import Allocator, FastAppend, ProducerBatch
 from kproto.producer.core import DeliveryHandle
 from kproto.records import read_batches
 
@@ -68,7 +68,7 @@ class NotingAttached(Attached):
 
 
 def _future(on_delivery=None):
-    fut = object.__new__(DeliveryFuture)         # as kio.Producer.send makes it
+    fut = _new_future()                          # as kio.Producer.send makes it
     if on_delivery is not None:
         fut.on_delivery = on_delivery
     return fut
@@ -503,3 +503,17 @@ def test_on_delivery_callbacks_get_record_metadata_in_record_order_and_one_raisi
         core.send("t", b"bad", now=sim.now, handle=h)
     sim.run_until(lambda: len(got) == 2)
     assert [md for _, md in got] == [None, None] and all(err is not None for err, _ in got)
+
+
+def test_allocator_makes_uninitialised_instances_and_refuses_classes_with_their_own_new():
+    class Plain:
+        def __init__(self):
+            raise AssertionError("__init__ must not run")
+
+    made = Allocator(Plain).new()
+    assert type(made) is Plain and not vars(made)
+    fut = Allocator(DeliveryFuture).new()
+    assert type(fut) is DeliveryFuture and not fut._kio_future   # Future.__init__ not run either
+    for cls in (tuple, int, ProducerBatch):
+        with pytest.raises(TypeError, match="own __new__"):
+            Allocator(cls)
