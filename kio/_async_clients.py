@@ -40,6 +40,7 @@ from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.share import AcknowledgeType, ShareRecord
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from kproto.records import Record
+from kproto.producer._append import Allocator
 from kproto.producer import (
     BulkDelivery, BulkResult, ProducerCore, RecordMetadata, attached_result, complete_results,
 )
@@ -259,8 +260,8 @@ class AsyncProducer(_Client, ProducerOps):
         self._lock = threading.Lock()
         self._idle = self._unready = True
         self._fatal: Optional[BaseException] = None
-        self._handle_class = self.delivery_class
-        self._callback_handle_class = self.callback_delivery_class
+        self._new_handle = Allocator(self.delivery_class).new
+        self._new_callback_handle = Allocator(self.callback_delivery_class).new
 
     def _after_poll(self) -> bool:
         results = self._core.events()

@@ -23,7 +23,8 @@ drivers, whose acquire and release cost less per record than a
 ``_idle`` says one must; ``_unready`` sends ``send`` down its slow path - not
 started, closing or closed - in one attribute read per record), ``_kick()``, ``_fatal`` (the exception that ended
 the network side), ``_on_network_thread()`` (a delivery callback calling in:
-it must not wait), ``_blocking(steps)``, the handle classes and ``_new_bulk``.
+it must not wait), ``_blocking(steps)``, ``_new_handle``/``_new_callback_handle``
+(kproto's ``Allocator(cls).new``) and ``_new_bulk``.
 """
 from __future__ import annotations
 
@@ -39,8 +40,7 @@ __all__ = ["ProducerOps"]
 
 log = logging.getLogger("kio.producer")
 
-_time_ns, _monotonic = time.time_ns, time.monotonic
-_new = object.__new__
+_time, _monotonic = time.time, time.monotonic
 
 
 class ProducerOps:
@@ -53,8 +53,8 @@ class ProducerOps:
     _plain: bool
     _idle: bool                     # the network side must be started first (async, before first use)
     _unready: bool                  # _idle, closing or closed: send() takes its slow path
-    _handle_class: Any              # a record's handle without on_delivery
-    _callback_handle_class: Any     # ... with on_delivery (an attribute of the handle)
+    _new_handle: Any                # () -> a record's handle without on_delivery, __init__ not run (Allocator)
+    _new_callback_handle: Any       # ... with on_delivery (an attribute of the handle)
     _network_name = "network thread"
     _delivering = False             # the threading driver runs completions outside its lock: flush waits for them
 
@@ -147,14 +147,14 @@ class ProducerOps:
             key_b, value_b = key, value                             # nothing to serialize
         else:
             key_b, value_b = core.serialize(topic, key, value)      # outside the lock
-        # Per-record costs count here: the handle made without __init__ (its
-        # class defaults are its state), acquire/release instead of a with-block.
+        # Per-record costs count here: the handle made without __init__ (the
+        # core sets its state), acquire/release instead of a with-block.
         if on_delivery is None:
-            handle = _new(self._handle_class)
+            handle = self._new_handle()
         else:
-            handle = _new(self._callback_handle_class)
+            handle = self._new_callback_handle()
             handle.on_delivery = on_delivery
-        ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
+        ts = _time() * 1000.0 if timestamp_ms is None else timestamp_ms    # float ms: the core makes it an int
         lock = self._lock
         lock.acquire()
         try:
