@@ -149,10 +149,11 @@ class ProducerOps:
             key_b, value_b = core.serialize(topic, key, value)      # outside the lock
         # Per-record costs count here: the handle made without __init__ (the
         # core sets its state), acquire/release instead of a with-block.
-        if on_delivery is None:
-            handle = self._new_handle()
-        else:
-            handle = self._new_callback_handle()
+        # (An attribute read, then a call: LOAD_METHOD has no fast path for a
+        # callable kept on the instance.)
+        new = self._new_handle if on_delivery is None else self._new_callback_handle
+        handle = new()
+        if on_delivery is not None:
             handle.on_delivery = on_delivery
         ts = _time() * 1000.0 if timestamp_ms is None else timestamp_ms    # float ms: the core makes it an int
         lock = self._lock
@@ -189,9 +190,10 @@ class ProducerOps:
                 self._check_usable()
                 answer = core.retry_append(blocked, now_ms())
                 wake = self._take_wakeup()
-            if wake:
-                # Not on every retry: the network side wakes this wait after its
-                # polls, and a kick per wake-up would make both sides spin.
+            if wake or blocked.wants_poll:
+                # Only when the retry gave the core something new to do: the
+                # network side wakes this wait after its polls, and a kick per
+                # wake-up would make both sides spin.
                 self._kick()
             if answer is not blocked:
                 return answer

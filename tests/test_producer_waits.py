@@ -156,3 +156,16 @@ def test_a_raising_callback_is_logged_not_raised(caplog):
     h._complete("t", 0, 10, 2, 1, -1, None)
     assert h.done and h.metadata == ("t", 0, 12, 9)
     assert "on_delivery callback" in caplog.text
+
+
+def test_a_retry_that_asks_for_metadata_again_says_the_driver_must_poll():
+    """A metadata answer without the topic clears the refresh request; the
+    retry asks again, and the driver must wake its network side for it (it
+    computed its next deadline without it): otherwise both wait until
+    max.block.ms (seen under valgrind, where the first answer came before
+    the topic was added)."""
+    core, _, sim = make()
+    answer = core.wait_for_partitions("late", sim.now)
+    core.cluster.need_update = False           # what an answer without the topic leaves
+    assert core.retry_append(answer, sim.now) is answer and answer.wants_poll
+    assert core.retry_append(answer, sim.now) is answer and not answer.wants_poll   # already asked

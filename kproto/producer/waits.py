@@ -33,8 +33,11 @@ class AppendBlocked:
 
     ``waiting_for`` is :data:`METADATA` (the partitions of ``topic`` are not
     known yet) or :data:`MEMORY` (``buffer.memory`` is full until batches are
-    acknowledged); ``operation`` names the call (for error messages)."""
-    __slots__ = ("waiting_for", "topic", "until", "wait_ms", "operation", "_attempt")
+    acknowledged); ``operation`` names the call (for error messages).
+    ``wants_poll``: the last retry asked the core for something its network
+    side does not know about yet (a metadata refresh): the driver must wake
+    it, or both wait for each other until ``until``."""
+    __slots__ = ("waiting_for", "topic", "until", "wait_ms", "operation", "wants_poll", "_attempt")
 
     def __init__(self, waiting_for: str, topic: str, until: float, wait_ms: float, operation: str,
                  attempt: Callable[[float], Any]) -> None:
@@ -43,6 +46,7 @@ class AppendBlocked:
         self.until = until
         self.wait_ms = wait_ms
         self.operation = operation
+        self.wants_poll = False
         self._attempt = attempt          # now -> the result, or another AppendBlocked
 
     def exception(self) -> Exception:
@@ -74,7 +78,11 @@ def block(core: Any, waiting_for: str, topic: str, now: float, attempt: Callable
 def retry(core: Any, blocked: AppendBlocked, now: float) -> Any:
     """Try ``blocked``'s call again: its result, ``blocked`` itself (still
     waiting; what it waits for may have changed), or raise the timeout."""
+    asked = core.cluster.need_update
     answer = blocked._attempt(now)
+    # A metadata answer without the topic clears need_update; the retry sets
+    # it again, after the network side computed its next deadline without it.
+    blocked.wants_poll = core.cluster.need_update and not asked
     if type(answer) is not AppendBlocked:
         return answer
     blocked.waiting_for = answer.waiting_for
