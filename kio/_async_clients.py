@@ -467,7 +467,37 @@ class AsyncProducer(_Client):
 
 # == consumer ======================================================================================
 
-class AsyncConsumer(_Client, ConsumerOps):
+class PolledClient(_Client):
+    """An async client the application polls, whose method bodies are shared
+    step generators (:class:`kio._client_ops.ClientOps`: the consumer, the
+    share consumer): the core's events are collected after each of its
+    polls, and close runs the shared close steps."""
+
+    if TYPE_CHECKING:                 # ClientOps', which comes after this class in the MRO
+        def _collect_events(self) -> bool: ...
+        def _close_steps(self, timeout: Optional[float]) -> Any: ...
+        def _dispatch_steps(self) -> Any: ...
+
+    def _after_poll(self) -> bool:
+        self._collect_events()
+        return self._waiters > 0
+
+    async def _close(self, timeout: Optional[float]) -> None:
+        """Close the core (commits, leaving the group...), stop the network
+        task, then run the callbacks of what the close settled."""
+        if self._closed:
+            return
+        try:
+            if self._engine.started:
+                await self._run(self._close_steps(timeout))
+        finally:
+            if self._engine.started:
+                await self._engine.stop()
+            self._closed = True
+            await self._run(self._dispatch_steps())
+
+
+class AsyncConsumer(PolledClient, ConsumerOps):
     """``records = await consumer.poll(1.0)``; ``async for record in consumer``.
     Rebalance listeners may be plain functions or coroutine functions; they
     run in the task that polls, commits or closes. The method bodies are
@@ -479,14 +509,6 @@ class AsyncConsumer(_Client, ConsumerOps):
         self._init_ops(core)
         self._setup(core, nursery, 1 << 20)
         self._lock = nullcontext()          # one task runs the core and the application's calls
-
-    def _after_poll(self) -> bool:
-        core = self._core
-        evs = core.events(ack=False)
-        if evs:
-            self._app_events.extend(evs)
-        core.data_ready = False
-        return self._waiters > 0
 
     # -- the public surface: the threading Consumer's, awaitable --------------------------------------
     def subscribe(self, topics: Union[str, Iterable[str], Pattern[str]],
@@ -562,19 +584,6 @@ class AsyncConsumer(_Client, ConsumerOps):
         offset under read_committed)."""
         return await self._run(self._end_offsets_steps(partitions, timeout))
 
-    async def _close(self, timeout):
-        """Commit (auto-commit), run the revocation listener, leave the group,
-        stop the network task."""
-        if self._closed:
-            return
-        try:
-            if self._engine.started:
-                await self._run(self._close_steps(timeout))
-        finally:
-            if self._engine.started:
-                await self._engine.stop()
-            self._closed = True
-            await self._run(self._dispatch_steps())
 
 
 def delivery_classes(module: str, event_class: Any) -> Tuple[

@@ -3,15 +3,15 @@
 
 The method bodies are :class:`kio._share_ops.ShareConsumerOps`', shared with
 the threading :class:`kio.ShareConsumer`; this class only awaits their
-waits on the engine (:meth:`kio._async_clients._Client._run`) and types the
-awaitable surface.
+waits on the engine (:meth:`kio._async_clients._Client._run`; closing:
+:class:`kio._async_clients.PolledClient`) and types the awaitable surface.
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-from kio._async_clients import _Client
+from kio._async_clients import PolledClient
 from kio._share_ops import ShareConsumerOps
 from kproto.cluster import TopicPartition
 from kproto.errors import KafkaError
@@ -21,7 +21,7 @@ from kproto.share.core import ShareConsumerCore
 __all__ = ["AsyncShareConsumer"]
 
 
-class AsyncShareConsumer(_Client, ShareConsumerOps):
+class AsyncShareConsumer(PolledClient, ShareConsumerOps):
     """``records = await share_consumer.poll(1.0)``; ``async for record in
     share_consumer``: the threading :class:`kio.ShareConsumer`, awaitable
     (KIP-932 share groups). The acknowledgement commit callback may be a
@@ -33,10 +33,6 @@ class AsyncShareConsumer(_Client, ShareConsumerOps):
         self._init_ops(core)
         self._setup(core, nursery, 1 << 20)
         self._lock = nullcontext()          # one task runs the core and the application's calls
-
-    def _after_poll(self) -> bool:
-        self._collect_events()
-        return self._waiters > 0
 
     async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[ShareRecord]:
         """Acquired records (ShareRecord, with ``delivery_count``), waiting up
@@ -64,18 +60,3 @@ class AsyncShareConsumer(_Client, ShareConsumerOps):
         """Send the acknowledgements made so far without waiting for the
         answer; the acknowledgement commit callback hears the outcome."""
         await self._run(self._commit_async_steps())
-
-    async def _close(self, timeout: Optional[float]) -> None:
-        """Send the acknowledgements made so far (in implicit mode the last
-        poll's records are released unless committed, as in Java), close the
-        share sessions, leave the group, stop the network task."""
-        if self._closed:
-            return
-        try:
-            if self._engine.started:
-                await self._run(self._close_steps(timeout))
-        finally:
-            if self._engine.started:
-                await self._engine.stop()
-            self._closed = True
-            await self._run(self._dispatch_steps())

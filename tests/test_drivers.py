@@ -5,7 +5,6 @@ import asyncio
 import concurrent.futures
 import inspect
 import uuid
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -14,6 +13,11 @@ import kio
 import kio.aio
 import kio.trio
 from kio import TopicPartition as TP
+
+try:
+    from parity import opened
+except ImportError:  # tests/ as a package
+    from tests.parity import opened
 
 DRIVERS = ["thread", "asyncio", "trio"]
 GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}   # Tansu: join in ~3 s, Kafka: at once
@@ -40,16 +44,6 @@ async def settle(handle):
     if isinstance(handle, concurrent.futures.Future):
         return handle.result(30)
     return await handle
-
-
-@asynccontextmanager
-async def opened(client):
-    if hasattr(client, "__aenter__"):
-        async with client:
-            yield client
-    else:
-        with client:
-            yield client
 
 
 async def sleep(kind, seconds):

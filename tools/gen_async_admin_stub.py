@@ -16,7 +16,6 @@ with the same parameters, overloads and return types.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import sys
 from pathlib import Path
@@ -27,6 +26,9 @@ OPS = ROOT / "kio" / "_admin_ops.py"
 DRIVER = ROOT / "kio" / "_async_admin.py"
 OUT = ROOT / "kio" / "_async_admin.pyi"
 OPS_CLASS, DRIVER_CLASS = "AdminOps", "AsyncAdmin"
+sys.path.insert(0, str(ROOT / "tools"))
+
+from _generated import generator_main  # noqa: E402
 
 _Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -98,17 +100,7 @@ def render() -> str:
 
 
 def main(argv: Union[List[str], None] = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the stub is out of date")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is out of date: run python tools/gen_async_admin_stub.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    return 0
+    return generator_main(__file__, __doc__, OUT, render, argv)
 
 
 if __name__ == "__main__":
