@@ -1,4 +1,5 @@
-"""Producer, Consumer and Admin for async frameworks, written once.
+"""Producer and Consumer for async frameworks, written once (the share
+consumer and the admin: :mod:`kio._async_share`, :mod:`kio._async_admin`).
 
 :mod:`kio.aio` and :mod:`kio.trio` bind these classes to their backend
 (see :mod:`kio._async_engine`). The surface is the threading drivers', made
@@ -9,11 +10,9 @@ not at all, and ``close`` runs shielded.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 from contextlib import nullcontext
 import time
-import uuid
 from typing import (
     TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
     Protocol, Sequence, Set, Tuple, Type, TypeVar, Union, overload,
@@ -26,18 +25,11 @@ from kio._types import (
 )
 from kio._consumer_ops import ConsumerOps, PartitionBatch
 from kio.producer import BulkResult, KafkaTimeoutError
-from kproto.admin import (
-    AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
-    ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic,
-    TopicDescription, TopicListing,
-)
 from kproto.cluster import TopicPartition
 from kproto.config import Config
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
 from kproto.errors import KafkaError
-from kproto.share import AcknowledgeType, ShareRecord
-from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from kproto.records import Record
 from kproto.producer import (
     BufferExhausted, BulkDelivery, DeliveryHandle, MetadataPending, ProducerClosedError, ProducerCore,

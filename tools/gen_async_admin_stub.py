@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
-from typing import Dict, List, Set, Union
+from typing import Any, Dict, List, Set, Union
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ROOT / "kio" / "_admin_ops.py"
@@ -44,24 +44,23 @@ def _is_overload(fn: _Function) -> bool:
     return any(isinstance(d, ast.Name) and d.id == "overload" for d in fn.decorator_list)
 
 
-def _public(fn: ast.stmt) -> bool:
-    return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-        not fn.name.startswith("_") or fn.name == "__init__")
+def _public(fn: _Function) -> bool:
+    return not fn.name.startswith("_") or fn.name == "__init__"
 
 
 def _stub(fn: _Function, make_async: bool) -> str:
     """``fn`` with an ``...`` body (``async def`` if asked)."""
-    cls = ast.AsyncFunctionDef if make_async else type(fn)
-    out = cls(name=fn.name, args=fn.args, body=[ast.Expr(ast.Constant(...))],
-              decorator_list=fn.decorator_list, returns=fn.returns, type_comment=None,
-              **({"type_params": []} if sys.version_info >= (3, 12) else {}))
+    # name, args, decorators, returns (and type_params): fn's; the body: ``...``
+    fields: Dict[str, Any] = {f: getattr(fn, f) for f in fn._fields}
+    fields["body"] = [ast.Expr(ast.Constant(...))]
+    out: _Function = ast.AsyncFunctionDef(**fields) if make_async else type(fn)(**fields)
     return "\n".join("    " + line for line in ast.unparse(ast.fix_missing_locations(out)).splitlines())
 
 
 def _stubs(cls: ast.ClassDef, make_async: bool) -> List[str]:
     """A stub per public method; of an overloaded one only its overloads (a
     stub has no implementation signature)."""
-    fns = [fn for fn in cls.body if _public(fn)]
+    fns = [fn for fn in cls.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(fn)]
     overloaded = {fn.name for fn in fns if _is_overload(fn)}
     return [_stub(fn, make_async) for fn in fns if fn.name not in overloaded or _is_overload(fn)]
 
