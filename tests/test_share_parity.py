@@ -288,3 +288,28 @@ def test_async_share_consumers_run_a_plain_callback_too(bootstrap, topic_with_te
         heard = run(kind, scenario)
         assert sorted(o for offs, _ in heard for os_ in offs.values() for o in os_) == list(range(10)), kind
         assert all(err is None for _, err in heard), kind
+
+
+def test_the_threading_share_consumer_is_woken_and_used_from_one_thread():
+    """What only the threading driver has: wakeup() from another thread ends a
+    blocked poll with WakeupError; a call from a second thread raises
+    ConsumerThreadError (the share consumer is not thread-safe, as Java's)."""
+    import threading
+
+    from kio.errors import ConsumerThreadError, WakeupError
+
+    with kio.ShareConsumer(bootstrap_servers=nowhere(), group_id="sg") as c:
+        c.subscribe(["t"])
+        timer = threading.Timer(0.3, c.wakeup)
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(WakeupError):
+            c.poll(10.0)
+        assert time.monotonic() - start < 5
+        assert c.poll(0.1) == []                      # woken once only
+        errors = []
+        other = threading.Thread(target=lambda: errors.append(pytest.raises(ConsumerThreadError, c.poll, 0.1)))
+        other.start()
+        other.join(10)
+        assert errors and "kio.ShareConsumer is not safe for multi-threaded access" in str(errors[0].value)
+        assert "one share consumer per thread" in str(errors[0].value)
