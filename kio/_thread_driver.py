@@ -176,7 +176,7 @@ class ThreadDriver:
 
 
 class ConsumerThreadError(KafkaError, RuntimeError):
-    """The consumer was used from a second thread (it is not thread-safe)."""
+    """A consumer or share consumer was used from a second thread (neither is thread-safe)."""
 
 
 ConsumerThreadError.__module__ = "kio.consumer"
@@ -203,6 +203,7 @@ class PolledThreadDriver(ThreadDriver):
         def _collect_events(self) -> bool: ...
         def _close_steps(self, timeout: Optional[float]) -> Steps[None]: ...
         def _dispatch_steps(self) -> Steps[None]: ...
+        def close(self, timeout: Optional[float] = None) -> None: ...      # the client's, documented there
 
     def wakeup(self) -> None:
         """Make a blocked poll() raise WakeupError (thread-safe)."""
@@ -216,11 +217,9 @@ class PolledThreadDriver(ThreadDriver):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self, timeout: Optional[float] = None) -> None:
-        """Close the client (the subclasses say what it settles first); idempotent."""
-        self._close_client(timeout)
-
     def _close_client(self, timeout: Optional[float]) -> None:
+        """The client's close(): its core's close steps, then the network
+        thread stops; idempotent."""
         if self._closed:
             return
         try:

@@ -79,5 +79,14 @@ def all_the_same(scenario, *args):
     """The scenario's transcript under every driver; they must be equal."""
     transcripts = {kind: run(kind, scenario, *args) for kind in DRIVERS}
     for kind in DRIVERS[1:]:
-        assert transcripts[kind] == transcripts["thread"], f"{kind} drifted from the threading driver"
+        assert transcripts[kind] == transcripts["thread"], f"{kind} drifted from the threading driver:\n" + \
+            _differences(transcripts["thread"], transcripts[kind])
     return transcripts["thread"]
+
+
+def _differences(thread, other):
+    """The rows of two transcripts that differ (this module's asserts are not rewritten by pytest)."""
+    rows = [f"  thread: {a!r}\n  other:  {b!r}" for a, b in zip(thread, other) if a != b]
+    if len(thread) != len(other):
+        rows.append(f"  {len(thread)} rows against {len(other)}")
+    return "\n".join(rows)

@@ -58,8 +58,14 @@ async def topics_scenario(kind, bootstrap):
         out.append(("retention.ms", configs[resource]["retention.ms"].value))
         altered = await outcome(admin.incremental_alter_configs, {resource: {"retention.ms": "7200000"}})
         out.append(("alter", altered[0], altered[1] == {resource: None} if altered[0] == "ok" else altered[1]))
-        configs = await call(admin.describe_configs([resource]))
-        out.append(("retention.ms altered", configs[resource]["retention.ms"].value))
+        # Kafka applies the change through its metadata log: describe may show the old value a moment
+        end = time.monotonic() + 15
+        while True:
+            value = (await call(admin.describe_configs([resource])))[resource]["retention.ms"].value
+            if value == "7200000" or time.monotonic() > end:
+                break
+            await sleep(0.1)
+        out.append(("retention.ms altered", value))
         out.append(("cluster has nodes", bool((await call(admin.describe_cluster())).nodes)))
         start = time.monotonic()
         listed = await call(admin.list_topics(timeout=10.0, list_internal=True))
