@@ -49,6 +49,8 @@ class ClientOps:
 
     #: the client in messages ("the consumer is closed")
     _what: ClassVar[str] = "client"
+    #: whether the driver awaits what a callback returns (the async drivers; not the threading one)
+    _awaits_callbacks: ClassVar[bool] = True
     _core: Any
     _lock: ContextManager[Any]
     _closed: bool

@@ -13,6 +13,7 @@ step and awaited there; the threading driver refuses it with TypeError).
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
@@ -113,8 +114,13 @@ class ShareConsumerOps(ClientOps):
         """``callback(offsets, error)`` runs whenever a leader answered
         acknowledgements: in the application's thread or task, inside poll,
         commit_sync, commit_async and close. The async share consumers take a
-        coroutine function too."""
+        coroutine function too (the threading one refuses it: TypeError)."""
         self._enter()
+        if callback is not None and not callable(callback):
+            raise TypeError(f"the acknowledgement commit callback must be callable, not {callback!r}")
+        if inspect.iscoroutinefunction(callback) and not self._awaits_callbacks:
+            raise TypeError(f"{callback!r} is a coroutine function: this share consumer runs the callback on its "
+                            f"polling thread and cannot await it; use kio.aio or kio.trio, or a plain function")
         self._ack_callback = callback
 
     # == records ================================================================================

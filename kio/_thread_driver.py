@@ -193,6 +193,7 @@ class PolledThreadDriver(ThreadDriver):
 
     #: the class in messages ("kio.Consumer is not safe for multi-threaded access")
     _client_name = "kio client"
+    _awaits_callbacks = False       # callbacks run on the polling thread: a coroutine cannot be awaited
     _what: str
     _closed: bool
     _wakeup: bool

@@ -249,16 +249,21 @@ def test_a_failed_network_side_raises_the_same_error_under_every_driver(caplog):
 
 @kafka_only
 def test_the_threading_share_consumer_refuses_a_coroutine_callback(bootstrap, topic_with_ten, caplog):
-    """kio.ShareConsumer cannot await a coroutine function's result: it says
-    so (logged TypeError, as a failing callback is) instead of dropping the
-    coroutine unawaited."""
+    """kio.ShareConsumer cannot await a coroutine: a coroutine function as the
+    callback is refused at once (TypeError), and a coroutine a plain function
+    returned is not dropped unawaited but reported (logged TypeError, as a
+    failing callback is); a callback that is not callable is refused."""
     groups = share_groups(bootstrap)
 
     async def on_ack(offsets, err):
         pass
 
     with kio.ShareConsumer(bootstrap_servers=bootstrap, group_id=groups["thread"]) as c:
-        c.set_acknowledgement_commit_callback(on_ack)
+        with pytest.raises(TypeError, match="coroutine function.*kio.aio or kio.trio"):
+            c.set_acknowledgement_commit_callback(on_ack)
+        with pytest.raises(TypeError, match="must be callable"):
+            c.set_acknowledgement_commit_callback("print")
+        c.set_acknowledgement_commit_callback(lambda offsets, err: on_ack(offsets, err))
         c.subscribe([topic_with_ten])
         end = time.monotonic() + 30
         got = []
@@ -266,8 +271,8 @@ def test_the_threading_share_consumer_refuses_a_coroutine_callback(bootstrap, to
             got += c.poll(0.3)
         with caplog.at_level(logging.ERROR, logger="kio.share_consumer"):
             assert c.commit_sync() == {TP(topic_with_ten, 0): None}
-    assert any("cannot await" in r.getMessage() or "cannot await" in str(r.exc_info and r.exc_info[1])
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any("cannot await" in str(r.exc_info and r.exc_info[1]) for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
 
 
 @kafka_only
