@@ -22,9 +22,17 @@ from kproto.admin import (
 )
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
+from kproto.errors import KafkaError
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 
-__all__ = ["AdminOps"]
+__all__ = ["AdminOps", "AdminClosedError"]
+
+
+class AdminClosedError(KafkaError):
+    """The admin client is closed (or its network side failed)."""
+
+
+AdminClosedError.__module__ = "kio.admin"
 
 
 class AdminOps:
@@ -36,9 +44,27 @@ class AdminOps:
     first failed item's error; False returns the operation's
     :class:`AdminHandle` (``values()`` and ``errors()`` per item)."""
 
+    _closed: bool
+
     def _call(self, name: str, *args: Any, timeout: Optional[float], raise_errors: bool, **kwargs: Any) -> Any:
         """Run the core operation ``name`` to its end (the driver's)."""
         raise NotImplementedError
+
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        """What broke the driver's network side (the admin is unusable), or None."""
+        raise NotImplementedError
+
+    def _check_failed(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            raise AdminClosedError(f"the admin client's network side failed: {failure!r}") from failure
+
+    def _check_usable(self) -> None:
+        """Every operation raises AdminClosedError once the client is closed or broken."""
+        self._check_failed()
+        if self._closed:
+            raise AdminClosedError("the admin client is closed")
 
     # -- topics --------------------------------------------------------------------------------
     @overload

@@ -13,8 +13,7 @@ from typing import Any, Dict, Optional
 
 from kio._admin_ops import AdminOps
 from kio._async_clients import _Client
-from kio._common import now_ms
-from kio.admin import AdminClosedError
+from kio._common import INF, Steps, now_ms
 from kproto.admin import AdminCore, AdminHandle
 
 __all__ = ["AsyncAdmin"]
@@ -34,14 +33,21 @@ class AsyncAdmin(_Client, AdminOps):
                     **kwargs: Any) -> Any:
         """Run the core operation ``name`` (``now`` supplied, ``timeout`` in
         seconds instead of ``timeout_ms``) to its end."""
-        if self._closed:
-            raise AdminClosedError("the admin client is closed")
+        self._check_usable()
         self._ensure_started()
         if timeout is not None:
             kwargs["timeout_ms"] = int(timeout * 1000)
         handle: AdminHandle = getattr(self._core, name)(*args, now=now_ms(), **kwargs)
-        await self._wait_done(handle)
+        self._kick()
+        await self._run(self._done_steps(handle))
         return handle.result() if raise_errors else handle
+
+    def _done_steps(self, handle: AdminHandle) -> Steps[None]:
+        """Wait until the core finished the operation (it enforces the
+        deadline); the network task failing raises AdminClosedError."""
+        while not handle.done:
+            self._check_failed()
+            yield INF
 
     async def _close(self, timeout: Optional[float]) -> None:
         if self._engine.started:

@@ -18,22 +18,20 @@ threads are serialised.
 """
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
-from kio._admin_ops import AdminOps
+from kio._admin_ops import AdminClosedError, AdminOps
 from kio._common import now_ms as _now_ms  # the cores' one clock
 from kio._common import sleep_time
 from kio._network import SocketLoop
 from kproto.admin import AdminCore, ConfigResource, NewPartitions, NewTopic, OffsetSpec
 from kproto.config import Config
-from kproto.errors import KafkaError
 
 __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec"]
 
-
-class AdminClosedError(KafkaError):
-    """The admin client is closed."""
+log = logging.getLogger("kio.admin")
 
 
 class Admin(AdminOps):
@@ -52,6 +50,7 @@ class Admin(AdminOps):
         self._net = SocketLoop(self._core)
         self._lock = threading.Lock()
         self._closed = False
+        self._fatal: Optional[BaseException] = None
 
     @property
     def config(self) -> Config:
@@ -66,22 +65,35 @@ class Admin(AdminOps):
         handle = self._run(lambda now: getattr(self._core, name)(*args, now=now, **kwargs))
         return handle.result() if raise_errors else handle
 
-    def _run(self, start):
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        return self._fatal
+
+    def _run(self, start: Callable[[float], Any]) -> Any:
+        """Start an operation (``start(now)``: its handle) and drive the
+        sockets on this thread until it is done. A failure of the loop
+        itself (not of the operation: that is the handle's) breaks the
+        client, as a failed network thread or task does in the other drivers."""
         with self._lock:
-            if self._closed:
-                raise AdminClosedError("the admin client is closed")
+            self._check_usable()
             core, net = self._core, self._net
             handle = start(_now_ms())
-            while True:
-                now = _now_ms()
-                net.apply(core.poll(now), now)
-                net.write_all(now)
-                core.events()
-                if handle.done:
-                    return handle
-                deadline = core.next_deadline(now)
-                net.update_interest()
-                net.handle(net.select(sleep_time(deadline, _now_ms())), _now_ms())
+            try:
+                while True:
+                    now = _now_ms()
+                    net.apply(core.poll(now), now)
+                    net.write_all(now)
+                    core.events()
+                    if handle.done:
+                        return handle
+                    deadline = core.next_deadline(now)
+                    net.update_interest()
+                    net.handle(net.select(sleep_time(deadline, _now_ms())), _now_ms())
+            except Exception as e:  # noqa: BLE001 - fail loudly, and every later call too
+                log.exception("the admin client's network loop failed")
+                self._fatal = e
+                self._check_failed()          # raises AdminClosedError from e
+                raise
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:

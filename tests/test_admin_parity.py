@@ -9,6 +9,7 @@ of one broker, so Tansu's own answers (it deviates from Kafka here and
 there) are fine as long as every driver reports them alike; the threading
 transcript is then checked against what Kafka answers.
 """
+import logging
 import time
 import uuid
 
@@ -127,3 +128,36 @@ def test_timeouts_without_a_broker_the_same_under_every_driver():
                    ("create_topics", ("raised", "AdminTimeoutError"), True),
                    ("describe_cluster", ("raised", "AdminTimeoutError"), True),
                    ("describe_topics, raise_errors=False", {"t": "AdminTimeoutError"})]
+
+
+async def failed_network_scenario(kind, bootstrap):
+    """The admin's network side fails (its core raises): the call waiting for
+    it and every later one raise AdminClosedError, under every driver - the
+    async ones used to wait forever once their network task had died."""
+    out = []
+    admin = module(kind).Admin(bootstrap_servers=bootstrap)
+    async with opened(admin):
+
+        def broken_poll(now):
+            raise RuntimeError("the core broke")
+        admin._core.poll = broken_poll           # the next round of the network side fails
+        start = time.monotonic()
+        out.append(("list_topics", await outcome(admin.list_topics, timeout=5.0), time.monotonic() - start < 4))
+        for name, args in [("list_topics", ()), ("describe_cluster", ()), ("create_topics", (["t"],))]:
+            out.append((name + " again", await outcome(getattr(admin, name), *args)))
+        out.append(("close", await outcome(admin.close)))
+    out.append(("list_topics after close", await outcome(admin.list_topics)))
+    return out
+
+
+def test_a_failed_network_side_raises_the_same_error_under_every_driver(caplog):
+    caplog.set_level(logging.CRITICAL, logger="kio")          # the failure is logged; expected here
+    caplog.set_level(logging.CRITICAL, logger="kio.async")
+    caplog.set_level(logging.CRITICAL, logger="kio.admin")
+    out = all_the_same(failed_network_scenario, nowhere())
+    assert out == [("list_topics", ("raised", "AdminClosedError"), True),
+                   ("list_topics again", ("raised", "AdminClosedError")),
+                   ("describe_cluster again", ("raised", "AdminClosedError")),
+                   ("create_topics again", ("raised", "AdminClosedError")),
+                   ("close", ("ok", None)),
+                   ("list_topics after close", ("raised", "AdminClosedError"))]
