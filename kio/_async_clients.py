@@ -19,7 +19,7 @@ from typing import (
 )
 
 from kio._async_engine import Engine
-from kio._common import INF, now_ms, rebalance_calls, wall_ms
+from kio._common import INF, next_step, now_ms, rebalance_calls, wall_ms
 from kio._types import (
     AsyncCommitCallback, AsyncRebalanceListener, DeliveryCallback, Headers, Offsets, Partitions,
 )
@@ -117,10 +117,9 @@ class _Client:
             value: Any = None
             error: Optional[BaseException] = None
             while True:
-                try:
-                    step = steps.send(value) if error is None else steps.throw(error)
-                except StopIteration as stop:
-                    return stop.value
+                done, step = next_step(steps, value, error)
+                if done:
+                    return step
                 value = error = None
                 if isinstance(step, float):
                     left = None if step == INF else (step - now_ms()) / 1000.0

@@ -5,17 +5,27 @@ import errno
 import math
 import socket
 import time
-from typing import Any, Generator, TypeVar
+from typing import Any, Generator, Optional, Tuple, TypeVar
 
 from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 
-__all__ = ["INF", "Steps", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
+__all__ = ["INF", "Steps", "next_step", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
 
 #: a wait without a deadline (a step of a blocking operation, see kio._consumer_ops)
 INF = math.inf
 _T = TypeVar("_T")
 #: a blocking operation: yields waits (a float deadline) or awaitables, returns the result
 Steps = Generator[Any, Any, _T]
+
+
+def next_step(steps: Steps[Any], value: Any, error: Optional[BaseException]) -> Tuple[bool, Any]:
+    """Hand a blocking operation the outcome of its last step (``value``, or
+    ``error`` thrown in): ``(True, result)`` once it returned, else ``(False,
+    next step)``. The runners of every driver go through here."""
+    try:
+        return False, (steps.send(value) if error is None else steps.throw(error))
+    except StopIteration as stop:
+        return True, stop.value
 
 
 def now_ms() -> float:

@@ -24,7 +24,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
-from kio._common import INF, Steps, now_ms, sleep_time
+from kio._common import INF, Steps, next_step, now_ms, sleep_time
 from kio._network import SocketLoop
 from kproto.errors import KafkaError
 
@@ -109,10 +109,9 @@ class ThreadDriver:
             value: Any = None
             error: Optional[BaseException] = None
             while True:
-                try:
-                    step = steps.send(value) if error is None else steps.throw(error)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                done, step = next_step(steps, value, error)
+                if done:
+                    return step  # type: ignore[no-any-return]
                 value = error = None
                 if isinstance(step, float):
                     with self._lock:

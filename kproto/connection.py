@@ -93,6 +93,7 @@ from kproto.errors import (
     UnsupportedVersionError,
 )
 from kproto.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from kproto.statemachine import checked_move
 
 __all__ = [
     "ConnectionState", "Connection", "InFlightRequest", "ReconnectBackoff",
@@ -505,10 +506,8 @@ class Connection:
 
     def _move(self, new: ConnectionState) -> None:
         """The one place the state changes: only along TRANSITIONS."""
-        if new not in TRANSITIONS[self.state]:
-            raise NotReadyError(f"connection to node {self.node_id}: {self.state.name} -> {new.name} "
-                                f"is not a transition of the connection machine")
-        self.state = new
+        self.state = checked_move(TRANSITIONS, self.state, new, machine="connection",
+                                  owner=f"connection to node {self.node_id}", error=NotReadyError)
 
     def start_connect(self, now):
         """The driver starts opening the socket now: DISCONNECTED -> CONNECTING."""

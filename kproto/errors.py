@@ -168,3 +168,12 @@ class NotReadyError(KafkaError):
     A caller bug or a race with a disconnect: check ``can_send()`` first."""
 
     retriable = True
+
+
+class IllegalStateTransitionError(KafkaError):
+    """A state machine of the core was asked to move between two states its
+    transition table does not connect (see :mod:`kproto.statemachine`).
+
+    An internal invariant is broken - a bug in kproto, or a machine driven
+    against its contract - so the move is refused loudly instead of leaving
+    the machine in a state nothing expects. Never retriable."""

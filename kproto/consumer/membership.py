@@ -28,6 +28,9 @@ Follows Java's ``AbstractCoordinator`` + ``ConsumerCoordinator``:
 The driver invokes the application's rebalance listener for the events a poll
 returned before it calls ``poll`` again: revocations are emitted one poll
 before the JoinGroup that follows them, so offsets can still be committed.
+
+States (:class:`MemberState`) change only along :data:`TRANSITIONS`, the
+complete table of moves with the event behind each.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from kproto.consumer.assignors import (
 )
 from kproto.consumer.coordinator import COORDINATOR_ERRORS, CoordinatorFound, CoordinatorLost
 from kproto.errors import ConfigError, KafkaError, UnsupportedVersionError
+from kproto.statemachine import checked_move
 
 __all__ = ["MemberState", "GroupMembership", "PartitionsAssigned", "PartitionsRevoked",
            "PartitionsLost", "GroupFatalError", "MetadataNeeded"]
@@ -68,6 +72,57 @@ class MemberState(enum.Enum):
     STABLE = "STABLE"
     FATAL = "FATAL"
     CLOSED = "CLOSED"
+
+
+_M = MemberState
+#: The classic membership machine's transition table (as h11's ``_state.py``):
+#: the states each state may move to, and the event that moves it.
+#: ``GroupMembership._move`` refuses any other move (IllegalStateTransitionError).
+#: Every live state may also move to FATAL (a non-retriable group error: a
+#: fenced static member, an authorization failure, a broken answer) and to
+#: CLOSED (``close()``, or the answer to its LeaveGroup).
+TRANSITIONS = {
+    _M.UNJOINED: frozenset({
+        _M.PREPARING,            # subscribed, or polled again after a poll timeout: join
+        _M.UNJOINED,             # unsubscribe() while not in the group
+        _M.FATAL, _M.CLOSED}),
+    _M.PREPARING: frozenset({
+        _M.JOIN_PENDING,         # the prepare hook finished and revocations were handed out
+        _M.PREPARING,            # OffsetCommit lost the generation: the round starts again
+        _M.UNJOINED,             # unsubscribe()
+        _M.FATAL, _M.CLOSED}),
+    _M.JOIN_PENDING: frozenset({
+        _M.JOINING,              # the JoinGroup goes out (backoff over, coordinator known)
+        _M.PREPARING,            # OffsetCommit lost the generation
+        _M.UNJOINED,             # unsubscribe()
+        _M.FATAL, _M.CLOSED}),
+    _M.JOINING: frozenset({
+        _M.SYNCING,              # joined: a follower (or a leader told to skip the assignment) syncs
+        _M.AWAITING_METADATA,    # joined as leader; metadata lacks some member's topics
+        _M.JOIN_PENDING,         # retriable JoinGroup error or failure (MEMBER_ID_REQUIRED, ...)
+        _M.PREPARING,            # OffsetCommit lost the generation
+        _M.UNJOINED,             # unsubscribe()
+        _M.FATAL, _M.CLOSED}),
+    _M.AWAITING_METADATA: frozenset({
+        _M.SYNCING,              # the metadata came (or its wait ran out): the leader assigned
+        _M.PREPARING,            # Heartbeat or OffsetCommit lost the generation
+        _M.UNJOINED,             # poll timeout, unsubscribe()
+        _M.FATAL, _M.CLOSED}),
+    _M.SYNCING: frozenset({
+        _M.STABLE,               # SyncGroup brought the assignment
+        _M.JOIN_PENDING,         # retriable SyncGroup error or failure
+        _M.PREPARING,            # Heartbeat or OffsetCommit lost the generation
+        _M.UNJOINED,             # poll timeout, unsubscribe()
+        _M.FATAL, _M.CLOSED}),
+    _M.STABLE: frozenset({
+        _M.PREPARING,            # rejoin: rebalance, subscription or metadata change, lost generation
+        _M.UNJOINED,             # poll timeout, unsubscribe()
+        _M.FATAL, _M.CLOSED}),
+    _M.FATAL: frozenset({
+        _M.UNJOINED,             # unsubscribe(): the application starts over
+        _M.CLOSED}),             # close()
+    _M.CLOSED: frozenset(),      # for good: a new member is needed
+}
 
 
 class PartitionsAssigned(NamedTuple):
@@ -131,7 +186,7 @@ class GroupMembership:
         self.client_rack = client_rack
         self.prepare_join = prepare_join
 
-        self.state = MemberState.UNJOINED
+        self.state = MemberState.UNJOINED   # changed only by _move (see TRANSITIONS)
         self.member_id = ""
         self.generation_id = -1
         self.protocol_name = None
@@ -180,12 +235,15 @@ class GroupMembership:
         self._set_subscription(self._matching_topics(), now)
 
     def unsubscribe(self, now) -> None:
-        """Give up every partition and leave the group (Java's unsubscribe)."""
+        """Give up every partition and leave the group (Java's unsubscribe).
+        Nothing on a closed member: it left for good (it must stay closed)."""
+        if self.state is MemberState.CLOSED:
+            return
         self._leave_prepare("unsubscribed")
         self._send_leave_or_reset("the consumer unsubscribed", now)
         self.subscription = frozenset()
         self.pattern = None
-        self.state = MemberState.UNJOINED
+        self._move(MemberState.UNJOINED)
 
     def poll_called(self, now) -> None:
         """The application called poll(): resets the max.poll.interval.ms timer,
@@ -216,18 +274,25 @@ class GroupMembership:
         """Revoke owned partitions and leave (dynamic members only). Keep polling
         until :attr:`closed` is True (the LeaveGroup is sent once, best effort).
         A pending join is not waited for (see :meth:`_send_leave_or_reset`)."""
-        if self.state in (MemberState.CLOSED, MemberState.FATAL):
-            self.state = MemberState.CLOSED
+        if self.state is MemberState.CLOSED:
+            return
+        if self.state is MemberState.FATAL:
+            self._move(MemberState.CLOSED)    # nothing to leave: the group dropped us
             return
         self._closing = True
         self._leave_prepare("the consumer is closing")
         self._send_leave_or_reset("the consumer is being closed", now)
         if self._leave_req is None:
-            self.state = MemberState.CLOSED
+            self._move(MemberState.CLOSED)
 
     @property
     def closed(self) -> bool:
         return self.state is MemberState.CLOSED
+
+    def _move(self, new: MemberState) -> None:
+        """The one place the state changes: only along TRANSITIONS."""
+        self.state = checked_move(TRANSITIONS, self.state, new, machine="group membership",
+                                  owner=f"group {self.group_id!r}")
 
     # == queries ======================================================================
     @property
@@ -382,7 +447,7 @@ class GroupMembership:
         self._rejoin_reason = reason
         self._prepare_started = None
         self._revocation_emitted = False
-        self.state = MemberState.PREPARING
+        self._move(MemberState.PREPARING)
         # Answers to an abandoned JoinGroup/SyncGroup/Heartbeat must not complete this round.
         self._join_req = self._sync_req = self._hb_req = None
         self._join_response = None
@@ -414,7 +479,7 @@ class GroupMembership:
                 self.assignment = self.assignment - revoked
                 self._events.append(PartitionsRevoked(tuple(sorted(revoked))))
                 return True                # the listener runs before our next poll
-        self.state = MemberState.JOIN_PENDING
+        self._move(MemberState.JOIN_PENDING)
         self._retry_at = now
         return False
 
@@ -446,7 +511,7 @@ class GroupMembership:
                               min_version=5 if self.group_instance_id is not None else 0)
         self._join_req = req
         self._joined_subscription = self.subscription
-        self.state = MemberState.JOINING
+        self._move(MemberState.JOINING)
         return req
 
     def _on_join_response(self, request, body, now) -> None:
@@ -472,7 +537,7 @@ class GroupMembership:
                 self._prepare_leader_assignment(now)
             else:
                 self._assignments = []
-                self.state = MemberState.SYNCING
+                self._move(MemberState.SYNCING)
             return
         error = E.error_for_code(code, body.get("error_message"),
                                  context=f"JoinGroup of group {self.group_id!r}")
@@ -497,7 +562,7 @@ class GroupMembership:
     def _retry_join(self, now, backoff) -> None:
         if self.state in (MemberState.FATAL, MemberState.CLOSED):
             return
-        self.state = MemberState.JOIN_PENDING
+        self._move(MemberState.JOIN_PENDING)
         self._retry_at = now + (self.retry_backoff_ms if backoff else 0)
         self._hb_req = None
         self._hb_next = self._session_deadline = None
@@ -519,7 +584,7 @@ class GroupMembership:
         self._group_subscription = topics
         missing = topics - self.topic_partitions.keys()
         if missing:
-            self.state = MemberState.AWAITING_METADATA
+            self._move(MemberState.AWAITING_METADATA)
             self._metadata_deadline = now + self.request_timeout_ms
             self._events.append(MetadataNeeded(tuple(sorted(missing))))
         else:
@@ -538,7 +603,7 @@ class GroupMembership:
                              for m, a in sorted(result.items())]
         log.info("group %r: leader assigned %s", self.group_id,
                  {m: len(a.partitions) for m, a in result.items()})
-        self.state = MemberState.SYNCING
+        self._move(MemberState.SYNCING)
 
     def _metadata_changed(self) -> bool:
         snap = self._assignment_snapshot
@@ -601,7 +666,7 @@ class GroupMembership:
             self._pending_rejoin_reason = "assignment included topics no longer subscribed"
         revoked = self.assignment - assigned
         added = assigned - self.assignment
-        self.state = MemberState.STABLE
+        self._move(MemberState.STABLE)
         self._reset_session(now)
         if revoked:
             # Only COOPERATIVE gets here (EAGER revoked everything before joining):
@@ -687,7 +752,7 @@ class GroupMembership:
         if leave is not None:
             out.append(leave)
         self._reset_generation("consumer poll timeout has expired")
-        self.state = MemberState.UNJOINED
+        self._move(MemberState.UNJOINED)
 
     def _leave_prepare(self, reason) -> None:
         if not self.assignment:
@@ -733,8 +798,8 @@ class GroupMembership:
         self._leave_req = None
         if code:
             log.info("group %r: LeaveGroup answered %s", self.group_id, E.error_for_code(code))
-        if self._closing:
-            self.state = MemberState.CLOSED
+        if self._closing and self.state is not MemberState.CLOSED:
+            self._move(MemberState.CLOSED)     # (a fatal error may have closed it meanwhile)
 
     def _reset_generation(self, reason, lost=True) -> None:
         """Forget generation and member id (Java's resetStateAndGeneration);
@@ -750,9 +815,16 @@ class GroupMembership:
             self.assignment = frozenset()
 
     def _fail(self, error) -> None:
+        if self.state in (MemberState.FATAL, MemberState.CLOSED):
+            # A late answer (an OffsetCommit after close(), a second fatal
+            # error): a closed member stays closed, a failed one keeps the
+            # error the application was told about.
+            log.warning("group %r: %s after the member was %s; ignored", self.group_id, error,
+                        "closed" if self.state is MemberState.CLOSED else "failed")
+            return
         log.error("group %r: fatal group error: %s", self.group_id, error)
         self.fatal_error = error
-        self.state = MemberState.FATAL
+        self._move(MemberState.FATAL)
         self._join_req = self._sync_req = self._hb_req = None
         self._events.append(GroupFatalError(error))
 

@@ -45,6 +45,9 @@ retried after the lookup; COORDINATOR_LOAD_IN_PROGRESS after a backoff;
 other errors (GROUP_AUTHORIZATION_FAILED, UNRELEASED_INSTANCE_ID,
 FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION,
 GROUP_MAX_SIZE_REACHED, a broker without the API, ...) are fatal.
+
+States (:class:`ConsumerMemberState`) change only along :data:`TRANSITIONS`,
+the complete table of moves with the event behind each.
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ from kproto.consumer.membership import (
     GroupFatalError, MetadataNeeded, PartitionsAssigned, PartitionsLost, PartitionsRevoked, _Joined,
 )
 from kproto.errors import KafkaError, UnsupportedVersionError
+from kproto.statemachine import checked_move
 
 __all__ = ["ConsumerProtocolMembership", "ConsumerMemberState", "to_broker_regex", "new_member_id",
            "LEAVE_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_STATIC_MEMBER_EPOCH"]
@@ -85,6 +89,37 @@ class ConsumerMemberState(enum.Enum):
     RECONCILING = "RECONCILING"  # revoking / assigning towards a new target assignment
     FATAL = "FATAL"
     CLOSED = "CLOSED"
+
+
+_C = ConsumerMemberState
+#: The KIP-848 membership machine's transition table (as h11's ``_state.py``):
+#: the states each state may move to, and the event that moves it.
+#: ``ConsumerProtocolMembership._move`` refuses any other move
+#: (IllegalStateTransitionError). Leaving - unsubscribe(), close(), a poll
+#: timeout, being fenced - always passes through UNJOINED.
+TRANSITIONS = {
+    _C.UNJOINED: frozenset({
+        _C.JOINING,              # subscribed, polled after a poll timeout, or rejoining after fencing
+        _C.UNJOINED,             # unsubscribe() or close() when already out of the group
+        _C.FATAL,                # OffsetCommit answered FENCED_INSTANCE_ID
+        _C.CLOSED}),             # close(): nothing to leave, or the leave heartbeat was answered
+    _C.JOINING: frozenset({
+        _C.STABLE,               # the broker answered with a member epoch
+        _C.UNJOINED,             # fenced (rejoins at once), unsubscribe(), close()
+        _C.FATAL}),              # a non-retriable heartbeat error, a broker without the API
+    _C.STABLE: frozenset({
+        _C.RECONCILING,          # a new target assignment (or the first, even an empty one)
+        _C.UNJOINED,             # fenced, poll timeout, unsubscribe(), close()
+        _C.FATAL}),
+    _C.RECONCILING: frozenset({
+        _C.STABLE,               # revoked and assigned: the next heartbeat acknowledges
+        _C.UNJOINED,             # fenced, poll timeout, unsubscribe(), close()
+        _C.FATAL}),
+    _C.FATAL: frozenset({
+        _C.UNJOINED,             # unsubscribe(): the application starts over
+        _C.CLOSED}),             # close()
+    _C.CLOSED: frozenset(),      # for good: a new member is needed
+}
 
 
 def new_member_id() -> str:
@@ -218,7 +253,7 @@ class ConsumerProtocolMembership:
         self.client_rack = client_rack
         self.prepare_join = prepare_join
 
-        self.state = ConsumerMemberState.UNJOINED
+        self.state = ConsumerMemberState.UNJOINED   # changed only by _move (see TRANSITIONS)
         self.member_id: str = member_id or new_member_id()
         self.member_epoch = 0
         self.fatal_error: Optional[KafkaError] = None
@@ -268,12 +303,15 @@ class ConsumerProtocolMembership:
         self._set_subscription(self._matching_topics(), now, changed)
 
     def unsubscribe(self, now: float) -> None:
-        """Give up every partition and leave the group."""
+        """Give up every partition and leave the group. Nothing on a closed
+        member: it left for good (it must stay closed)."""
+        if self.state is ConsumerMemberState.CLOSED:
+            return
         self._leave_prepare("the consumer unsubscribed")
         self._send_leave(now)
         self.subscription = frozenset()
         self.pattern = self.regex = None
-        self.state = ConsumerMemberState.UNJOINED
+        self._move(ConsumerMemberState.UNJOINED)
 
     def poll_called(self, now: float) -> None:
         """The application polled: resets the max.poll.interval.ms timer and,
@@ -303,18 +341,25 @@ class ConsumerProtocolMembership:
     def close(self, now: float) -> None:
         """Revoke the owned partitions and leave (epoch -1, static members -2).
         Keep polling until :attr:`closed`."""
-        if self.state in (ConsumerMemberState.CLOSED, ConsumerMemberState.FATAL):
-            self.state = ConsumerMemberState.CLOSED
+        if self.state is ConsumerMemberState.CLOSED:
+            return
+        if self.state is ConsumerMemberState.FATAL:
+            self._move(ConsumerMemberState.CLOSED)    # nothing to leave: the group dropped us
             return
         self._closing = True
         self._leave_prepare("the consumer is closing")
         self._send_leave(now)
         if self._leave_req is None:
-            self.state = ConsumerMemberState.CLOSED
+            self._move(ConsumerMemberState.CLOSED)
 
     @property
     def closed(self) -> bool:
         return self.state is ConsumerMemberState.CLOSED
+
+    def _move(self, new: ConsumerMemberState) -> None:
+        """The one place the state changes: only along TRANSITIONS."""
+        self.state = checked_move(TRANSITIONS, self.state, new, machine="consumer group membership",
+                                  owner=f"group {self.group_id!r}")
 
     # == queries ======================================================================
     @property
@@ -422,7 +467,7 @@ class ConsumerProtocolMembership:
         if (self.state is ConsumerMemberState.UNJOINED and (self.subscription or self.regex)
                 and not self._poll_timed_out and not self._closing):
             log.info("group %r: member %s joining (consumer protocol)", self.group_id, self.member_id)
-            self.state = ConsumerMemberState.JOINING
+            self._move(ConsumerMemberState.JOINING)
             self.member_epoch = 0
             self._sent = None
             self._hb_next = 0
@@ -503,7 +548,7 @@ class ConsumerProtocolMembership:
             self.heartbeat_interval_ms = interval
         self._hb_next = now + (self.heartbeat_interval_ms or self.retry_backoff_ms)
         if self.state is ConsumerMemberState.JOINING and epoch > 0:
-            self.state = ConsumerMemberState.STABLE
+            self._move(ConsumerMemberState.STABLE)
             if self._last_poll is None:
                 self._last_poll = now
         assignment = body.get("assignment")
@@ -550,7 +595,7 @@ class ConsumerProtocolMembership:
         self._owned = {}
         self._target = None
         self._rec = None
-        self.state = ConsumerMemberState.UNJOINED
+        self._move(ConsumerMemberState.UNJOINED)
         self._join_if_needed()
         self._hb_next = now
 
@@ -579,7 +624,7 @@ class ConsumerProtocolMembership:
         self._rec = {"revoked": revoked, "revoked_keys": revoked_keys, "added": added,
                      "added_keys": added_keys, "round": self._round, "started": now,
                      "phase": "commit" if revoked else "assign"}
-        self.state = ConsumerMemberState.RECONCILING
+        self._move(ConsumerMemberState.RECONCILING)
         log.info("group %r: reconciling at epoch %s: revoke %s, assign %s", self.group_id,
                  self.member_epoch, sorted(revoked), sorted(added))
         # Advanced by poll() only: it runs after the driver took the events of
@@ -621,7 +666,7 @@ class ConsumerProtocolMembership:
         if rec["added"] or self._first_reconcile:
             self._events.append(PartitionsAssigned(tuple(sorted(rec["added"])), self.member_epoch))
         self._first_reconcile = False
-        self.state = ConsumerMemberState.STABLE
+        self._move(ConsumerMemberState.STABLE)
         self._ack_needed = True                       # the next heartbeat, at once, says what we own
         self._maybe_reconcile(now)                    # a newer target may have come meanwhile
         if self._rec is not None and self._rec["phase"] == "assign":
@@ -709,19 +754,26 @@ class ConsumerProtocolMembership:
         self._hb_next = None
         self._sent = None
         self._ack_needed = False
-        self.state = ConsumerMemberState.UNJOINED
+        self._move(ConsumerMemberState.UNJOINED)
 
     def _on_leave_done(self, code: Optional[int]) -> None:
         self._leave_req = None
         if code:
             log.info("group %r: leaving answered %s", self.group_id, E.error_for_code(code))
-        if self._closing:
-            self.state = ConsumerMemberState.CLOSED
+        if self._closing and self.state is not ConsumerMemberState.CLOSED:
+            self._move(ConsumerMemberState.CLOSED)   # (a fatal error may have closed it meanwhile)
 
     def _fail(self, error: KafkaError) -> None:
+        if self.state in (ConsumerMemberState.FATAL, ConsumerMemberState.CLOSED):
+            # A late answer (an OffsetCommit after close(), a second fatal
+            # error): a closed member stays closed, a failed one keeps the
+            # error the application was told about.
+            log.warning("group %r: %s after the member was %s; ignored", self.group_id, error,
+                        "closed" if self.state is ConsumerMemberState.CLOSED else "failed")
+            return
         log.error("group %r: fatal group error: %s", self.group_id, error)
         self.fatal_error = error
-        self.state = ConsumerMemberState.FATAL
+        self._move(ConsumerMemberState.FATAL)
         self._hb_req = None
         self._rec = None
         self._events.append(GroupFatalError(error))

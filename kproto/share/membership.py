@@ -9,8 +9,11 @@ the consumer protocol. States::
     STABLE --heartbeat every heartbeat_interval_ms (the broker's)--> STABLE
     JOINING/STABLE --FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID--> JOINING (epoch 0, same member id,
                                                                    assignment lost)
-    any --leave()--> LEAVING (epoch -1) --answer, failure or leave timeout--> LEFT
-    any --fatal error (authorization, group full, ...)--> FAILED
+    JOINING/STABLE --leave()--> LEAVING (epoch -1) --answer or failure--> LEFT
+    UNSUBSCRIBED, or JOINING with no heartbeat in flight --leave()--> LEFT (nothing to tell)
+    JOINING/STABLE --fatal error (authorization, group full, ...)--> FAILED (for good)
+
+:data:`TRANSITIONS` is the complete table; no other move is made.
 
 The member id is made here (a random UUID, as KIP-1082 has clients do), so
 a member that rejoins after being fenced keeps its id.
@@ -26,6 +29,7 @@ from kproto import error_codes
 from kproto.consumer import COORDINATOR, OutgoingRequest
 from kproto.consumer.coordinator import COORDINATOR_ERRORS, GroupCoordinator
 from kproto.errors import KafkaError, UnsupportedVersionError
+from kproto.statemachine import checked_move
 
 __all__ = ["ShareMembership", "ShareMemberState", "AssignmentChanged", "ShareGroupFatalError"]
 
@@ -46,6 +50,33 @@ class ShareMemberState(enum.Enum):
     LEAVING = "LEAVING"
     LEFT = "LEFT"
     FAILED = "FAILED"
+
+
+_S = ShareMemberState
+#: The share membership machine's transition table (as h11's ``_state.py``):
+#: the states each state may move to, and the event that moves it.
+#: ``ShareMembership._move`` refuses any other move (IllegalStateTransitionError).
+TRANSITIONS = {
+    _S.UNSUBSCRIBED: frozenset({
+        _S.JOINING,              # subscribe()
+        _S.LEFT}),               # leave() before ever subscribing
+    _S.JOINING: frozenset({
+        _S.STABLE,               # the broker answered with a member epoch
+        _S.JOINING,              # fenced again before the first answer: rejoin with epoch 0
+        _S.LEAVING,              # leave() with a heartbeat in flight (the member id may be known)
+        _S.LEFT,                 # leave() with no heartbeat in flight: the broker does not know us
+        _S.FAILED}),             # a non-retriable error, a broker without share groups
+    _S.STABLE: frozenset({
+        _S.STABLE,               # every answered heartbeat (new epoch, new assignment)
+        _S.JOINING,              # FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: rejoin with epoch 0
+        _S.LEAVING,              # leave()
+        _S.FAILED}),
+    _S.LEAVING: frozenset({
+        _S.LEFT}),               # the leave heartbeat was answered or failed
+    _S.LEFT: frozenset({
+        _S.JOINING}),            # subscribe() again, or the one that came while leaving
+    _S.FAILED: frozenset(),      # for good: subscribe() raises the error
+}
 
 
 class AssignmentChanged(NamedTuple):
@@ -74,7 +105,7 @@ class ShareMembership:
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
         self.request_timeout_ms = request_timeout_ms
-        self.state = ShareMemberState.UNSUBSCRIBED
+        self.state = ShareMemberState.UNSUBSCRIBED   # changed only by _move (see TRANSITIONS)
         self.epoch = 0
         self.subscription: List[str] = []
         self.assignment: Dict[uuid.UUID, FrozenSet[int]] = {}
@@ -100,7 +131,7 @@ class ShareMembership:
             self._rejoin = True                      # after the leave is answered (unsubscribe, subscribe)
             return
         if self.state in (ShareMemberState.UNSUBSCRIBED, ShareMemberState.LEFT):
-            self.state = ShareMemberState.JOINING
+            self._move(ShareMemberState.JOINING)
             self.epoch = 0
         self._next_heartbeat_at = now                # tell the broker at once
 
@@ -109,10 +140,11 @@ class ShareMembership:
         share to the others at once instead of after the session timeout."""
         if self.state in (ShareMemberState.LEFT, ShareMemberState.FAILED, ShareMemberState.LEAVING):
             return
-        if self.state is ShareMemberState.UNSUBSCRIBED or (self.epoch == 0 and self._inflight is None):
-            self._left()
+        if self.state is ShareMemberState.UNSUBSCRIBED or (
+                self.state is ShareMemberState.JOINING and self._inflight is None):
+            self._left()                             # the broker does not know this member (yet / any more)
             return
-        self.state = ShareMemberState.LEAVING
+        self._move(ShareMemberState.LEAVING)
         self._next_heartbeat_at = now
         # A heartbeat in flight is answered first (a broker answers a
         # connection's requests in order); the leave goes after it.
@@ -166,7 +198,7 @@ class ShareMembership:
         self.epoch = body["member_epoch"]
         if body.get("heartbeat_interval_ms", 0) > 0:
             self.heartbeat_interval_ms = body["heartbeat_interval_ms"]
-        self.state = ShareMemberState.STABLE
+        self._move(ShareMemberState.STABLE)
         assignment = body.get("assignment")
         if assignment is not None:
             new = {tp["topic_id"]: frozenset(tp["partitions"]) for tp in assignment["topic_partitions"]
@@ -224,7 +256,7 @@ class ShareMembership:
             # we held is someone else's now; rejoin with the same member id.
             log.info("share group %r: %s; rejoining", self.group_id, err)
             self.epoch = 0
-            self.state = ShareMemberState.JOINING
+            self._move(ShareMemberState.JOINING)
             self._send_subscription = True
             if self.assignment:
                 self.assignment = {}
@@ -237,10 +269,15 @@ class ShareMembership:
             # UNSUPPORTED_VERSION, a topic authorization error...: no retry helps.
             self._fail(err)
 
+    def _move(self, new: ShareMemberState) -> None:
+        """The one place the state changes: only along TRANSITIONS."""
+        self.state = checked_move(TRANSITIONS, self.state, new, machine="share group membership",
+                                  owner=f"share group {self.group_id!r}")
+
     def _fail(self, err):
         log.error("%s", err)
         self.error = err
-        self.state = ShareMemberState.FAILED
+        self._move(ShareMemberState.FAILED)
         if self.assignment:
             self.assignment = {}
             self._events.append(AssignmentChanged({}))
@@ -252,14 +289,14 @@ class ShareMembership:
         self._next_heartbeat_at = now + backoff
 
     def _left(self):
-        self.state = ShareMemberState.LEFT
+        self._move(ShareMemberState.LEFT)
         self.epoch = LEAVE_EPOCH
         if self.assignment:
             self.assignment = {}
             self._events.append(AssignmentChanged({}))
         if self._rejoin:
             self._rejoin = False
-            self.state = ShareMemberState.JOINING
+            self._move(ShareMemberState.JOINING)
             self.epoch = 0
             self._send_subscription = True
             self._next_heartbeat_at = 0
