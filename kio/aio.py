@@ -8,7 +8,8 @@
         c.subscribe(["t"])
         async for record in c: ...
 
-The clients are :mod:`kio._async_clients`, shared with :mod:`kio.trio`;
+The clients are :mod:`kio._async_clients` (and :mod:`kio._async_share`,
+:mod:`kio._async_admin`), shared with :mod:`kio.trio`;
 this module is only how asyncio waits: one task runs the core, sockets are
 watched with ``loop.add_reader``/``add_writer``. Use a client from the
 event loop that created its first task (asyncio objects are loop-bound).

@@ -9,7 +9,8 @@
         ...
         await p.close()
 
-The clients are :mod:`kio._async_clients`, shared with :mod:`kio.aio`; this
+The clients are :mod:`kio._async_clients` (and :mod:`kio._async_share`,
+:mod:`kio._async_admin`), shared with :mod:`kio.aio`; this
 module is only how trio waits (``trio.lowlevel.wait_readable`` and friends,
 trio events, cancel scopes) - no asyncio anywhere. Background tasks run in
 the client's nursery. Cancellation is safe: a cancelled ``send``, ``poll``

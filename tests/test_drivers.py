@@ -77,7 +77,14 @@ async def round_trip(kind, bootstrap):
     topic = topic_name()
     async with opened(Admin(bootstrap_servers=bootstrap)) as admin:
         await call(admin.create_topics([topic], num_partitions=2))
-        assert len((await call(admin.describe_topics([topic])))[topic].partitions) == 2
+        # Kafka answers CreateTopics once the controller has the topic; the broker's
+        # metadata can lag a moment (seen under load; Java's Admin sees the same)
+        for _ in range(150):
+            described = await call(admin.describe_topics([topic], raise_errors=False))
+            if topic in described.values():
+                break
+            await sleep(kind, 0.1)
+        assert len(described.values()[topic].partitions) == 2
     delivered = []
     async with opened(Producer(bootstrap_servers=bootstrap, linger_ms=2)) as p:
         handles = [await call(p.send(topic, b"v%d" % i, key=b"k%d" % i, headers=[("i", b"%d" % i)],
