@@ -38,6 +38,7 @@ from kproto.config import Config
 from kio._common import now_ms as _now_ms  # the cores' one clock
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
+from kproto.producer._append import Allocator
 from kproto.producer.core import (
     BufferExhausted, MetadataPending, ProducerClosedError, ProducerCore, RecordMetadata,
     complete_results,
@@ -48,8 +49,7 @@ __all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "BulkResult", "InO
 log = logging.getLogger("kio.producer")
 
 
-_time_ns, _monotonic = time.time_ns, time.monotonic
-_new_future = object.__new__
+_time, _monotonic = time.time, time.monotonic
 _tuple_new = tuple.__new__
 
 
@@ -83,21 +83,26 @@ class DeliveryFuture(concurrent.futures.Future):
     private names a Python version gives that state.
     """
 
+    # What the core writes on every record (kproto's append, in C on its fast
+    # path): slots, which take a fraction of the instructions an instance
+    # dict's entries take to write. send() makes the future without __init__
+    # and the core sets all five before send() returns it.
+    __slots__ = ("topic", "partition", "timestamp", "_outcome", "_delta")
     # Class-level defaults: a record's future sets only what differs (speed).
     # None of these names may be one Future.__init__ sets (a test checks).
     notify = False                        # see kproto.producer.outcome
-    _outcome = None                       # attached: the batch's BatchOutcome and this record's delta
-    _delta = 0
     _completed = False                    # notify mode: set by _complete
     _offset = -1
     _error = None
     on_delivery = None
-    topic = partition = timestamp = None
     _kio_future = False                   # Future.__init__ has run
     _kio_settled = False                  # the outcome was handed to the Future
 
     def __init__(self, on_delivery=None):
         # No super().__init__(): made on demand, see the class docstring.
+        self.topic = self.partition = self.timestamp = None
+        self._outcome = None              # attached: the batch's BatchOutcome and this record's delta
+        self._delta = 0
         if on_delivery is not None:
             self.on_delivery = on_delivery
 
@@ -227,6 +232,10 @@ class DeliveryFuture(concurrent.futures.Future):
                 log.exception("on_delivery callback %r raised", on_delivery)
 
 
+# object.__new__(DeliveryFuture) at the cost of a C call (kproto's Allocator)
+_new_future = Allocator(DeliveryFuture).new
+
+
 class BulkResult(tuple):
     """Result of send_many: (topic, count, ranges) with ranges as
     (partition, first_offset, count) tuples."""
@@ -327,10 +336,10 @@ class Producer:
             key_b, value_b = core.serialize(topic, key, value)      # outside the lock
         # Per-record costs count here: no __init__ call without a callback,
         # acquire/release instead of a with-block (both cheaper by ~0.1 us).
-        fut = _new_future(DeliveryFuture)
+        fut = _new_future()                         # DeliveryFuture, __init__ not run
         if on_delivery is not None:                 # DeliveryFuture(on_delivery), without its frame
             fut.on_delivery = on_delivery
-        ts = _time_ns() // 1000000 if timestamp_ms is None else timestamp_ms
+        ts = _time() * 1000.0 if timestamp_ms is None else timestamp_ms    # float ms: the core makes it an int
         lock = self._lock
         lock.acquire()
         try:

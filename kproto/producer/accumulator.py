@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 from kproto.errors import KafkaError
-from kproto.producer.outcome import BatchOutcome
+from kproto.producer._append import ProducerBatch  # typed: the per-record fast path reads it in C
 from kproto.records import BatchBuilder, estimate_size_in_bytes
 
 __all__ = ["iter_parts", "ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError",
@@ -44,67 +44,6 @@ class BufferExhausted(KafkaError):
 
 class RecordTooLargeError(KafkaError, ValueError):
     """A record larger than max.request.size or buffer.memory."""
-
-
-class ProducerBatch:
-    """One batch of one partition and the deliveries waiting on it.
-
-    ``outcome`` is shared by the handles attached to the batch (those with
-    ``notify`` false, see :mod:`kproto.producer.outcome`); ``parts`` lists
-    the handles told one by one, in record order: a bare handle owns one
-    record, whose offset delta is the handle's ``_delta``; a ``(handle,
-    delta, count)`` tuple owns ``count`` consecutive records from ``delta``
-    (a bulk send). Deltas are stored, not counted from the parts, because
-    attached records between them are in no part. A bare handle instead of
-    a tuple per record matters: every container allocated per record is one
-    more object for the cyclic garbage collector to walk while batches wait.
-
-    ``callbacks`` serves attached handles that carry an ``on_delivery``
-    callback: a flat list of (callback, delta, timestamp) triples, three
-    items per record and no object of its own, so a record with a callback
-    keeps nothing alive but its callback (usually one function shared by
-    every record) while the batch waits; :func:`complete_results` calls
-    them, in record order with the parts."""
-
-    __slots__ = ("topic", "partition", "builder", "parts", "created_ms", "deadline_ms", "attempts",
-                 "retry_after_ms", "reserved", "full", "base_sequence", "producer_id", "epoch",
-                 "done", "in_flight", "drained_ms", "outcome", "callbacks")
-
-    def __init__(self, topic, partition, builder, now, deadline_ms, reserved):
-        self.topic = topic
-        self.partition = partition
-        self.builder = builder
-        self.parts = []
-        self.created_ms = now
-        self.deadline_ms = deadline_ms
-        self.attempts = 0
-        self.retry_after_ms = 0
-        self.reserved = reserved
-        self.full = False
-        self.base_sequence = -1
-        self.producer_id = -1
-        self.epoch = -1
-        self.done = False
-        self.in_flight = False
-        self.drained_ms = None
-        self.outcome = BatchOutcome(topic, partition)
-        self.callbacks = []
-
-    @property
-    def tp(self):
-        return (self.topic, self.partition)
-
-    @property
-    def record_count(self):
-        return self.builder.record_count
-
-    @property
-    def has_sequence(self):
-        return self.base_sequence >= 0
-
-    def __repr__(self):
-        return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
-                f"seq={self.base_sequence} attempts={self.attempts}>")
 
 
 def iter_parts(parts):

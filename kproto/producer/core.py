@@ -29,6 +29,8 @@ from typing import Optional
 from kproto.client import DriverIO, network_for
 from kproto.cluster import validate_topic_name
 from kproto.errors import KafkaError
+from kproto.producer._append import FastAppend
+from kproto.producer._callbacks import run_callbacks
 from kproto.producer.accumulator import (
     BufferExhausted, RecordAccumulator, RecordTooLargeError,
 )
@@ -171,8 +173,8 @@ def complete_results(results):
                 for handle in list(outcome.watchers):
                     handle._outcome_done()
         cbs = r.callbacks
-        if cbs:
-            _run_callbacks(r, cbs)
+        if cbs:     # on_delivery callbacks of attached records, merged with the parts (in C)
+            run_callbacks(r, cbs, RecordMetadata, log)
             continue
         for part in r.parts:            # iter_parts(), inlined: this runs once per record
             if type(part) is tuple:
@@ -180,41 +182,6 @@ def complete_results(results):
                 handle._complete(topic, partition, base, delta, count, lat, err)
             else:
                 part._complete(topic, partition, base, part._delta, 1, lat, err)
-
-
-def _run_callbacks(r, cbs):
-    """complete_results for a batch with on_delivery callbacks of attached
-    records: those and the batch's parts, merged in record order."""
-    topic, partition, base, lat, err = r.topic, r.partition, r.base_offset, r.log_append_time, r.error
-    parts = r.parts
-    p, np = 0, len(parts)
-    for i in range(0, len(cbs), 3):
-        callback, delta = cbs[i], cbs[i + 1]
-        while p < np:                   # parts of earlier records first
-            part = parts[p]
-            if type(part) is tuple:
-                if part[1] > delta:
-                    break
-                part[0]._complete(topic, partition, base, part[1], part[2], lat, err)
-            else:
-                if part._delta > delta:
-                    break
-                part._complete(topic, partition, base, part._delta, 1, lat, err)
-            p += 1
-        if err is None:
-            md = _tuple_new(RecordMetadata, (topic, partition, base + delta if base >= 0 else -1,
-                                             lat if lat >= 0 else cbs[i + 2]))
-        else:
-            md = None
-        try:
-            callback(err, md)
-        except Exception:  # noqa: BLE001 - a user callback must not stop the others (or the driver)
-            log.exception("on_delivery callback %r raised", callback)
-    for part in parts[p:]:
-        if type(part) is tuple:
-            part[0]._complete(topic, partition, base, part[1], part[2], lat, err)
-        else:
-            part._complete(topic, partition, base, part._delta, 1, lat, err)
 
 
 def _to_bytes(value, serializer, what, topic):
@@ -283,6 +250,13 @@ class ProducerCore(DriverIO):
         self._queued = 0
         # Records smaller than this need no exact size check (fast path of send).
         self._small_record = min(cfg.max_request_size, cfg.buffer_memory) - 1024
+        # append_serialized's common case in C (kproto/producer/_append.pyx),
+        # bound over the method below, which it calls for everything else;
+        # ``del core.append_serialized`` leaves the Python implementation only.
+        self._fast_append = None
+        if self.user_partitioner is None:
+            self._fast_append = FastAppend(self, self.append_serialized)
+            self.append_serialized = self._fast_append.append
 
     # -- metadata ---------------------------------------------------------------------
     def partitions_for(self, topic, now=None) -> Optional[int]:
@@ -360,7 +334,11 @@ class ProducerCore(DriverIO):
     def append_serialized(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):
         """``send`` for a key and value that are already bytes or None, with
         positional arguments and an explicit timestamp: the per-record path
-        of drivers (every keyword and default costs on each record)."""
+        of drivers (every keyword and default costs on each record).
+
+        This is the Python implementation: each core binds
+        ``append_serialized`` to ``FastAppend.append`` (see ``__init__``),
+        which does the common case in C and calls this for the rest."""
         if self.closed or self.sender.fatal_error is not None:
             self._check_open()
         parts = self.cluster.partitions.get(topic)      # fast path of partitions_for()
@@ -621,7 +599,7 @@ class ProducerCore(DriverIO):
 
     def metrics(self) -> dict:
         m = dict(self._metrics)
-        m["records_queued"] = self._queued
+        m["records_queued"] = self._queued + (self._fast_append.appended if self._fast_append else 0)
         m["errors"] = dict(m["errors"])
         m["request_latency_ms_avg"] = (m["request_latency_ms_total"] / m["responses"]) if m["responses"] else 0.0
         m["buffer_used_bytes"] = self.accumulator.used_memory

@@ -369,6 +369,9 @@ class Sender:
                 self._finish(b, err, -1, -1)
 
     def _fail_all(self, err):
+        # Every queue emptied, so no batch is left open: the per-record fast
+        # path (kproto/producer/_append.pyx) relies on it to leave a closed
+        # or failed producer's sends to append_serialized, which raises.
         for dq in self.acc.queues.values():
             while dq:
                 self._finish(dq.popleft(), err, -1, -1)

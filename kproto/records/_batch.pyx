@@ -272,7 +272,6 @@ cdef unsigned char* _write_headers(unsigned char* w, unsigned char* wend, object
 # ---------------------------------------------------------------------------
 # builder
 
-@cython.final
 cdef class BatchBuilder:
     """Accumulates records into one RecordBatch v2 (magic 2).
 
@@ -281,25 +280,7 @@ cdef class BatchBuilder:
     computes the CRC. Producer id/epoch/sequence can be changed until (and
     between) builds, because the idempotent producer assigns them at drain time.
     """
-    cdef unsigned char* buf
-    cdef Py_ssize_t pos
-    cdef Py_ssize_t cap
-    cdef readonly Py_ssize_t batch_size
-    cdef readonly int compression
-    cdef readonly int64_t base_offset
-    cdef readonly int64_t producer_id
-    cdef readonly int producer_epoch
-    cdef readonly int32_t base_sequence
-    cdef readonly bint is_transactional
-    cdef readonly bint is_control
-    cdef readonly int timestamp_type
-    cdef readonly int32_t record_count
-    cdef readonly int64_t first_timestamp
-    cdef readonly int64_t max_timestamp
-    cdef object _payload          # compressed records, cached until next append
-    cdef readonly object compression_level
-    cdef Py_ssize_t _limit             # batch_size in uncompressed bytes
-    cdef double _ratio_estimate
+    # (fields: see _batch.pxd)
 
     def __cinit__(self, compression=0, Py_ssize_t batch_size=16384, *,
                   int64_t base_offset=0, int64_t producer_id=-1,
@@ -354,14 +335,56 @@ cdef class BatchBuilder:
     cdef int _reserve(self, Py_ssize_t n) except -1:
         return grow_buffer(&self.buf, &self.cap, self.pos + n)
 
+    cdef Py_ssize_t _put_record(self, int64_t ts, const unsigned char* kp, Py_ssize_t kn,
+                                const unsigned char* vp, Py_ssize_t vn,
+                                object hseq, Py_ssize_t hcount, Py_ssize_t hsize) except -1:
+        """Encode one record from raw key/value bytes (length -1: null) and
+        ``hcount`` header pairs of ``hseq`` sized ``hsize`` (by _headers_size);
+        its size, or 0 if the batch is full."""
+        cdef Py_ssize_t body, total
+        cdef int64_t ts_delta, base_ts
+        cdef unsigned char* w
+        base_ts = ts if self.record_count == 0 else self.first_timestamp
+        # unsigned wrap-around: exact for any int64 pair, and what Java does
+        ts_delta = <int64_t>(<uint64_t>ts - <uint64_t>base_ts)
+        body = (1 + _svarint_size(ts_delta) + _svarint_size(self.record_count)
+                + _bytes_field_size(kn) + _bytes_field_size(vn)
+                + _svarint_size(hcount) + hsize)
+        total = _svarint_size(body) + body
+        if self.record_count > 0:
+            if self.pos + total > self._limit or self.record_count == INT32_MAX:
+                return 0
+        if self.pos + total > INT32_MAX - LOG_OVERHEAD:
+            raise EncodeError(f"record of {total} bytes does not fit in a record batch")
+        if self.pos + total > self.cap:
+            self._reserve(total)
+        w = self.buf + self.pos
+        w += _put_svarint(w, body)
+        w[0] = 0            # record attributes (unused)
+        w += 1
+        w += _put_svarint(w, ts_delta)
+        w += _put_svarint(w, self.record_count)
+        w = _put_bytes_field(w, kp, kn)
+        w = _put_bytes_field(w, vp, vn)
+        w += _put_svarint(w, hcount)
+        if hcount:
+            _write_headers(w, self.buf + self.pos + total, hseq, hcount)
+        self.pos += total
+        if self.record_count == 0:
+            self.first_timestamp = ts
+            self.max_timestamp = ts
+        elif ts > self.max_timestamp:
+            self.max_timestamp = ts
+        self.record_count += 1
+        self._payload = None
+        return total
+
     cdef Py_ssize_t _append(self, int64_t ts, object key, object value,
                             object headers) except -1:
         """Encode one record; return its size, or 0 if the batch is full."""
         cdef _Bytes kb, vb
         cdef object hseq = None
-        cdef Py_ssize_t hcount = 0, hsize = 0, body, total
-        cdef int64_t ts_delta, base_ts
-        cdef unsigned char* w
+        cdef Py_ssize_t hcount = 0, hsize = 0
         kb.has_view = 0
         vb.has_view = 0
         try:
@@ -386,40 +409,7 @@ cdef class BatchBuilder:
                 vb.n = PyBytes_GET_SIZE(value)
             else:
                 _get_bytes(value, &vb, "value")
-            base_ts = ts if self.record_count == 0 else self.first_timestamp
-            # unsigned wrap-around: exact for any int64 pair, and what Java does
-            ts_delta = <int64_t>(<uint64_t>ts - <uint64_t>base_ts)
-            body = (1 + _svarint_size(ts_delta) + _svarint_size(self.record_count)
-                    + _bytes_field_size(kb.n) + _bytes_field_size(vb.n)
-                    + _svarint_size(hcount) + hsize)
-            total = _svarint_size(body) + body
-            if self.record_count > 0:
-                if self.pos + total > self._limit or self.record_count == INT32_MAX:
-                    return 0
-            if self.pos + total > INT32_MAX - LOG_OVERHEAD:
-                raise EncodeError(f"record of {total} bytes does not fit in a record batch")
-            if self.pos + total > self.cap:
-                self._reserve(total)
-            w = self.buf + self.pos
-            w += _put_svarint(w, body)
-            w[0] = 0            # record attributes (unused)
-            w += 1
-            w += _put_svarint(w, ts_delta)
-            w += _put_svarint(w, self.record_count)
-            w = _put_bytes_field(w, kb.p, kb.n)
-            w = _put_bytes_field(w, vb.p, vb.n)
-            w += _put_svarint(w, hcount)
-            if hcount:
-                _write_headers(w, self.buf + self.pos + total, hseq, hcount)
-            self.pos += total
-            if self.record_count == 0:
-                self.first_timestamp = ts
-                self.max_timestamp = ts
-            elif ts > self.max_timestamp:
-                self.max_timestamp = ts
-            self.record_count += 1
-            self._payload = None
-            return total
+            return self._put_record(ts, kb.p, kb.n, vb.p, vb.n, hseq, hcount, hsize)
         finally:
             _release(&kb)
             _release(&vb)

@@ -1,0 +1,403 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
+"""The producer's per-record fast path: ``ProducerCore.append_serialized``'s
+common case, typed, in C.
+
+Appending one record to a partition's open batch is what every ``send()``
+does, and interpreted it cost several thousand instructions a record
+(``bench/send_cost.py``). :class:`FastAppend` does exactly what the Python
+implementation does in its common case - a topic whose partitions are
+known, a bytes/None key and value with no headers, an int (or float)
+timestamp, an explicit partition, a murmur2 partition of the key, or the
+topic's current sticky partition, and a last batch of that partition that is
+open and takes the record at its current size - and hands every other call,
+unchanged, to the Python
+implementation (metadata not known yet, a new or growing batch, headers,
+serializable objects, a closed or failed producer, bad arguments: whatever
+that returns or raises is the answer). Its ``append`` has the same signature
+and result, so ``ProducerCore.append_serialized`` is bound to it and a
+driver pays no extra frame.
+
+It holds no state of its own that could go stale: every decision reads the
+producer's own objects (the cluster's ``partitions`` map, the sticky
+partitioner's map, the accumulator's per-partition deques and the batch's
+``full`` flag). A closed or failed producer needs no check of its own here:
+closing and a fatal error empty every partition's queue at once
+(``Sender._fail_all``), and afterwards only the Python paths, which refuse
+first, could open a batch - so the fast path finds no open batch and hands
+the call to the Python implementation, which raises the reason. The caches it
+keeps cannot go stale either: per topic, the list of the accumulator's
+deques by partition (a deque, once made for a partition, is never replaced
+nor removed from ``RecordAccumulator.queues``, so a cached one is the live
+one), and per handle class, its ``notify`` (a class attribute: see
+``DeliveryHandle``), whether it keeps Python's own attribute access, and
+the offsets of the slots append writes, when they are slots.
+
+:class:`ProducerBatch` lives here, as a typed class, so that the fast path
+reads a batch's ``full``, ``builder``, ``parts``, ``outcome`` and
+``callbacks`` as C fields (Python code sees the same attributes as before).
+"""
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
+from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromLongLong, PyLong_FromSsize_t
+from cpython.object cimport PyObject, PyObject_GenericGetAttr, PyObject_GenericSetAttr, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.unicode cimport PyUnicode_CheckExact
+from libc.stdint cimport int64_t
+
+from kproto.producer._murmur2 cimport _murmur2
+from kproto.records._batch cimport BatchBuilder
+
+from kproto.producer.outcome import BatchOutcome
+
+from types import MemberDescriptorType
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+__all__ = ["Allocator", "FastAppend", "ProducerBatch"]
+
+cdef object _object_getattribute = object.__getattribute__
+cdef object _object_setattr = object.__setattr__
+
+
+cdef class ProducerBatch:
+    """One batch of one partition and the deliveries waiting on it.
+
+    ``outcome`` is shared by the handles attached to the batch (those with
+    ``notify`` false, see :mod:`kproto.producer.outcome`); ``parts`` lists
+    the handles told one by one, in record order: a bare handle owns one
+    record, whose offset delta is the handle's ``_delta``; a ``(handle,
+    delta, count)`` tuple owns ``count`` consecutive records from ``delta``
+    (a bulk send). Deltas are stored, not counted from the parts, because
+    attached records between them are in no part. A bare handle instead of
+    a tuple per record matters: every container allocated per record is one
+    more object for the cyclic garbage collector to walk while batches wait.
+
+    ``callbacks`` serves attached handles that carry an ``on_delivery``
+    callback: a flat list of (callback, delta, timestamp) triples, three
+    items per record and no object of its own, so a record with a callback
+    keeps nothing alive but its callback (usually one function shared by
+    every record) while the batch waits; :func:`complete_results` calls
+    them, in record order with the parts.
+
+    ``full``: no more appends (drained, retried, split, or refused a
+    record); only the last batch of a partition's queue may be open."""
+
+    cdef public object topic
+    cdef public object partition
+    cdef public BatchBuilder builder
+    cdef public list parts
+    cdef public object created_ms
+    cdef public object deadline_ms
+    cdef public object attempts
+    cdef public object retry_after_ms
+    cdef public object reserved
+    cdef public bint full
+    cdef public object base_sequence
+    cdef public object producer_id
+    cdef public object epoch
+    cdef public object done
+    cdef public object in_flight
+    cdef public object drained_ms
+    cdef public object outcome
+    cdef public list callbacks
+
+    def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+        self.parts = []
+        self.created_ms = now
+        self.deadline_ms = deadline_ms
+        self.attempts = 0
+        self.retry_after_ms = 0
+        self.reserved = reserved
+        self.full = False
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.epoch = -1
+        self.done = False
+        self.in_flight = False
+        self.drained_ms = None
+        self.outcome = BatchOutcome(topic, partition)
+        self.callbacks = []
+
+    @property
+    def tp(self):
+        return (self.topic, self.partition)
+
+    @property
+    def record_count(self):
+        return self.builder.record_count
+
+    @property
+    def has_sequence(self):
+        return self.base_sequence >= 0
+
+    def __repr__(self):
+        return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
+                f"seq={self.base_sequence} attempts={self.attempts}>")
+
+
+cdef class FastAppend:
+    """``append(topic, value, key, partition, headers, timestamp_ms, now,
+    handle)``: ``ProducerCore.append_serialized`` for the common case (see
+    the module docstring), ``slow`` (the Python implementation) otherwise.
+    ``appended`` counts the records it appended (the core's
+    ``records_queued`` metric adds them)."""
+
+    cdef object _slow               # the Python implementation, bound to its core
+    cdef object _txn                # TransactionManager or None
+    cdef dict _partitions           # Cluster.partitions: topic -> {partition: leader}
+    cdef dict _queues               # RecordAccumulator.queues: (topic, partition) -> deque
+    cdef dict _sticky               # StickyPartitioner._sticky: topic -> partition
+    cdef dict _topic_queues         # topic -> [deque or None by partition] (see the docstring)
+    cdef Py_ssize_t _small_record   # key + value below this: no size check needed
+    cdef type _htype                # the handle class seen last, and of that class:
+    cdef bint _hnotify              #   its ``notify``,
+    cdef bint _hplain               #   whether it keeps object's __getattribute__/__setattr__,
+    cdef bint _hslots               #   whether what append writes are its own slots, at
+    cdef Py_ssize_t _slot[5]        #   these offsets (topic, partition, timestamp, _delta, _outcome)
+    cdef public long long appended
+
+    def __init__(self, core, slow):
+        self._slow = slow
+        self._txn = core.transactions
+        self._partitions = core.cluster.partitions
+        self._queues = core.accumulator.queues
+        self._sticky = core.partitioner._sticky
+        self._topic_queues = {}
+        self._small_record = core._small_record
+        self._htype = None
+        self.appended = 0
+
+    cdef int _learn_handle_type(self, object handle) except -1:
+        cdef type t = type(handle)
+        cdef PyMemberDef* member
+        cdef int i
+        self._htype = None
+        self._hnotify = bool(t.notify)
+        self._hplain = (getattr(t, "__getattribute__", None) is _object_getattribute
+                        and getattr(t, "__setattr__", None) is _object_setattr)
+        # Where object.__setattr__ would put what append writes: the same
+        # slots, written directly (what PyMember_SetOne does for an object
+        # slot), saving the generic lookup of each name on every record.
+        self._hslots = self._hplain
+        for i, name in enumerate(_HANDLE_FIELDS[:4] if self._hnotify else _HANDLE_FIELDS):
+            desc = getattr(t, name, None)
+            if type(desc) is not MemberDescriptorType:
+                self._hslots = False
+                break
+            member = (<PyMemberDescrObject*><PyObject*>desc).d_member
+            if member.type != T_OBJECT_EX or member.flags & READONLY:
+                self._hslots = False
+                break
+            self._slot[i] = member.offset
+        self._htype = t
+        return 0
+
+    cdef object _partition_queue(self, object topic, Py_ssize_t p, object p_obj):
+        """The accumulator's deque of (topic, p), or None while it has none."""
+        cdef PyObject* found = PyDict_GetItemWithError(self._topic_queues, topic)
+        cdef list dqs
+        cdef object dq
+        if found == NULL or PyList_GET_SIZE(<list>found) <= p:
+            # first record of the topic, or more partitions than before
+            dqs = [None] * (p + 1) if found == NULL else (<list>found) + [None] * (p + 1 - PyList_GET_SIZE(<list>found))
+            PyDict_SetItem(self._topic_queues, topic, dqs)
+        else:
+            dqs = <list>found
+        dq = <object>PyList_GET_ITEM(dqs, p)
+        if dq is None:
+            dq = self._queues.get((topic, p_obj))
+            if dq is not None:
+                dqs[p] = dq
+        return dq
+
+    def append(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):
+        """Append one serialized record (see ``ProducerCore.append_serialized``);
+        returns ``handle``."""
+        cdef PyObject* found
+        cdef Py_ssize_t n, p, klen, vlen, count
+        cdef const unsigned char* kp = NULL
+        cdef const unsigned char* vp = NULL
+        cdef long long ll
+        cdef int overflow = 0
+        cdef int64_t ts
+        cdef object p_obj, dq, on_delivery = None, delta, ts_obj
+        cdef list parts = None
+        cdef ProducerBatch batch
+        cdef BatchBuilder builder
+        cdef bint notify, plain
+
+        if handle is None or headers is not None:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        # the timestamp: an int, or a float of milliseconds (drivers pass
+        # time.time() * 1000, cheaper than time_ns() // 10**6), made an int as
+        # int() does; anything else, or out of int64's range, is the slow path's
+        if PyLong_CheckExact(timestamp_ms):
+            ts = PyLong_AsLongLongAndOverflow(timestamp_ms, &overflow)
+            if overflow:
+                return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+            ts_obj = timestamp_ms
+        elif PyFloat_CheckExact(timestamp_ms) and -9.2e18 <= PyFloat_AS_DOUBLE(timestamp_ms) <= 9.2e18:
+            ts = <int64_t>PyFloat_AS_DOUBLE(timestamp_ms)       # NaN fails the test above
+            ts_obj = None                                        # made once the record is in
+        else:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        if not PyUnicode_CheckExact(topic):
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        found = PyDict_GetItemWithError(self._partitions, topic)
+        if found == NULL:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        n = len(<object>found)
+        # lengths -1 for null (as encoded); both count 0 against the size limit
+        if value is None:
+            vlen = -1
+        elif PyBytes_CheckExact(value):
+            vp = <const unsigned char*>PyBytes_AS_STRING(value)
+            vlen = PyBytes_GET_SIZE(value)
+        else:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        if key is None:
+            klen = -1
+        elif PyBytes_CheckExact(key):
+            kp = <const unsigned char*>PyBytes_AS_STRING(key)
+            klen = PyBytes_GET_SIZE(key)
+        else:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        if n == 0 or (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) >= self._small_record:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+
+        # -- the partition: explicit, murmur2 of the key, or the sticky one
+        if partition is None:
+            if key is not None:
+                p = (_murmur2(kp, klen) & 0x7FFFFFFF) % n
+                p_obj = PyLong_FromSsize_t(p)
+            else:
+                found = PyDict_GetItemWithError(self._sticky, topic)
+                if found == NULL or not PyLong_CheckExact(<object>found):
+                    return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+                p_obj = <object>found
+                ll = PyLong_AsLongLongAndOverflow(p_obj, &overflow)
+                if overflow or ll < 0 or ll >= n:
+                    return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+                p = <Py_ssize_t>ll
+        elif PyLong_CheckExact(partition):
+            ll = PyLong_AsLongLongAndOverflow(partition, &overflow)
+            if overflow or ll < 0 or ll >= n:
+                return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+            p = <Py_ssize_t>ll
+            p_obj = partition
+        else:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+
+        # -- the partition's open batch, and where the record's handle goes
+        dq = self._partition_queue(topic, p, p_obj)
+        if dq is None or not dq:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        batch = <ProducerBatch?>dq[len(dq) - 1]
+        if batch.full:
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        builder = batch.builder
+        if type(handle) is not self._htype:
+            self._learn_handle_type(handle)
+        notify = self._hnotify
+        plain = self._hplain
+        if notify:
+            parts = batch.parts
+        else:
+            if plain:
+                try:
+                    on_delivery = PyObject_GenericGetAttr(handle, "on_delivery")
+                except AttributeError:      # left to the class's __getattr__, if any
+                    on_delivery = handle.on_delivery
+            else:
+                on_delivery = handle.on_delivery
+            if on_delivery is not None:
+                parts = batch.callbacks
+        if self._txn is not None:
+            self._txn.maybe_add_partition((topic, p_obj))
+        count = builder.record_count
+        # (kp and vp point into bytes objects this call holds: still valid)
+        if not builder._put_record(ts, kp, klen, vp, vlen, None, 0, 0):
+            # full at its current size: growing it, or a new batch, is the slow path's
+            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+
+        # -- the record is in the batch: its handle's bookkeeping
+        delta = PyLong_FromSsize_t(count)
+        if ts_obj is None:
+            ts_obj = PyLong_FromLongLong(ts)
+        if self._hslots:
+            _put_slot(handle, self._slot[0], topic)
+            _put_slot(handle, self._slot[1], p_obj)
+            _put_slot(handle, self._slot[2], ts_obj)
+            _put_slot(handle, self._slot[3], delta)
+            if not notify:
+                _put_slot(handle, self._slot[4], batch.outcome)
+        elif plain:
+            PyObject_GenericSetAttr(handle, "topic", topic)
+            PyObject_GenericSetAttr(handle, "partition", p_obj)
+            PyObject_GenericSetAttr(handle, "timestamp", ts_obj)
+            PyObject_GenericSetAttr(handle, "_delta", delta)
+            if not notify:
+                PyObject_GenericSetAttr(handle, "_outcome", batch.outcome)
+        else:
+            handle.topic = topic
+            handle.partition = p_obj
+            handle.timestamp = ts_obj
+            handle._delta = delta
+            if not notify:
+                handle._outcome = batch.outcome
+        if notify:
+            PyList_Append(parts, handle)
+        elif on_delivery is not None:
+            PyList_Append(parts, on_delivery)
+            PyList_Append(parts, delta)
+            PyList_Append(parts, ts_obj)
+        self.appended += 1
+        return handle
+
+
+cdef class Allocator:
+    """``Allocator(cls).new()`` is ``object.__new__(cls)`` - an instance whose
+    ``__init__`` has not run - at the cost of a C call: the drivers make one
+    future per record this way (kio's DeliveryFuture initialises lazily), and
+    ``object.__new__(cls)`` from Python builds and slices an argument tuple
+    and checks its caller each time (about 600 instructions a record)."""
+
+    cdef type _cls
+
+    def __init__(self, type cls):
+        if cls.__new__ is not object.__new__:
+            raise TypeError(f"{cls.__qualname__} has its own __new__: object.__new__ cannot make it")
+        self._cls = cls
+
+    def new(self):
+        """A new instance of the class, not initialised."""
+        return (<PyTypeObject*>object).tp_new(self._cls, <PyObject*>_EMPTY_TUPLE, NULL)
+
+
+cdef tuple _EMPTY_TUPLE = ()
+#: what append writes on a handle, in FastAppend._slot's order (the last only when attached)
+cdef tuple _HANDLE_FIELDS = ("topic", "partition", "timestamp", "_delta", "_outcome")
+
+
+cdef inline void _put_slot(object obj, Py_ssize_t offset, object value) noexcept:
+    """obj's object slot at ``offset`` = value (PyMember_SetOne, T_OBJECT_EX)."""
+    cdef PyObject** field = <PyObject**>((<char*><PyObject*>obj) + offset)
+    cdef PyObject* old = field[0]
+    Py_INCREF(value)
+    field[0] = <PyObject*>value
+    Py_XDECREF(old)

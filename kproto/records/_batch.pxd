@@ -1,0 +1,38 @@
+# C-level declaration of the record batch builder, so other Cython modules
+# (the producer's per-record fast path, kproto/producer/_append.pyx) append a
+# record with a C call instead of a Python method call.
+from libc.stdint cimport int32_t, int64_t
+
+cimport cython
+
+
+@cython.final
+cdef class BatchBuilder:
+    cdef unsigned char* buf
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t cap
+    cdef readonly Py_ssize_t batch_size
+    cdef readonly int compression
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly bint is_transactional
+    cdef readonly bint is_control
+    cdef readonly int timestamp_type
+    cdef readonly int32_t record_count
+    cdef readonly int64_t first_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef object _payload          # compressed records, cached until next append
+    cdef readonly object compression_level
+    cdef Py_ssize_t _limit             # batch_size in uncompressed bytes
+    cdef double _ratio_estimate
+
+    cdef int _reserve(self, Py_ssize_t n) except -1
+    # Encode one record; its size, or 0 when the batch is full.
+    cdef Py_ssize_t _append(self, int64_t ts, object key, object value, object headers) except -1
+    # The same from raw bytes (length -1: null) and header pairs sized already.
+    cdef Py_ssize_t _put_record(self, int64_t ts, const unsigned char* kp, Py_ssize_t kn,
+                                const unsigned char* vp, Py_ssize_t vn,
+                                object hseq, Py_ssize_t hcount, Py_ssize_t hsize) except -1
+    cdef int _set_ratio(self, double ratio) except -1
