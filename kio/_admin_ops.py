@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
+from kio._client_ops import ClosedChecks
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
     ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing,
@@ -35,7 +36,7 @@ class AdminClosedError(KafkaError):
 AdminClosedError.__module__ = "kio.admin"
 
 
-class AdminOps:
+class AdminOps(ClosedChecks):
     """The admin operations, shared by every driver (see the module docstring).
 
     Every operation takes ``timeout`` (seconds; default
@@ -44,27 +45,12 @@ class AdminOps:
     first failed item's error; False returns the operation's
     :class:`AdminHandle` (``values()`` and ``errors()`` per item)."""
 
-    _closed: bool
+    _what = "admin client"
+    _closed_error = AdminClosedError      # the drivers' _call checks _check_open() first
 
     def _call(self, name: str, *args: Any, timeout: Optional[float], raise_errors: bool, **kwargs: Any) -> Any:
         """Run the core operation ``name`` to its end (the driver's)."""
         raise NotImplementedError
-
-    @property
-    def _failure(self) -> Optional[BaseException]:
-        """What broke the driver's network side (the admin is unusable), or None."""
-        raise NotImplementedError
-
-    def _check_failed(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            raise AdminClosedError(f"the admin client's network side failed: {failure!r}") from failure
-
-    def _check_usable(self) -> None:
-        """Every operation raises AdminClosedError once the client is closed or broken."""
-        self._check_failed()
-        if self._closed:
-            raise AdminClosedError("the admin client is closed")
 
     # -- topics --------------------------------------------------------------------------------
     @overload

@@ -33,7 +33,7 @@ class AsyncAdmin(_Client, AdminOps):
                     **kwargs: Any) -> Any:
         """Run the core operation ``name`` (``now`` supplied, ``timeout`` in
         seconds instead of ``timeout_ms``) to its end."""
-        self._check_usable()
+        self._check_open()
         self._ensure_started()
         if timeout is not None:
             kwargs["timeout_ms"] = int(timeout * 1000)

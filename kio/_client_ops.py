@@ -1,7 +1,7 @@
 """What the shared method bodies of the consumer (:mod:`kio._consumer_ops`)
 and of the share consumer (:mod:`kio._share_ops`) have in common, once: the
-driver's hooks, the closed checks, the poll loop, the waits, and calling the
-application's callbacks.
+driver's hooks, the closed checks (:class:`ClosedChecks`, the admin's too),
+the poll loop, the waits, and calling the application's callbacks.
 
 Both clients are polled by one application thread or task, which runs the
 callbacks; the network side (a thread, or an async task) collects the core's
@@ -12,13 +12,13 @@ an awaitable a coroutine callback returned.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, ClassVar, ContextManager, List, Optional, TypeVar
+from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
 
 from kio._common import INF, Steps, now_ms
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
 
-__all__ = ["ClientOps", "WakeupError", "callback_steps", "ms"]
+__all__ = ["ClosedChecks", "ClientOps", "WakeupError", "callback_steps", "ms"]
 
 _T = TypeVar("_T")
 
@@ -44,16 +44,43 @@ def callback_steps(fn: Callable[..., Any], *args: Any) -> Steps[None]:
         yield result
 
 
-class ClientOps:
-    """The hooks, checks and waits of a polled client's shared method bodies."""
+class ClosedChecks:
+    """The checks every client's shared method bodies start with (the
+    consumers', the admin's): once close() ran, or the driver's network side
+    (thread, task, or the blocking admin's loop) failed, a call raises
+    ``_closed_error`` saying which."""
 
     #: the client in messages ("the consumer is closed")
     _what: ClassVar[str] = "client"
+    _closed_error: ClassVar[Type[KafkaError]] = KafkaError
+    _closed: bool
+
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        """What ended the driver's network side (the client is unusable), or None: the driver's."""
+        raise NotImplementedError
+
+    def _check_failed(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            raise self._closed_error(f"the {self._what}'s network side failed: {failure!r}") from failure
+
+    def _check_open(self) -> None:
+        """Closed (or failed): every call but the state getters and close() raises. The
+        callbacks close() runs may still seek, commit..."""
+        self._check_failed()
+        if self._closed:
+            raise self._closed_error(f"the {self._what} is closed")
+
+
+class ClientOps(ClosedChecks):
+    """The hooks, checks and waits of a polled client's shared method bodies."""
+
+    _closed_error = ConsumerClosedError
     #: whether the driver awaits what a callback returns (the async drivers; not the threading one)
     _awaits_callbacks: ClassVar[bool] = True
     _core: Any
     _lock: ContextManager[Any]
-    _closed: bool
     _wakeup: bool
     _app_events: List[Any]              # the core's events, for the application's thread or task
     _callbacks: List[Any]               # callbacks to run there: (callback, *arguments)
@@ -73,10 +100,6 @@ class ClientOps:
         """Called by the methods that need the network side running (the async drivers start it)."""
 
     def _kick(self) -> None:
-        raise NotImplementedError
-
-    @property
-    def _failure(self) -> Optional[BaseException]:
         raise NotImplementedError
 
     # -- the client's hooks ---------------------------------------------------------------------
@@ -105,19 +128,7 @@ class ClientOps:
         core.data_ready = False
         return fresh
 
-    # -- checks ---------------------------------------------------------------------------------
-    def _check_failed(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            raise ConsumerClosedError(f"the {self._what}'s network thread failed: {failure!r}") from failure
-
-    def _check_open(self) -> None:
-        """Closed (or failed): every call but the state getters and close() raises. The
-        callbacks close() runs may still seek, commit..."""
-        self._check_failed()
-        if self._closed:
-            raise ConsumerClosedError(f"the {self._what} is closed")
-
+    # -- checks (and ClosedChecks') ---------------------------------------------------------------
     def _check_usable(self) -> None:
         """As _check_open, and no new poll, commit or lookup once close() began."""
         self._check_open()

@@ -75,7 +75,7 @@ class Admin(AdminOps):
         itself (not of the operation: that is the handle's) breaks the
         client, as a failed network thread or task does in the other drivers."""
         with self._lock:
-            self._check_usable()
+            self._check_open()
             core, net = self._core, self._net
             handle = start(_now_ms())
             try:
