@@ -11,12 +11,9 @@ the same operations as ``async def``, generated from AdminOps by
 
 import uuid
 from kio._async_clients import _Client
-from kio._client_ops import ClosedChecks
-from kio._common import INF, Steps, now_ms
-from kproto.admin import AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing
+from kproto.admin import AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
-from kproto.errors import KafkaError
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 

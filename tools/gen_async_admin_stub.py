@@ -65,14 +65,14 @@ def _stubs(cls: ast.ClassDef, make_async: bool) -> List[str]:
     return [_stub(fn, make_async) for fn in fns if fn.name not in overloaded or _is_overload(fn)]
 
 
-def _imports(trees: List[ast.Module], drop: Set[str]) -> List[str]:
-    """The modules' imports, merged per module, without ``drop``'s names and ``__future__``."""
+def _imports(trees: List[ast.Module], used: Set[str]) -> List[str]:
+    """The modules' imports of the ``used`` names, merged per module."""
     names: Dict[str, Set[str]] = {}
     for tree in trees:
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module != "__future__":
                 names.setdefault(node.module or "", set()).update(
-                    a.name for a in node.names if a.name not in drop)
+                    a.name for a in node.names if (a.asname or a.name) in used)
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     names.setdefault("", set()).add(a.name)
@@ -89,12 +89,12 @@ def render() -> str:
            "# do not edit; run the tool after changing either.",
            '"""' + (ast.get_docstring(driver_tree) or "") + '"""',
            ""]
-    out += _imports([ops_tree, driver_tree], {OPS_CLASS, DRIVER_CLASS})
-    out += ["", f'__all__ = ["{DRIVER_CLASS}"]', "", "",
-            f"class {DRIVER_CLASS}({', '.join(bases)}):",
-            '    """' + (ast.get_docstring(driver, clean=False) or "") + '"""', ""]
-    methods = _stubs(driver, make_async=False) + _stubs(ops, make_async=True)
-    out.append("\n\n".join(methods))
+    body = [f"class {DRIVER_CLASS}({', '.join(bases)}):",
+            '    """' + (ast.get_docstring(driver, clean=False) or "") + '"""', "",
+            "\n\n".join(_stubs(driver, make_async=False) + _stubs(ops, make_async=True))]
+    used = {n.id for n in ast.walk(ast.parse("\n".join(body))) if isinstance(n, ast.Name)}
+    out += _imports([ops_tree, driver_tree], used)
+    out += ["", f'__all__ = ["{DRIVER_CLASS}"]', "", ""] + body
     return "\n".join(out) + "\n"
 
 
