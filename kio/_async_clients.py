@@ -1,4 +1,5 @@
-"""Producer, Consumer and Admin for async frameworks, written once.
+"""Producer and Consumer for async frameworks, written once (the share
+consumer and the admin: :mod:`kio._async_share`, :mod:`kio._async_admin`).
 
 :mod:`kio.aio` and :mod:`kio.trio` bind these classes to their backend
 (see :mod:`kio._async_engine`). The surface is the threading drivers', made
@@ -9,11 +10,9 @@ not at all, and ``close`` runs shielded.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from contextlib import nullcontext
-import uuid
 from types import GeneratorType as _GeneratorType
 from typing import (
     TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
@@ -27,30 +26,20 @@ from kio._types import (
 )
 from kio._consumer_ops import ConsumerOps, PartitionBatch
 from kio._producer_ops import ProducerOps
-from kproto.admin import (
-    AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
-    ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic,
-    TopicDescription, TopicListing,
-)
 from kproto.cluster import TopicPartition
 from kproto.config import Config
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
-from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.share import AcknowledgeType, ShareRecord
-from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 from kproto.records import Record
 from kproto.producer._append import Allocator
 from kproto.producer import (
     BulkDelivery, BulkResult, ProducerCore, RecordMetadata, attached_result, complete_results,
 )
 
-__all__ = ["AsyncProducer", "AsyncConsumer", "AsyncShareConsumer", "AsyncAdmin", "RecordHandle", "delivery_classes"]
+__all__ = ["AsyncProducer", "AsyncConsumer", "RecordHandle", "delivery_classes"]
 
 log = logging.getLogger("kio.async")
 _C = TypeVar("_C", bound="_Client")
-#: ``callback(offsets, error)`` of the async share consumers: a plain or coroutine function
-AsyncAcknowledgementCallback = Callable[[Dict[TopicPartition, List[int]], Optional[BaseException]], Any]
 
 
 class RecordHandle(Protocol):
@@ -90,27 +79,6 @@ class _Client:
         if not self._engine.started:
             self._io.check_can_spawn(type(self).__name__)
             self._engine.start()
-
-    async def _wait(self, timeout):
-        self._waiters += 1
-        try:
-            await self._engine.wait_changed(timeout)
-        finally:
-            self._waiters -= 1
-        if self._engine.fatal is not None:
-            raise KafkaError(f"the network task failed: {self._engine.fatal!r}") from self._engine.fatal
-
-    async def _wait_done(self, handle, timeout=None, what="the operation"):
-        """Wait until ``handle.done`` (the core enforces its own deadline;
-        ``timeout`` seconds bounds the wait on top of it)."""
-        end = None if timeout is None else now_ms() + timeout * 1000.0
-        self._engine.kick()
-        while not handle.done:
-            left = None if end is None else (end - now_ms()) / 1000.0
-            if left is not None and left <= 0:
-                raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
-            await self._wait(left)
-        return handle
 
     # -- hooks of the shared method bodies (kio._consumer_ops...), and the runner of their steps --
     def _start(self) -> None:
@@ -358,7 +326,37 @@ class AsyncProducer(_Client, ProducerOps):
 
 # == consumer ======================================================================================
 
-class AsyncConsumer(_Client, ConsumerOps):
+class PolledClient(_Client):
+    """An async client the application polls, whose method bodies are shared
+    step generators (:class:`kio._client_ops.ClientOps`: the consumer, the
+    share consumer): the core's events are collected after each of its
+    polls, and close runs the shared close steps."""
+
+    if TYPE_CHECKING:                 # ClientOps', which comes after this class in the MRO
+        def _collect_events(self) -> bool: ...
+        def _close_steps(self, timeout: Optional[float]) -> Any: ...
+        def _dispatch_steps(self) -> Any: ...
+
+    def _after_poll(self) -> bool:
+        self._collect_events()
+        return self._waiters > 0
+
+    async def _close(self, timeout: Optional[float]) -> None:
+        """Close the core (commits, leaving the group...), stop the network
+        task, then run the callbacks of what the close settled."""
+        if self._closed:
+            return
+        try:
+            if self._engine.started:
+                await self._run(self._close_steps(timeout))
+        finally:
+            if self._engine.started:
+                await self._engine.stop()
+            self._closed = True
+            await self._run(self._dispatch_steps())
+
+
+class AsyncConsumer(PolledClient, ConsumerOps):
     """``records = await consumer.poll(1.0)``; ``async for record in consumer``.
     Rebalance listeners may be plain functions or coroutine functions; they
     run in the task that polls, commits or closes. The method bodies are
@@ -370,14 +368,6 @@ class AsyncConsumer(_Client, ConsumerOps):
         self._init_ops(core)
         self._setup(core, nursery, 1 << 20)
         self._lock = nullcontext()          # one task runs the core and the application's calls
-
-    def _after_poll(self) -> bool:
-        core = self._core
-        evs = core.events(ack=False)
-        if evs:
-            self._app_events.extend(evs)
-        core.data_ready = False
-        return self._waiters > 0
 
     # -- the public surface: the threading Consumer's, awaitable --------------------------------------
     def subscribe(self, topics: Union[str, Iterable[str], Pattern[str]],
@@ -453,340 +443,6 @@ class AsyncConsumer(_Client, ConsumerOps):
         offset under read_committed)."""
         return await self._run(self._end_offsets_steps(partitions, timeout))
 
-    async def _close(self, timeout):
-        """Commit (auto-commit), run the revocation listener, leave the group,
-        stop the network task."""
-        if self._closed:
-            return
-        try:
-            if self._engine.started:
-                await self._run(self._close_steps(timeout))
-        finally:
-            if self._engine.started:
-                await self._engine.stop()
-            self._closed = True
-            await self._run(self._dispatch_steps())
-
-
-# == admin ==========================================================================================
-
-class AsyncAdmin(_Client):
-    """``async with Admin(bootstrap_servers=...) as admin: await admin.list_topics()``.
-
-    The operations of the threading :class:`kio.Admin`, awaitable: each
-    takes ``timeout`` (seconds; default default.api.timeout.ms) and
-    ``raise_errors`` (False: return the :class:`AdminHandle`)."""
-
-    def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
-        self._setup(AdminCore(config, **kwargs), nursery, 1 << 18)
-
-    async def _op(self, name: str, *args: Any, timeout: Optional[float] = None, raise_errors: bool = True,
-                  **kwargs: Any) -> Any:
-        """Run the core operation ``name`` (``now`` supplied, ``timeout`` in
-        seconds instead of ``timeout_ms``) to its end."""
-        self._ensure_started()
-        if timeout is not None:
-            kwargs["timeout_ms"] = int(timeout * 1000)
-        handle = getattr(self._core, name)(*args, now=now_ms(), **kwargs)
-        await self._wait_done(handle)
-        return handle.result() if raise_errors else handle
-
-    @overload
-    async def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = ...,
-                      replication_factor: int = ..., validate_only: bool = ..., timeout: Optional[float] = ...,
-                      raise_errors: Literal[True] = ...) -> Dict[str, Optional[uuid.UUID]]: ...
-
-    @overload
-    async def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = ...,
-                      replication_factor: int = ..., validate_only: bool = ..., timeout: Optional[float] = ...,
-                      raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = -1,
-                      replication_factor: int = -1, validate_only: bool = False,
-                      timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """Create topics: NewTopic values, or names (with ``num_partitions`` and
-        ``replication_factor``; -1 is the broker's default). Returns {name:
-        topic id} (a :class:`uuid.UUID`; None from a broker that reports no
-        ids). A name Kafka does not allow fails with InvalidTopicError, one
-        that exists with TopicAlreadyExistsError. ``validate_only``: only check."""
-        new = [t if isinstance(t, NewTopic) else NewTopic(t, num_partitions, replication_factor)
-               for t in topics]
-        return await self._op("create_topics", new, validate_only=validate_only, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    async def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                      raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
-
-    @overload
-    async def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                      raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = None,
-                      raise_errors: bool = True) -> Any:
-        """Delete topics by name: {name: None}; a missing topic fails with
-        UnknownTopicOrPartitionError."""
-        return await self._op("delete_topics", topics, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def list_topics(self, *, list_internal: bool = ..., timeout: Optional[float] = ...,
-                    raise_errors: Literal[True] = ...) -> Dict[str, TopicListing]: ...
-
-    @overload
-    async def list_topics(self, *, list_internal: bool = ..., timeout: Optional[float] = ...,
-                    raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def list_topics(self, *, list_internal: bool = False, timeout: Optional[float] = None,
-                    raise_errors: bool = True) -> Any:
-        """Every topic: {name: TopicListing(name, topic_id, internal)}, by name;
-        internal topics (``__consumer_offsets``...) only with ``list_internal``."""
-        return await self._op("list_topics", list_internal=list_internal, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                        raise_errors: Literal[True] = ...) -> Dict[str, TopicDescription]: ...
-
-    @overload
-    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                        raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = None,
-                        raise_errors: bool = True) -> Any:
-        """{name: TopicDescription(name, topic_id, internal, partitions)}, the
-        partitions as PartitionInfo (leader, replicas, isr, ...); a missing
-        topic fails with UnknownTopicOrPartitionError."""
-        return await self._op("describe_topics", topics, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def describe_cluster(self, *, timeout: Optional[float] = ...,
-                         raise_errors: Literal[True] = ...) -> ClusterDescription: ...
-
-    @overload
-    async def describe_cluster(self, *, timeout: Optional[float] = ...,
-                         raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def describe_cluster(self, *, timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """ClusterDescription(cluster_id, controller, nodes): the brokers as
-        Node(id, host, port, rack)."""
-        return await self._op("describe_cluster", timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
-                          validate_only: bool = ..., timeout: Optional[float] = ...,
-                          raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
-
-    @overload
-    async def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
-                          validate_only: bool = ..., timeout: Optional[float] = ...,
-                          raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
-                          validate_only: bool = False, timeout: Optional[float] = None,
-                          raise_errors: bool = True) -> Any:
-        """Grow topics to {name: total partition count, or NewPartitions(total_count,
-        assignments)}: {name: None}."""
-        return await self._op("create_partitions", new_partitions, validate_only=validate_only, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = ...,
-                         timeout: Optional[float] = ...,
-                         raise_errors: Literal[True] = ...) -> Dict[ConfigResource, Dict[str, ConfigEntry]]: ...
-
-    @overload
-    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = ...,
-                         timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = False,
-                         timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """The settings of topics and brokers (``ConfigResource.topic(name)``,
-        ``ConfigResource.broker(node_id)``): {resource: {name: ConfigEntry}}."""
-        return await self._op("describe_configs", resources, include_synonyms=include_synonyms, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    async def list_consumer_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                             raise_errors: Literal[True] = ...) -> List[ConsumerGroupListing]: ...
-
-    @overload
-    async def list_consumer_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                             raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def list_consumer_groups(self, *, states: Optional[Iterable[str]] = None, timeout: Optional[float] = None,
-                             raise_errors: bool = True) -> Any:
-        """Every group of every broker: [ConsumerGroupListing(group_id,
-        is_simple, state, ...)]; ``states`` keeps only groups in these states
-        (e.g. ["Stable", "Empty"])."""
-        return await self._op("list_consumer_groups", states=states, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                                 raise_errors: Literal[True] = ...) -> Dict[str, ConsumerGroupDescription]: ...
-
-    @overload
-    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                                 raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
-                                 raise_errors: bool = True) -> Any:
-        """{group: ConsumerGroupDescription(state, assignor, members, ...)},
-        each member's assignment decoded."""
-        return await self._op("describe_consumer_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                               raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
-
-    @overload
-    async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                               raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
-                               raise_errors: bool = True) -> Any:
-        """Delete groups (and their committed offsets): {group: None}; a group
-        with members fails with NonEmptyGroupError."""
-        return await self._op("delete_consumer_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
-                                    *, require_stable: bool = ..., timeout: Optional[float] = ...,
-                                    raise_errors: Literal[True] = ...
-                                    ) -> Dict[TopicPartition, OffsetAndMetadata]: ...
-
-    @overload
-    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
-                                    *, require_stable: bool = ..., timeout: Optional[float] = ...,
-                                    raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None,
-                                    *, require_stable: bool = True, timeout: Optional[float] = None,
-                                    raise_errors: bool = True) -> Any:
-        """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
-        partitions, or ``partitions``); partitions without a commit are left out."""
-        return await self._op("list_consumer_group_offsets", group_id, partitions, require_stable=require_stable,
-                        timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = ...,
-                           raise_errors: Literal[True] = ...) -> Dict[TopicPartition, ConsumerLag]: ...
-
-    @overload
-    async def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = ...,
-                           raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = None,
-                           raise_errors: bool = True) -> Any:
-        """{TopicPartition: ConsumerLag(committed, end_offset, lag)} for every
-        partition ``group_id`` committed (end offset: the high watermark)."""
-        return await self._op("consumer_group_lag", group_id, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = ...,
-                     timeout: Optional[float] = ...,
-                     raise_errors: Literal[True] = ...) -> Dict[TopicPartition, ListOffsetsResultInfo]: ...
-
-    @overload
-    async def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = ...,
-                     timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = 0,
-                     timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """{TopicPartition: ListOffsetsResultInfo(offset, timestamp, leader_epoch)}
-        for {TopicPartition: spec}, spec one of OffsetSpec.EARLIEST/LATEST/
-        MAX_TIMESTAMP, 'earliest'/'latest', or a timestamp in ms (the first
-        offset with a timestamp >= it; offset -1 when there is none).
-        ``isolation_level`` 1 = read_committed."""
-        return await self._op("list_offsets", specs, isolation_level=isolation_level, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = ...,
-                       raise_errors: Literal[True] = ...) -> Dict[TopicPartition, DeletedRecords]: ...
-
-    @overload
-    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = ...,
-                       raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = None,
-                       raise_errors: bool = True) -> Any:
-        """Delete the records before {TopicPartition: offset} (-1: the high
-        watermark, i.e. all): {TopicPartition: DeletedRecords(low_watermark)}."""
-        return await self._op("delete_records", before, timeout=timeout, raise_errors=raise_errors)
-
-    # -- share groups (KIP-932) ----------------------------------------------------------------
-    @overload
-    async def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                                raise_errors: Literal[True] = ...) -> List[ShareGroupListing]: ...
-
-    @overload
-    async def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                                raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def list_share_groups(self, *, states: Optional[Iterable[str]] = None,
-                                timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """Every share group of every broker: [ShareGroupListing(group_id,
-        state, coordinator)]; ``states`` keeps only groups in these states."""
-        return await self._op("list_share_groups", states=states, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                                    raise_errors: Literal[True] = ...) -> Dict[str, ShareGroupDescription]: ...
-
-    @overload
-    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                                    raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
-                                    raise_errors: bool = True) -> Any:
-        """{group: ShareGroupDescription(state, epochs, assignor, members,
-        coordinator)}, each member with its subscription and assignment."""
-        return await self._op("describe_share_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    async def list_share_group_offsets(self, group_id: str,
-                                       partitions: Optional[Iterable[TopicPartition]] = ..., *,
-                                       timeout: Optional[float] = ...,
-                                       raise_errors: Literal[True] = ...) -> Dict[TopicPartition, SharePartitionOffset]: ...
-
-    @overload
-    async def list_share_group_offsets(self, group_id: str,
-                                       partitions: Optional[Iterable[TopicPartition]] = ..., *,
-                                       timeout: Optional[float] = ...,
-                                       raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def list_share_group_offsets(self, group_id: str,
-                                       partitions: Optional[Iterable[TopicPartition]] = None, *,
-                                       timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """{TopicPartition: SharePartitionOffset(start_offset, leader_epoch,
-        lag)} of a share group: every partition it has read, or ``partitions``."""
-        return await self._op("list_share_group_offsets", group_id, partitions, timeout=timeout,
-                              raise_errors=raise_errors)
-
-    @overload
-    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
-                                        validate_only: bool = ..., timeout: Optional[float] = ...,
-                                        raise_errors: Literal[True] = ...) -> Dict[ConfigResource, None]: ...
-
-    @overload
-    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
-                                        validate_only: bool = ..., timeout: Optional[float] = ...,
-                                        raise_errors: Literal[False]) -> AdminHandle: ...
-
-    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
-                                        validate_only: bool = False, timeout: Optional[float] = None,
-                                        raise_errors: bool = True) -> Any:
-        """Change some settings of topics, brokers or groups and keep the rest:
-        ``{ConfigResource: {name: value, or None for the default}}``, e.g.
-        ``{ConfigResource.group("jobs"): {"share.auto.offset.reset": "earliest"}}``."""
-        return await self._op("incremental_alter_configs", changes, validate_only=validate_only, timeout=timeout,
-                              raise_errors=raise_errors)
-
-    async def _close(self, timeout):
-        if self._engine.started:
-            await self._engine.stop()
-        self._core.close(now_ms())
-        self._closed = True
 
 
 def delivery_classes(module: str, event_class: Any) -> Tuple[
@@ -799,158 +455,3 @@ def delivery_classes(module: str, event_class: Any) -> Tuple[
                                     "new_event": event_class})
     return (make("Delivery", AsyncDelivery), make("CallbackDelivery", AsyncCallbackDelivery),
             make("BulkDelivery", AsyncBulkDelivery))
-
-
-# == share consumer ==================================================================================
-
-class AsyncShareConsumer(_Client):
-    """``records = await share_consumer.poll(1.0)``; ``async for record in
-    share_consumer``: the threading :class:`kio.ShareConsumer`, awaitable
-    (KIP-932 share groups). The acknowledgement commit callback may be a
-    plain or a coroutine function; it runs in the task that polls, commits
-    or closes."""
-
-    def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
-        from kproto.share.core import ShareConsumerCore
-        self._setup(ShareConsumerCore(config, **kwargs), nursery, 1 << 20)
-        self._app_events: list = []
-        self._ack_callback: Optional[AsyncAcknowledgementCallback] = None
-
-    @property
-    def member_id(self) -> str:
-        """This member's id in the share group."""
-        return self._core.member_id
-
-    @property
-    def acquisition_lock_timeout_ms(self) -> Optional[int]:
-        """How long the leaders lock records acquired for this member (as the
-        last share fetch answered; None before one did)."""
-        return self._core.fetcher.lock_timeout_ms
-
-    def _after_poll(self) -> bool:
-        evs = self._core.events()
-        if evs:
-            self._app_events.extend(evs)
-        self._core.data_ready = False
-        return self._waiters > 0
-
-    def _check_usable(self):
-        if self._engine.fatal is not None:
-            raise ConsumerClosedError(f"the share consumer's network task failed: {self._engine.fatal!r}")
-        if self._closed or self._core.closing:
-            raise ConsumerClosedError("the share consumer is closed")
-
-    async def _dispatch(self):
-        from kio.share_consumer import ack_callback_calls
-        if not self._app_events:
-            return
-        events, self._app_events = self._app_events, []
-        if self._ack_callback is None:
-            return
-        for offsets, err in ack_callback_calls(events):
-            try:
-                r = self._ack_callback(offsets, err)
-                if inspect.isawaitable(r):
-                    await r
-            except Exception:  # noqa: BLE001
-                log.exception("acknowledgement commit callback %r raised", self._ack_callback)
-
-    def subscribe(self, topics: Union[str, Iterable[str]]) -> None:
-        """Join the share group for these topics (replaces the subscription)."""
-        self._ensure_started()
-        self._check_usable()
-        self._core.subscribe(topics, now_ms())
-        self._engine.kick()
-
-    def unsubscribe(self) -> None:
-        """Leave the share group; subscribe() joins it again. Records of the
-        last poll not acknowledged (or, in implicit mode, committed) are
-        released, as in Java."""
-        self._check_usable()
-        self._core.unsubscribe(now_ms())
-        self._engine.kick()
-
-    def subscription(self) -> Set[str]:
-        """The topics subscribed to."""
-        return self._core.subscription()
-
-    def assignment(self) -> Set[TopicPartition]:
-        """The partitions the broker gave this member (shared with others)."""
-        return self._core.assignment()
-
-    def set_acknowledgement_commit_callback(self, callback: Optional[AsyncAcknowledgementCallback]) -> None:
-        """``callback(offsets, error)`` (plain or coroutine function) runs
-        whenever a leader answered acknowledgements."""
-        self._ack_callback = callback
-
-    async def poll(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None) -> List[ShareRecord]:
-        """Acquired records (ShareRecord, with ``delivery_count``), waiting up
-        to ``timeout`` seconds; settles the last poll's records first
-        (implicit: accepts them; explicit: raises ShareStateError if one is
-        unacknowledged)."""
-        self._ensure_started()
-        self._check_usable()
-        self._core.poll_started(now_ms())
-        self._engine.kick()
-        end = None if timeout is None else now_ms() + timeout * 1000.0
-        while True:
-            await self._dispatch()
-            self._check_usable()
-            if self._core.client.auth_error is not None:
-                raise self._core.client.auth_error
-            out = self._core.drain(max_records)
-            if out:
-                self._engine.kick()
-                return out
-            left = None if end is None else (end - now_ms()) / 1000.0
-            if left is not None and left <= 0:
-                return out
-            await self._wait(left)
-
-    def __aiter__(self) -> AsyncIterator[ShareRecord]:
-        """Every record, as it arrives, until the share consumer is closed."""
-        return self._records()
-
-    async def _records(self):
-        while not self._closed:
-            for record in await self.poll(1.0):
-                yield record
-
-    def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
-        """Acknowledge a record of the last poll (explicit mode): ACCEPT, RELEASE or REJECT."""
-        self._check_usable()
-        self._core.acknowledge(record, type)        # leaves with the next request (poll, commit)
-
-    async def commit_sync(self, timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[KafkaError]]:
-        """Send the acknowledgements made so far and wait for the leaders:
-        {TopicPartition: None or the error}."""
-        self._ensure_started()
-        self._check_usable()
-        h = self._core.commit(now_ms(), None if timeout is None else int(timeout * 1000))
-        await self._wait_done(h)
-        await self._dispatch()
-        return h.result()
-
-    async def commit_async(self) -> None:
-        """Send the acknowledgements made so far without waiting for the answer."""
-        self._ensure_started()
-        self._check_usable()
-        self._core.commit(now_ms())
-        self._engine.kick()
-        await self._dispatch()
-
-    async def _close(self, timeout):
-        """Send the acknowledgements made so far (in implicit mode the last
-        poll's records are released unless committed, as in Java), close the
-        share sessions, leave the group, stop the network task."""
-        if self._closed:
-            return
-        if self._engine.started and self._engine.fatal is None:
-            self._core.begin_close(now_ms(), None if timeout is None else int(timeout * 1000))
-            self._engine.kick()
-            while not self._core.close_done and self._engine.fatal is None:
-                await self._dispatch()
-                await self._wait(None)
-            await self._engine.stop()
-        self._closed = True
-        await self._dispatch()

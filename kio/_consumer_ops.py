@@ -23,38 +23,26 @@ The hooks a driver provides: ``_lock`` (a threading.Lock, or a
 ``nullcontext`` where one task runs everything), ``_enter()`` (the threading
 driver's one-thread check), ``_start()`` (the async drivers start their
 network task), ``_kick()`` (wake the network side) and ``_failure`` (the
-exception that ended the network thread or task, or None).
+exception that ended the network thread or task, or None). What the share
+consumer's bodies (:mod:`kio._share_ops`) need as well - those hooks, the
+closed checks, the poll loop, the waits - is :class:`kio._client_ops.ClientOps`.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import re
-from typing import (
-    Any, Callable, ContextManager, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern,
-    Set, Tuple, TypeVar, Union,
-)
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Set, Tuple, Union
 
+from kio._client_ops import ClientOps, WakeupError, callback_steps, ms as _ms
 from kio._common import INF, Steps, now_ms, rebalance_calls
 from kio._types import Offsets, Partitions
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
-from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
-from kproto.errors import KafkaError, KafkaTimeoutError
+from kproto.consumer.core import ConsumerCore, OffsetAndTimestamp
 
 __all__ = ["ConsumerOps", "Steps", "INF", "WakeupError", "PartitionBatch", "arrow_partition_batch"]
 
 log = logging.getLogger("kio.consumer")
-
-_T = TypeVar("_T")
-
-
-class WakeupError(KafkaError):
-    """poll() was interrupted by wakeup()."""
-
-
-WakeupError.__module__ = "kio.consumer"
-
 
 class PartitionBatch(NamedTuple):
     """The columnar records of one partition (lists, or Arrow arrays).
@@ -88,65 +76,27 @@ def arrow_partition_batch(tp: TopicPartition, cb: Any, headers: bool) -> Partiti
                           arrow_headers(cb) if headers else None)
 
 
-def _ms(timeout: Optional[float]) -> Optional[int]:
-    return None if timeout is None else int(timeout * 1000)
-
-
 def _offsets_only(res: Mapping[TopicPartition, Optional[OffsetAndTimestamp]]) -> Dict[TopicPartition, Optional[int]]:
     return {tp: None if v is None else v.offset for tp, v in res.items()}
 
 
-class ConsumerOps:
+class ConsumerOps(ClientOps):
     """The consumer's methods, shared by every driver (see the module docstring)."""
 
+    _what = "consumer"
     _core: ConsumerCore
-    _lock: ContextManager[Any]
-    _closed: bool
-    _wakeup: bool
     _listeners: Tuple[Any, Any, Any]
-    _app_events: List[Any]              # rebalance events for the application's thread or task
-    _callbacks: List[Any]               # (callback, offsets, error) of asynchronous commits
+    # _app_events: rebalance events; _callbacks: (callback, offsets, error) of asynchronous commits
 
     def _init_ops(self, core: ConsumerCore) -> None:
-        self._core = core
-        self._closed = False
-        self._wakeup = False
+        self._init_client_ops(core)
         self._listeners = (None, None, None)
-        self._app_events = []
-        self._callbacks = []
 
-    # -- the driver's hooks ---------------------------------------------------------------------
-    def _enter(self) -> None:
-        """Called first by every public method (the threading driver checks its thread)."""
+    def _core_events(self) -> List[Any]:
+        return self._core.events(ack=False)
 
-    def _start(self) -> None:
-        """Called by the methods that need the network side running (the async drivers start it)."""
-
-    def _kick(self) -> None:
-        raise NotImplementedError
-
-    @property
-    def _failure(self) -> Optional[BaseException]:
-        raise NotImplementedError
-
-    # -- checks ---------------------------------------------------------------------------------
-    def _check_failed(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            raise ConsumerClosedError(f"the consumer's network thread failed: {failure!r}") from failure
-
-    def _check_open(self) -> None:
-        """Closed (or failed): every call but the state getters and close() raises. The
-        listeners close() runs may still seek, commit..."""
-        self._check_failed()
-        if self._closed:
-            raise ConsumerClosedError("the consumer is closed")
-
-    def _check_usable(self) -> None:
-        """As _check_open, and no new poll, commit or lookup once close() began."""
-        self._check_open()
-        if self._core.closing:
-            raise ConsumerClosedError("the consumer is closed")
+    def _poll_started(self, now: float) -> None:
+        self._core.poll_called(now)
 
     # == subscriptions ==========================================================================
     def _subscribe(self, topics: Union[str, Iterable[str], Pattern[str]], listeners: Tuple[Any, Any, Any]) -> None:
@@ -192,34 +142,6 @@ class ConsumerOps:
             return self._core.subscription()
 
     # == records ================================================================================
-    def _poll_steps(self, timeout: Optional[float], take: Callable[[ConsumerCore], _T]) -> Steps[_T]:
-        self._start()
-        end = INF if timeout is None else now_ms() + timeout * 1000.0
-        with self._lock:
-            self._check_usable()
-            self._core.poll_called(now_ms())
-        self._kick()
-        while True:
-            yield from self._dispatch_steps()
-            with self._lock:
-                self._check_usable()
-                if self._wakeup:
-                    self._wakeup = False
-                    raise WakeupError("poll() was interrupted by wakeup()")
-                if self._core.client.auth_error is not None:
-                    raise self._core.client.auth_error     # as Java's poll(): not a silent retry loop
-                pending = bool(self._app_events or self._callbacks)
-                if not pending:
-                    out = take(self._core)
-                    if out:
-                        break
-                    if now_ms() >= end:
-                        return out
-            if not pending:
-                yield end
-        self._kick()       # partitions drained: their next fetch can go out now
-        return out
-
     def _poll_records_steps(self, timeout: Optional[float], max_records: Optional[int]) -> Steps[Any]:
         return (yield from self._poll_steps(timeout, lambda core: core.drain(max_records)))
 
@@ -342,45 +264,7 @@ class ConsumerOps:
         return _offsets_only((yield from self._handle_steps(
             lambda core, now, t: core.end_offsets(partitions, now, t), timeout)))
 
-    # == closing ================================================================================
-    def _close_steps(self, timeout: Optional[float]) -> Steps[None]:
-        """Commit consumed positions (auto-commit), run the revocation listener,
-        leave the group; the driver then stops its network side."""
-        with self._lock:
-            if self._failure is not None:
-                return
-            self._core.begin_close(now_ms(), _ms(timeout))
-        self._kick()
-        yield from self._until(lambda: self._core.close_done or self._failure is not None)
-
-    # == helpers ================================================================================
-    def _handle_steps(self, start: Callable[[ConsumerCore, float, Optional[int]], Any],
-                      timeout: Optional[float]) -> Steps[Any]:
-        """Start a request of the core (it enforces ``timeout`` itself) and wait for its handle."""
-        self._start()
-        with self._lock:
-            self._check_usable()
-            h = start(self._core, now_ms(), _ms(timeout))
-        self._kick()
-        yield from self._until(lambda: h.done)
-        return h.result()
-
-    def _until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
-               what: str = "the operation") -> Steps[None]:
-        """Wait until ``cond()`` (checked under the lock), running listeners
-        and callbacks meanwhile; the network side failing raises
-        ConsumerClosedError, ``timeout`` seconds passing KafkaTimeoutError."""
-        end = INF if timeout is None else now_ms() + timeout * 1000.0
-        while True:
-            yield from self._dispatch_steps()
-            with self._lock:
-                if cond():
-                    return
-                self._check_failed()
-            if now_ms() >= end:
-                raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
-            yield end
-
+    # == callbacks ==============================================================================
     def _dispatch_steps(self) -> Steps[None]:
         """Run rebalance listeners and commit callbacks in the application's
         thread or task (a coroutine's result is yielded to be awaited)."""
@@ -392,9 +276,7 @@ class ConsumerOps:
         calls, revoked, error = rebalance_calls(events, *self._listeners)
         for fn, partitions in calls:
             try:
-                r = fn(partitions)
-                if inspect.isawaitable(r):
-                    yield r
+                yield from callback_steps(fn, partitions)
             except Exception as e:  # noqa: BLE001 - rethrown once the rebalance may go on
                 log.exception("rebalance listener raised")
                 error = error or e
@@ -404,9 +286,7 @@ class ConsumerOps:
             self._kick()
         for cb, offsets, err in callbacks:
             try:
-                r = cb(offsets, err)
-                if inspect.isawaitable(r):
-                    yield r
+                yield from callback_steps(cb, offsets, err)
             except Exception:  # noqa: BLE001
                 log.exception("commit callback %r raised", cb)
         if error is not None:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from kio._common import INF, Steps, next_step, now_ms, sleep_time
 from kio._network import SocketLoop
+from kproto.errors import KafkaError
 
-__all__ = ["ThreadDriver"]
+__all__ = ["ThreadDriver", "PolledThreadDriver", "ConsumerThreadError"]
 
 log = logging.getLogger("kio")
 
@@ -171,3 +172,93 @@ class ThreadDriver:
             if work is not None:
                 self._outside_lock(work)
             net.close()
+
+
+class ConsumerThreadError(KafkaError, RuntimeError):
+    """A consumer or share consumer was used from a second thread (neither is thread-safe)."""
+
+
+ConsumerThreadError.__module__ = "kio.consumer"
+
+_Self = TypeVar("_Self", bound="PolledThreadDriver")
+
+
+class PolledThreadDriver(ThreadDriver):
+    """The threading driver of a client one application thread polls (the
+    consumer and the share consumer, with a :class:`kio._client_ops.ClientOps`):
+    that thread owns it, runs its callbacks, and is woken when the core's
+    events, records or answers may be what it waits for. It comes first in
+    the client's bases: its hooks replace the defaults of ClientOps."""
+
+    #: the class in messages ("kio.Consumer is not safe for multi-threaded access")
+    _client_name = "kio client"
+    _awaits_callbacks = False       # callbacks run on the polling thread: a coroutine cannot be awaited
+    _what: str
+    _closed: bool
+    _wakeup: bool
+    _owner: Optional[int] = None
+    _seen_progress = -1
+
+    if TYPE_CHECKING:                     # ClientOps', which comes after this class in the MRO
+        def _collect_events(self) -> bool: ...
+        def _close_steps(self, timeout: Optional[float]) -> Steps[None]: ...
+        def _dispatch_steps(self) -> Steps[None]: ...
+        def close(self, timeout: Optional[float] = None) -> None: ...      # the client's, documented there
+
+    def wakeup(self) -> None:
+        """Make a blocked poll() raise WakeupError (thread-safe)."""
+        with self._lock:
+            self._wakeup = True
+            self._notify()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _close_client(self, timeout: Optional[float]) -> None:
+        """The client's close(): its core's close steps, then the network
+        thread stops; idempotent."""
+        if self._closed:
+            return
+        try:
+            self._run(self._close_steps(timeout))
+        finally:
+            self._stop_network()
+            self._closed = True
+            self._run(self._dispatch_steps())      # the callbacks of what the close settled
+
+    # == hooks of the shared method bodies and of the network thread ==============================
+    def _enter(self) -> None:
+        me = threading.get_ident()
+        if self._owner is None:
+            self._owner = me
+        elif self._owner != me:
+            raise ConsumerThreadError(
+                f"{self._client_name} is not safe for multi-threaded access: it is used by thread "
+                f"{self._owner} and was called from thread {me} ({threading.current_thread().name}); "
+                f"use one {self._what} per thread")
+
+    def _kick(self) -> None:
+        self._net.wake()
+
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        return self._fatal
+
+    def _after_round(self, timer: bool) -> None:
+        # Hand the core's events to the application, and wake it only when
+        # something it may wait for can have changed: events, records, a
+        # completed request, a timer (commit and lookup timeouts), or a round
+        # after the application woke us (what it asked for may be done at
+        # once: closing, a commit that cannot be sent). Not on every partial
+        # read of a large fetch response. The application waits without a
+        # timer: each of these counts.
+        fresh = self._collect_events()
+        net = self._net
+        progress = self._core.client.progress
+        woken, net.woken = net.woken, False
+        if self._waiters and (fresh or progress != self._seen_progress or timer or woken):
+            self._notify()
+        self._seen_progress = progress

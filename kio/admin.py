@@ -18,53 +18,46 @@ threads are serialised.
 """
 from __future__ import annotations
 
+import logging
 import threading
-import uuid
-from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
+from typing import Any, Callable, Dict, Optional
 
+from kio._admin_ops import AdminClosedError, AdminOps
+from kio._common import now_ms as _now_ms  # the cores' one clock
 from kio._common import sleep_time
 from kio._network import SocketLoop
-from kproto.admin import (
-    AdminCore, AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription,
-    ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic,
-    OffsetSpec, TopicDescription, TopicListing,
-)
-from kproto.cluster import TopicPartition
-from kproto.consumer import OffsetAndMetadata
+from kproto.admin import AdminCore, ConfigResource, NewPartitions, NewTopic, OffsetSpec
 from kproto.config import Config
-from kproto.errors import KafkaError
-from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
-from kio._common import now_ms as _now_ms  # the cores' one clock
 
 __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec"]
 
-
-class AdminClosedError(KafkaError):
-    """The admin client is closed."""
+log = logging.getLogger("kio.admin")
 
 
-class Admin:
+class Admin(AdminOps):
     """``Admin(bootstrap_servers=...)`` or ``Admin({"bootstrap.servers": ...})``.
 
     Every operation takes ``timeout`` (seconds; default
     default.api.timeout.ms, then :class:`AdminTimeoutError`) and
     ``raise_errors``: True (the default) returns the result and raises the
     first failed item's error; False returns the operation's
-    :class:`AdminHandle` (``values()`` and ``errors()`` per item)."""
+    :class:`AdminHandle` (``values()`` and ``errors()`` per item). The
+    operations are :class:`kio._admin_ops.AdminOps`', shared with the async
+    Admin of kio.aio and kio.trio."""
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         self._core = AdminCore(config, **kwargs)
         self._net = SocketLoop(self._core)
         self._lock = threading.Lock()
         self._closed = False
+        self._fatal: Optional[BaseException] = None
 
     @property
     def config(self) -> Config:
         """The parsed settings (``admin.config.bootstrap_servers``)."""
         return self._core.config
 
-    def _op(self, name: str, *args: Any, timeout: Optional[float] = None, raise_errors: bool = True,
-            **kwargs: Any) -> Any:
+    def _call(self, name: str, *args: Any, timeout: Optional[float], raise_errors: bool, **kwargs: Any) -> Any:
         """Run the core operation ``name`` (its arguments, ``now`` supplied,
         ``timeout`` in seconds instead of ``timeout_ms``) to its end."""
         if timeout is not None:
@@ -72,312 +65,35 @@ class Admin:
         handle = self._run(lambda now: getattr(self._core, name)(*args, now=now, **kwargs))
         return handle.result() if raise_errors else handle
 
-    def _run(self, start):
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        return self._fatal
+
+    def _run(self, start: Callable[[float], Any]) -> Any:
+        """Start an operation (``start(now)``: its handle) and drive the
+        sockets on this thread until it is done. A failure of the loop
+        itself (not of the operation: that is the handle's) breaks the
+        client, as a failed network thread or task does in the other drivers."""
         with self._lock:
-            if self._closed:
-                raise AdminClosedError("the admin client is closed")
+            self._check_open()
             core, net = self._core, self._net
             handle = start(_now_ms())
-            while True:
-                now = _now_ms()
-                net.apply(core.poll(now), now)
-                net.write_all(now)
-                core.events()
-                if handle.done:
-                    return handle
-                deadline = core.next_deadline(now)
-                net.update_interest()
-                net.handle(net.select(sleep_time(deadline, _now_ms())), _now_ms())
-
-    # -- topics --------------------------------------------------------------------------------
-    @overload
-    def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = ...,
-                      replication_factor: int = ..., validate_only: bool = ..., timeout: Optional[float] = ...,
-                      raise_errors: Literal[True] = ...) -> Dict[str, Optional[uuid.UUID]]: ...
-
-    @overload
-    def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = ...,
-                      replication_factor: int = ..., validate_only: bool = ..., timeout: Optional[float] = ...,
-                      raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def create_topics(self, topics: Iterable[Union[str, NewTopic]], *, num_partitions: int = -1,
-                      replication_factor: int = -1, validate_only: bool = False,
-                      timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """Create topics: NewTopic values, or names (with ``num_partitions`` and
-        ``replication_factor``; -1 is the broker's default). Returns {name:
-        topic id} (a :class:`uuid.UUID`; None from a broker that reports no
-        ids). A name Kafka does not allow fails with InvalidTopicError, one
-        that exists with TopicAlreadyExistsError. ``validate_only``: only check."""
-        new = [t if isinstance(t, NewTopic) else NewTopic(t, num_partitions, replication_factor)
-               for t in topics]
-        return self._op("create_topics", new, validate_only=validate_only, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                      raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
-
-    @overload
-    def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                      raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def delete_topics(self, topics: Iterable[str], *, timeout: Optional[float] = None,
-                      raise_errors: bool = True) -> Any:
-        """Delete topics by name: {name: None}; a missing topic fails with
-        UnknownTopicOrPartitionError."""
-        return self._op("delete_topics", topics, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def list_topics(self, *, list_internal: bool = ..., timeout: Optional[float] = ...,
-                    raise_errors: Literal[True] = ...) -> Dict[str, TopicListing]: ...
-
-    @overload
-    def list_topics(self, *, list_internal: bool = ..., timeout: Optional[float] = ...,
-                    raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def list_topics(self, *, list_internal: bool = False, timeout: Optional[float] = None,
-                    raise_errors: bool = True) -> Any:
-        """Every topic: {name: TopicListing(name, topic_id, internal)}, by name;
-        internal topics (``__consumer_offsets``...) only with ``list_internal``."""
-        return self._op("list_topics", list_internal=list_internal, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                        raise_errors: Literal[True] = ...) -> Dict[str, TopicDescription]: ...
-
-    @overload
-    def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
-                        raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = None,
-                        raise_errors: bool = True) -> Any:
-        """{name: TopicDescription(name, topic_id, internal, partitions)}, the
-        partitions as PartitionInfo (leader, replicas, isr, ...); a missing
-        topic fails with UnknownTopicOrPartitionError."""
-        return self._op("describe_topics", topics, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def describe_cluster(self, *, timeout: Optional[float] = ...,
-                         raise_errors: Literal[True] = ...) -> ClusterDescription: ...
-
-    @overload
-    def describe_cluster(self, *, timeout: Optional[float] = ...,
-                         raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def describe_cluster(self, *, timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """ClusterDescription(cluster_id, controller, nodes): the brokers as
-        Node(id, host, port, rack)."""
-        return self._op("describe_cluster", timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
-                          validate_only: bool = ..., timeout: Optional[float] = ...,
-                          raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
-
-    @overload
-    def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
-                          validate_only: bool = ..., timeout: Optional[float] = ...,
-                          raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
-                          validate_only: bool = False, timeout: Optional[float] = None,
-                          raise_errors: bool = True) -> Any:
-        """Grow topics to {name: total partition count, or NewPartitions(total_count,
-        assignments)}: {name: None}."""
-        return self._op("create_partitions", new_partitions, validate_only=validate_only, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = ...,
-                         timeout: Optional[float] = ...,
-                         raise_errors: Literal[True] = ...) -> Dict[ConfigResource, Dict[str, ConfigEntry]]: ...
-
-    @overload
-    def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = ...,
-                         timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = False,
-                         timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """The settings of topics and brokers (``ConfigResource.topic(name)``,
-        ``ConfigResource.broker(node_id)``): {resource: {name: ConfigEntry}}."""
-        return self._op("describe_configs", resources, include_synonyms=include_synonyms, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    # -- groups and offsets --------------------------------------------------------------------
-    @overload
-    def list_consumer_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                             raise_errors: Literal[True] = ...) -> List[ConsumerGroupListing]: ...
-
-    @overload
-    def list_consumer_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                             raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def list_consumer_groups(self, *, states: Optional[Iterable[str]] = None, timeout: Optional[float] = None,
-                             raise_errors: bool = True) -> Any:
-        """Every group of every broker: [ConsumerGroupListing(group_id,
-        is_simple, state, ...)]; ``states`` keeps only groups in these states
-        (e.g. ["Stable", "Empty"])."""
-        return self._op("list_consumer_groups", states=states, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                                 raise_errors: Literal[True] = ...) -> Dict[str, ConsumerGroupDescription]: ...
-
-    @overload
-    def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                                 raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
-                                 raise_errors: bool = True) -> Any:
-        """{group: ConsumerGroupDescription(state, assignor, members, ...)},
-        each member's assignment decoded."""
-        return self._op("describe_consumer_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                               raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
-
-    @overload
-    def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                               raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
-                               raise_errors: bool = True) -> Any:
-        """Delete groups (and their committed offsets): {group: None}; a group
-        with members fails with NonEmptyGroupError."""
-        return self._op("delete_consumer_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
-                                    *, require_stable: bool = ..., timeout: Optional[float] = ...,
-                                    raise_errors: Literal[True] = ...
-                                    ) -> Dict[TopicPartition, OffsetAndMetadata]: ...
-
-    @overload
-    def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
-                                    *, require_stable: bool = ..., timeout: Optional[float] = ...,
-                                    raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None,
-                                    *, require_stable: bool = True, timeout: Optional[float] = None,
-                                    raise_errors: bool = True) -> Any:
-        """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
-        partitions, or ``partitions``); partitions without a commit are left out."""
-        return self._op("list_consumer_group_offsets", group_id, partitions, require_stable=require_stable,
-                        timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = ...,
-                           raise_errors: Literal[True] = ...) -> Dict[TopicPartition, ConsumerLag]: ...
-
-    @overload
-    def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = ...,
-                           raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def consumer_group_lag(self, group_id: str, *, timeout: Optional[float] = None,
-                           raise_errors: bool = True) -> Any:
-        """{TopicPartition: ConsumerLag(committed, end_offset, lag)} for every
-        partition ``group_id`` committed (end offset: the high watermark)."""
-        return self._op("consumer_group_lag", group_id, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = ...,
-                     timeout: Optional[float] = ...,
-                     raise_errors: Literal[True] = ...) -> Dict[TopicPartition, ListOffsetsResultInfo]: ...
-
-    @overload
-    def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = ...,
-                     timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def list_offsets(self, specs: Mapping[TopicPartition, Union[int, str]], *, isolation_level: int = 0,
-                     timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """{TopicPartition: ListOffsetsResultInfo(offset, timestamp, leader_epoch)}
-        for {TopicPartition: spec}, spec one of OffsetSpec.EARLIEST/LATEST/
-        MAX_TIMESTAMP, 'earliest'/'latest', or a timestamp in ms (the first
-        offset with a timestamp >= it; offset -1 when there is none).
-        ``isolation_level`` 1 = read_committed."""
-        return self._op("list_offsets", specs, isolation_level=isolation_level, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = ...,
-                       raise_errors: Literal[True] = ...) -> Dict[TopicPartition, DeletedRecords]: ...
-
-    @overload
-    def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = ...,
-                       raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def delete_records(self, before: Mapping[TopicPartition, int], *, timeout: Optional[float] = None,
-                       raise_errors: bool = True) -> Any:
-        """Delete the records before {TopicPartition: offset} (-1: the high
-        watermark, i.e. all): {TopicPartition: DeletedRecords(low_watermark)}."""
-        return self._op("delete_records", before, timeout=timeout, raise_errors=raise_errors)
-
-    # -- share groups (KIP-932) ----------------------------------------------------------------
-    @overload
-    def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                          raise_errors: Literal[True] = ...) -> List[ShareGroupListing]: ...
-
-    @overload
-    def list_share_groups(self, *, states: Optional[Iterable[str]] = ..., timeout: Optional[float] = ...,
-                          raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def list_share_groups(self, *, states: Optional[Iterable[str]] = None, timeout: Optional[float] = None,
-                          raise_errors: bool = True) -> Any:
-        """Every share group of every broker: [ShareGroupListing(group_id,
-        state, coordinator)]; ``states`` keeps only groups in these states."""
-        return self._op("list_share_groups", states=states, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                              raise_errors: Literal[True] = ...) -> Dict[str, ShareGroupDescription]: ...
-
-    @overload
-    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
-                              raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
-                              raise_errors: bool = True) -> Any:
-        """{group: ShareGroupDescription(state, epochs, assignor, members,
-        coordinator)}, each member with its subscription and assignment."""
-        return self._op("describe_share_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
-
-    @overload
-    def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,
-                                 timeout: Optional[float] = ...,
-                                 raise_errors: Literal[True] = ...) -> Dict[TopicPartition, SharePartitionOffset]: ...
-
-    @overload
-    def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,
-                                 timeout: Optional[float] = ...,
-                                 raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None, *,
-                                 timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
-        """{TopicPartition: SharePartitionOffset(start_offset, leader_epoch,
-        lag)} of a share group: every partition it has read, or ``partitions``."""
-        return self._op("list_share_group_offsets", group_id, partitions, timeout=timeout,
-                        raise_errors=raise_errors)
-
-    @overload
-    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
-                                  validate_only: bool = ..., timeout: Optional[float] = ...,
-                                  raise_errors: Literal[True] = ...) -> Dict[ConfigResource, None]: ...
-
-    @overload
-    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
-                                  validate_only: bool = ..., timeout: Optional[float] = ...,
-                                  raise_errors: Literal[False]) -> AdminHandle: ...
-
-    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *,
-                                  validate_only: bool = False, timeout: Optional[float] = None,
-                                  raise_errors: bool = True) -> Any:
-        """Change some settings of topics, brokers or groups and keep the rest:
-        ``{ConfigResource: {name: value, or None for the default}}``, e.g.
-        ``{ConfigResource.group("jobs"): {"share.auto.offset.reset": "earliest"}}``."""
-        return self._op("incremental_alter_configs", changes, validate_only=validate_only, timeout=timeout,
-                        raise_errors=raise_errors)
+            try:
+                while True:
+                    now = _now_ms()
+                    net.apply(core.poll(now), now)
+                    net.write_all(now)
+                    core.events()
+                    if handle.done:
+                        return handle
+                    deadline = core.next_deadline(now)
+                    net.update_interest()
+                    net.handle(net.select(sleep_time(deadline, _now_ms())), _now_ms())
+            except Exception as e:  # noqa: BLE001 - fail loudly, and every later call too
+                log.exception("the admin client's network loop failed")
+                self._fatal = e
+                self._check_failed()          # raises AdminClosedError from e
+                raise
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:

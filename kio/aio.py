@@ -8,7 +8,8 @@
         c.subscribe(["t"])
         async for record in c: ...
 
-The clients are :mod:`kio._async_clients`, shared with :mod:`kio.trio`;
+The clients are :mod:`kio._async_clients` (and :mod:`kio._async_share`,
+:mod:`kio._async_admin`), shared with :mod:`kio.trio`;
 this module is only how asyncio waits: one task runs the core, sockets are
 watched with ``loop.add_reader``/``add_writer``. Use a client from the
 event loop that created its first task (asyncio objects are loop-bound).
@@ -19,6 +20,8 @@ import asyncio
 import socket
 
 from kio import _async_clients as clients
+from kio._async_admin import AsyncAdmin
+from kio._async_share import AsyncShareConsumer
 
 __all__ = ["Producer", "Consumer", "ShareConsumer", "Admin"]
 
@@ -138,13 +141,13 @@ class Consumer(clients.AsyncConsumer):
     backend_class = AsyncioBackend
 
 
-class Admin(clients.AsyncAdmin):
+class Admin(AsyncAdmin):
     """The asyncio admin client: ``async with kio.aio.Admin(bootstrap_servers=...) as a``,
     then ``await a.create_topics([...])``."""
     backend_class = AsyncioBackend
 
 
-class ShareConsumer(clients.AsyncShareConsumer):
+class ShareConsumer(AsyncShareConsumer):
     """The asyncio share consumer (KIP-932): ``async with kio.aio.ShareConsumer(bootstrap_servers=...,
     group_id=...) as c``, then ``c.subscribe([...])`` and ``await c.poll()`` or ``async for record in c``."""
     backend_class = AsyncioBackend

@@ -24,17 +24,16 @@ Threading contract (as in Java, the consumer is NOT thread-safe):
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Set, Tuple, Union
 
 from kio._consumer_ops import ConsumerOps, PartitionBatch, WakeupError, arrow_partition_batch
-from kio._thread_driver import ThreadDriver
+from kio._thread_driver import ConsumerThreadError, PolledThreadDriver
 from kio._types import CommitCallback, Offsets, Partitions, RebalanceListener
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
-from kproto.errors import KafkaError, KafkaTimeoutError
+from kproto.errors import KafkaTimeoutError
 from kproto.records import Record
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionBatch",
@@ -43,20 +42,17 @@ __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestam
 log = logging.getLogger("kio.consumer")
 
 
-class ConsumerThreadError(KafkaError, RuntimeError):
-    """The consumer was used from a second thread (it is not thread-safe)."""
-
-
-class Consumer(ConsumerOps, ThreadDriver):
+class Consumer(PolledThreadDriver, ConsumerOps):
     """``Consumer(bootstrap_servers=..., group_id="g", auto_offset_reset="earliest")``
     or ``Consumer({"bootstrap.servers": ...})``; see the module docstring.
 
     The method bodies are :class:`kio._consumer_ops.ConsumerOps`', shared with
     the asyncio and trio consumers; this class only runs their waits on a
-    Condition the network thread notifies."""
+    Condition the network thread notifies (:class:`kio._thread_driver.PolledThreadDriver`)."""
 
     config: Config
     """The parsed settings (``consumer.config.group_id``)."""
+    _client_name = "kio.Consumer"
     _refuse_awaitable = (
         "kio.Consumer runs listeners and commit callbacks on the polling thread and cannot await what "
         "one returned ({step!r}); use kio.aio or kio.trio for coroutine functions")
@@ -64,8 +60,6 @@ class Consumer(ConsumerOps, ThreadDriver):
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         self._init_ops(ConsumerCore(config, **kwargs))
         self.config = self._core.config
-        self._owner: Optional[int] = None
-        self._seen_progress = -1
         # Fetch responses run to max.partition.fetch.bytes (1 MiB) and more:
         # reading them in 1 MiB chunks halves the network thread's wake-ups
         # (and its CPU per record) compared with 256 KiB.
@@ -156,64 +150,8 @@ class Consumer(ConsumerOps, ThreadDriver):
         return self._run(self._end_offsets_steps(partitions, timeout))
 
     # == closing ====================================================================================
-    def wakeup(self) -> None:
-        """Make a blocked poll() raise WakeupError (thread-safe)."""
-        with self._lock:
-            self._wakeup = True
-            self._notify()
-
     def close(self, timeout: Optional[float] = None) -> None:
         """Commit consumed positions (auto-commit), run the revocation
         listener, leave the group, close the connections. ``timeout`` bounds
         the commit and the LeaveGroup (default default.api.timeout.ms)."""
-        if self._closed:
-            return
-        try:
-            self._run(self._close_steps(timeout))
-        finally:
-            self._stop_network()
-            self._closed = True
-            self._run(self._dispatch_steps())
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # == the driver: hooks of ConsumerOps, and the runner of its steps ==============================
-    def _enter(self) -> None:
-        me = threading.get_ident()
-        if self._owner is None:
-            self._owner = me
-        elif self._owner != me:
-            raise ConsumerThreadError(
-                f"kio.Consumer is not safe for multi-threaded access: it is used by thread "
-                f"{self._owner} and was called from thread {me} ({threading.current_thread().name}); "
-                f"use one consumer per thread")
-
-    def _kick(self) -> None:
-        self._net.wake()
-
-    @property
-    def _failure(self) -> Optional[BaseException]:
-        return self._fatal
-
-    def _after_round(self, timer: bool) -> None:
-        # Hand the core's events to the application, and wake it only when
-        # something it may wait for can have changed: records, rebalance
-        # events, a completed request, a timer (commit and lookup timeouts),
-        # or a round after the application woke us (what it asked for may be
-        # done at once: closing, a commit that cannot be sent). Not on every
-        # partial read of a large fetch response. The application waits
-        # without a timer: each of these counts.
-        core, net = self._core, self._net
-        evs = core.events(ack=False)
-        if evs:
-            self._app_events.extend(evs)
-        progress = core.client.progress
-        woken, net.woken = net.woken, False
-        if self._waiters and (evs or core.data_ready or progress != self._seen_progress or timer or woken):
-            self._notify()
-        self._seen_progress = progress
-        core.data_ready = False
+        self._close_client(timeout)

@@ -9,7 +9,8 @@
         ...
         await p.close()
 
-The clients are :mod:`kio._async_clients`, shared with :mod:`kio.aio`; this
+The clients are :mod:`kio._async_clients` (and :mod:`kio._async_share`,
+:mod:`kio._async_admin`), shared with :mod:`kio.aio`; this
 module is only how trio waits (``trio.lowlevel.wait_readable`` and friends,
 trio events, cancel scopes) - no asyncio anywhere. Background tasks run in
 the client's nursery. Cancellation is safe: a cancelled ``send``, ``poll``
@@ -22,6 +23,8 @@ import math
 import trio
 
 from kio import _async_clients as clients
+from kio._async_admin import AsyncAdmin
+from kio._async_share import AsyncShareConsumer
 
 __all__ = ["Producer", "Consumer", "ShareConsumer", "Admin"]
 
@@ -94,13 +97,13 @@ class Consumer(clients.AsyncConsumer):
     backend_class = TrioBackend
 
 
-class Admin(clients.AsyncAdmin):
+class Admin(AsyncAdmin):
     """The trio admin client: ``async with kio.trio.Admin(bootstrap_servers=...) as a``
     (or pass ``nursery=``), then ``await a.create_topics([...])``."""
     backend_class = TrioBackend
 
 
-class ShareConsumer(clients.AsyncShareConsumer):
+class ShareConsumer(AsyncShareConsumer):
     """The trio share consumer (KIP-932): ``async with kio.trio.ShareConsumer(bootstrap_servers=...,
     group_id=...) as c``, then ``c.subscribe([...])`` and ``await c.poll()``."""
     backend_class = TrioBackend

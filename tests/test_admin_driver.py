@@ -21,7 +21,12 @@ def test_topics_lifecycle_and_per_item_errors(bootstrap):
         ids = admin.create_topics([a_topic, NewTopic(b_topic, 3, 1, {"retention.ms": "3600000"})],
                                   num_partitions=2)
         assert set(ids) == {a_topic, b_topic}
-        assert {a_topic, b_topic} <= set(admin.list_topics())
+        # Kafka answers CreateTopics once the controller has the topics; the
+        # broker's metadata can lag a moment (Java's Admin sees the same).
+        end = time.monotonic() + 15
+        while not {a_topic, b_topic} <= set(admin.list_topics()):
+            assert time.monotonic() < end, f"{a_topic}, {b_topic} not listed 15 s after their creation"
+            time.sleep(0.1)
         desc = admin.describe_topics([a_topic, b_topic])
         assert [len(desc[t].partitions) for t in (a_topic, b_topic)] == [2, 3]
         with pytest.raises(TopicAlreadyExistsError):

@@ -8,64 +8,24 @@ driver and asserts the transcripts are equal, and that the threading one
 says what it should. A method whose behaviour differs between drivers
 (a missing check, another exception type, a lost timeout) fails here.
 """
-import asyncio
-import inspect
-import socket
 import uuid
-from contextlib import asynccontextmanager
 
 import pytest
-import sniffio
-import trio
 
 import kio
-import kio.aio
 import kio.errors
-import kio.trio
 from kio import Producer, TopicPartition as TP
 
-DRIVERS = ["thread", "asyncio", "trio"]
+try:
+    from parity import all_the_same, call, module, nowhere, opened, outcome
+except ImportError:  # tests/ as a package
+    from tests.parity import all_the_same, call, module, nowhere, opened, outcome
+
 GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
 
 
 def consumer_class(kind):
-    return {"thread": kio, "asyncio": kio.aio, "trio": kio.trio}[kind].Consumer
-
-
-def run(kind, scenario, *args):
-    if kind == "trio":
-        return trio.run(scenario, kind, *args)
-    return asyncio.run(scenario(kind, *args))
-
-
-async def call(value, seconds=60.0):
-    """A driver call's result: awaited for the async drivers, for ``seconds``
-    at most (a call that hangs under one driver is drift too: it ends as a
-    TimeoutError / trio.TooSlowError in the transcript, not as a hung test)."""
-    if not inspect.isawaitable(value):
-        return value
-    if sniffio.current_async_library() == "trio":
-        with trio.fail_after(seconds):
-            return await value
-    return await asyncio.wait_for(value, seconds)
-
-
-async def outcome(fn, *args, **kwargs):
-    """('ok', result) or the name of the exception type raised."""
-    try:
-        return ("ok", await call(fn(*args, **kwargs), 20.0))
-    except Exception as e:  # noqa: BLE001 - the type is what is compared
-        return ("raised", type(e).__name__)
-
-
-@asynccontextmanager
-async def opened(client):
-    if hasattr(client, "__aenter__"):
-        async with client:
-            yield client
-    else:
-        with client:
-            yield client
+    return module(kind).Consumer
 
 
 async def poll_until(c, n, seconds=30.0):
@@ -79,13 +39,6 @@ async def poll_until(c, n, seconds=30.0):
 
 def records(recs):
     return sorted((r.partition, r.offset, r.value) for r in recs)
-
-
-def all_the_same(scenario, *args):
-    transcripts = {kind: run(kind, scenario, *args) for kind in DRIVERS}
-    for kind in DRIVERS[1:]:
-        assert transcripts[kind] == transcripts["thread"], f"{kind} drifted from the threading consumer"
-    return transcripts["thread"]
 
 
 @pytest.fixture
@@ -230,12 +183,6 @@ def test_close_twice_and_calls_after_close_the_same_under_every_driver(bootstrap
     assert out[-1] == ("close after the context", ("ok", None))
 
 
-def _unused_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def timeout_scenario(kind, bootstrap):
     """No broker at all: every wait ends with the same error type, in about its timeout."""
     tp = TP("nowhere", 0)
@@ -256,7 +203,7 @@ async def timeout_scenario(kind, bootstrap):
 
 
 def test_timeouts_raise_the_same_errors_under_every_driver():
-    out = all_the_same(timeout_scenario, f"127.0.0.1:{_unused_port()}")
+    out = all_the_same(timeout_scenario, nowhere())
     assert out[0] == ("poll", ("ok", []))
     for name, result in out[1:]:
         assert result[0] == "raised", (name, result)

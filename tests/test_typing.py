@@ -288,6 +288,45 @@ def test_py_typed_and_stubs_are_shipped():
     assert any("mypy" in dep for dep in data["project"]["optional-dependencies"]["test"])
 
 
+def test_the_async_admin_stub_is_generated_from_admin_ops():
+    """The async Admin's operations are AdminOps' (written once); type
+    checkers see them through kio/_async_admin.pyi, generated from AdminOps
+    - which must be current and name every public method the class has."""
+    import ast
+
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_async_admin_stub.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    stub = ast.parse((ROOT / "kio" / "_async_admin.pyi").read_text())
+    cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "AsyncAdmin")
+    in_stub = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    runtime = {name for name, _ in _public_methods(kio.aio.Admin)} - {"close", "config"}   # _Client's
+    assert in_stub - {"__init__"} == runtime
+    assert [f.name for f in cls.body if isinstance(f, ast.FunctionDef)] == ["__init__"]    # the rest: async def
+
+
+ASYNC_ADMIN_RESULT = '''
+from typing import Dict
+
+import kio.trio
+from kproto.admin import TopicListing
+
+
+async def main() -> None:
+    async with kio.trio.Admin(bootstrap_servers="127.0.0.1:9092") as admin:
+        topics: Dict[str, TopicListing] = await admin.list_topics()
+'''
+
+
+def test_mypy_sees_what_an_async_admin_call_returns(tmp_path):
+    r, _ = _mypy(tmp_path, "ok.py", ASYNC_ADMIN_RESULT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r, _ = _mypy(tmp_path, "wrong.py", ASYNC_ADMIN_RESULT.replace("Dict[str, TopicListing]", "Dict[str, int]"))
+    assert r.returncode == 1 and "TopicListing" in r.stdout, r.stdout
+    r, _ = _mypy(tmp_path, "unawaited.py", ASYNC_ADMIN_RESULT.replace("= await admin", "= admin"))
+    assert r.returncode == 1 and "Coroutine" in r.stdout, r.stdout
+
+
 MESSAGE_BODIES = '''
 import uuid
 from kproto import messages

@@ -16,12 +16,14 @@ business, and a missing one takes its default.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from _generated import generator_main  # noqa: E402
 
 OUT = ROOT / "kproto" / "message_types.py"
 
@@ -101,17 +103,7 @@ def render() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the module is out of date")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is out of date: run python tools/gen_message_types.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    return 0
+    return generator_main(__file__, __doc__, OUT, render, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+"""What the shared method bodies of the consumer (:mod:`kio._consumer_ops`)
+and of the share consumer (:mod:`kio._share_ops`) have in common, once: the
+driver's hooks, the closed checks (:class:`ClosedChecks`, the admin's too),
+the poll loop, the waits, and calling the application's callbacks.
+
+Both clients are polled by one application thread or task, which runs the
+callbacks; the network side (a thread, or an async task) collects the core's
+events for it. Waiting methods are generators of steps (see
+:mod:`kio._consumer_ops`): a float deadline (``now_ms()``; ``INF`` none) or
+an awaitable a coroutine callback returned.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
+
+from kio._common import INF, Steps, now_ms
+from kproto.consumer.core import ConsumerClosedError
+from kproto.errors import KafkaError, KafkaTimeoutError
+
+__all__ = ["ClosedChecks", "ClientOps", "WakeupError", "callback_steps", "ms"]
+
+_T = TypeVar("_T")
+
+
+class WakeupError(KafkaError):
+    """poll() was interrupted by wakeup()."""
+
+
+WakeupError.__module__ = "kio.consumer"
+
+
+def ms(timeout: Optional[float]) -> Optional[int]:
+    """A timeout in seconds (the API's) as the cores' milliseconds."""
+    return None if timeout is None else int(timeout * 1000)
+
+
+def callback_steps(fn: Callable[..., Any], *args: Any) -> Steps[None]:
+    """Call an application callback in the application's thread or task; what
+    a coroutine function returned is yielded, for the async runner to await
+    (the threading runner refuses it). Its exceptions are the caller's."""
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        yield result
+
+
+class ClosedChecks:
+    """The checks every client's shared method bodies start with (the
+    consumers', the admin's): once close() ran, or the driver's network side
+    (thread, task, or the blocking admin's loop) failed, a call raises
+    ``_closed_error`` saying which."""
+
+    #: the client in messages ("the consumer is closed")
+    _what: ClassVar[str] = "client"
+    _closed_error: ClassVar[Type[KafkaError]] = KafkaError
+    _closed: bool
+
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        """What ended the driver's network side (the client is unusable), or None: the driver's."""
+        raise NotImplementedError
+
+    def _check_failed(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            raise self._closed_error(f"the {self._what}'s network side failed: {failure!r}") from failure
+
+    def _check_open(self) -> None:
+        """Closed (or failed): every call but the state getters and close() raises. The
+        callbacks close() runs may still seek, commit..."""
+        self._check_failed()
+        if self._closed:
+            raise self._closed_error(f"the {self._what} is closed")
+
+
+class ClientOps(ClosedChecks):
+    """The hooks, checks and waits of a polled client's shared method bodies."""
+
+    _closed_error = ConsumerClosedError
+    #: whether the driver awaits what a callback returns (the async drivers; not the threading one)
+    _awaits_callbacks: ClassVar[bool] = True
+    _core: Any
+    _lock: ContextManager[Any]
+    _wakeup: bool
+    _app_events: List[Any]              # the core's events, for the application's thread or task
+    _callbacks: List[Any]               # callbacks to run there: (callback, *arguments)
+
+    def _init_client_ops(self, core: Any) -> None:
+        self._core = core
+        self._closed = False
+        self._wakeup = False
+        self._app_events = []
+        self._callbacks = []
+
+    # -- the driver's hooks ---------------------------------------------------------------------
+    def _enter(self) -> None:
+        """Called first by every public method (the threading driver checks its thread)."""
+
+    def _start(self) -> None:
+        """Called by the methods that need the network side running (the async drivers start it)."""
+
+    def _kick(self) -> None:
+        raise NotImplementedError
+
+    # -- the client's hooks ---------------------------------------------------------------------
+    def _core_events(self) -> List[Any]:
+        """The core's new events (network side, lock held)."""
+        raise NotImplementedError
+
+    def _poll_started(self, now: float) -> None:
+        """Tell the core the application polls (lock held)."""
+        raise NotImplementedError
+
+    def _dispatch_steps(self) -> Steps[None]:
+        """Run the callbacks the collected events call for, in the application's thread or task."""
+        raise NotImplementedError
+
+    # -- the network side -------------------------------------------------------------------------
+    def _collect_events(self) -> bool:
+        """Take the core's events for the application (network side, lock
+        held): whether anything came that a waiting application may want -
+        events, or records (``core.data_ready``)."""
+        core = self._core
+        evs = self._core_events()
+        if evs:
+            self._app_events.extend(evs)
+        fresh = bool(evs) or core.data_ready
+        core.data_ready = False
+        return fresh
+
+    # -- checks (and ClosedChecks') ---------------------------------------------------------------
+    def _check_usable(self) -> None:
+        """As _check_open, and no new poll, commit or lookup once close() began."""
+        self._check_open()
+        if self._core.closing:
+            raise ConsumerClosedError(f"the {self._what} is closed")
+
+    # == polling =================================================================================
+    def _poll_steps(self, timeout: Optional[float], take: Callable[[Any], _T]) -> Steps[_T]:
+        """What ``take(core)`` gives (records), waiting up to ``timeout``
+        seconds (None: no limit) until it gives something; callbacks run first."""
+        self._start()
+        end = INF if timeout is None else now_ms() + timeout * 1000.0
+        with self._lock:
+            self._check_usable()
+            self._poll_started(now_ms())
+        self._kick()
+        while True:
+            yield from self._dispatch_steps()
+            with self._lock:
+                self._check_usable()
+                if self._wakeup:
+                    self._wakeup = False
+                    raise WakeupError("poll() was interrupted by wakeup()")
+                if self._core.client.auth_error is not None:
+                    raise self._core.client.auth_error     # as Java's poll(): not a silent retry loop
+                pending = bool(self._app_events or self._callbacks)
+                if not pending:
+                    out = take(self._core)
+                    if out:
+                        break
+                    if now_ms() >= end:
+                        return out
+            if not pending:
+                yield end
+        self._kick()       # partitions drained: their next fetch can go out now
+        return out
+
+    # == closing ================================================================================
+    def _close_steps(self, timeout: Optional[float]) -> Steps[None]:
+        """Start the core's close (commits, leaving the group...) and wait
+        until it is done; the driver then stops its network side."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._core.begin_close(now_ms(), ms(timeout))
+        self._kick()
+        yield from self._until(lambda: self._core.close_done or self._failure is not None)
+
+    # == waiting =================================================================================
+    def _handle_steps(self, start: Callable[[Any, float, Optional[int]], Any],
+                      timeout: Optional[float]) -> Steps[Any]:
+        """Start a request of the core (it enforces ``timeout`` itself) and wait for its handle."""
+        self._start()
+        with self._lock:
+            self._check_usable()
+            h = start(self._core, now_ms(), ms(timeout))
+        self._kick()
+        yield from self._until(lambda: h.done)
+        return h.result()
+
+    def _until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
+               what: str = "the operation") -> Steps[None]:
+        """Wait until ``cond()`` (checked under the lock), running callbacks
+        meanwhile; the network side failing raises ConsumerClosedError,
+        ``timeout`` seconds passing KafkaTimeoutError."""
+        end = INF if timeout is None else now_ms() + timeout * 1000.0
+        while True:
+            yield from self._dispatch_steps()
+            with self._lock:
+                if cond():
+                    return
+                self._check_failed()
+            if now_ms() >= end:
+                raise KafkaTimeoutError(f"timed out after {timeout} s waiting for {what}")
+            yield end
