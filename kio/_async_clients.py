@@ -217,7 +217,6 @@ class AsyncProducer(_Client, ProducerOps):
     delivery_class: Type[AsyncDelivery] = AsyncDelivery
     callback_delivery_class: Type[AsyncCallbackDelivery] = AsyncCallbackDelivery
     bulk_class: Type[AsyncBulkDelivery] = AsyncBulkDelivery
-    _network_name = "network task"
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:
         core = ProducerCore(config, **kwargs)

@@ -55,7 +55,6 @@ class ProducerOps:
     _unready: bool                  # _idle, closing or closed: send() takes its slow path
     _new_handle: Any                # () -> a record's handle without on_delivery, __init__ not run (Allocator)
     _new_callback_handle: Any       # ... with on_delivery (an attribute of the handle)
-    _network_name = "network thread"
     _delivering = False             # the threading driver runs completions outside its lock: flush waits for them
 
     def _init_ops(self, core: ProducerCore) -> None:
@@ -107,7 +106,7 @@ class ProducerOps:
             raise ProducerClosedError("the producer is closed; it takes no more records")
         fatal = self._fatal
         if fatal is not None:
-            raise ProducerClosedError(f"the producer's {self._network_name} failed: {fatal!r}") from fatal
+            raise ProducerClosedError(f"the producer's network side failed: {fatal!r}") from fatal
 
     def _refuse_on_network_thread(self, what: str) -> None:
         if self._on_network_thread():
@@ -118,7 +117,7 @@ class ProducerOps:
         """The network side failed: fail every unresolved record (no record
         waits for an answer that cannot come); returns the results to complete."""
         try:
-            self._core.abort_pending(ProducerClosedError(f"the producer's {self._network_name} failed: {exc!r}"))
+            self._core.abort_pending(ProducerClosedError(f"the producer's network side failed: {exc!r}"))
         except Exception:  # noqa: BLE001
             log.exception("failing pending records")
         return self._core.events()

@@ -21,21 +21,21 @@ import kio.aio
 import kio.trio
 
 try:
-    from test_driver_parity import DRIVERS, _unused_port, call, opened, run
+    from parity import all_the_same, call, module, nowhere, opened
     from fault_proxy import proxied_broker
-except ImportError:  # pragma: no cover - run as a package
-    from tests.test_driver_parity import DRIVERS, _unused_port, call, opened, run
+except ImportError:  # tests/ as a package
+    from tests.parity import all_the_same, call, module, nowhere, opened
     from tests.fault_proxy import proxied_broker
 
 FAST = {"linger_ms": 5}
 
 
 def producer_class(kind):
-    return {"thread": kio, "asyncio": kio.aio, "trio": kio.trio}[kind].Producer
+    return module(kind).Producer
 
 
 def consumer_class(kind):
-    return {"thread": kio, "asyncio": kio.aio, "trio": kio.trio}[kind].Consumer
+    return module(kind).Consumer
 
 
 async def resolved(handle, seconds=30.0):
@@ -47,7 +47,7 @@ async def resolved(handle, seconds=30.0):
 
 def text(exc, *names):
     """The error's type and message, with the run's own names (topics...) replaced."""
-    msg = str(exc).replace("network task", "network thread")     # the one word the drivers may differ in
+    msg = str(exc)
     for i, name in enumerate(names):
         msg = msg.replace(name, f"<name{i}>")
     return type(exc).__name__, msg
@@ -59,13 +59,6 @@ async def attempt(fn, *args, names=(), **kwargs):
         return ("ok", await call(fn(*args, **kwargs), 30.0))
     except Exception as e:  # noqa: BLE001 - the type and text are what is compared
         return ("raised",) + text(e, *names)
-
-
-def all_the_same(scenario, *args):
-    transcripts = {kind: run(kind, scenario, *args) for kind in DRIVERS}
-    for kind in DRIVERS[1:]:
-        assert transcripts[kind] == transcripts["thread"], f"{kind} drifted from the threading producer"
-    return transcripts["thread"]
 
 
 # == sending, callbacks, flush, partitions_for ===========================================================
@@ -161,7 +154,7 @@ async def unreachable_scenario(kind, bootstrap):
 
 
 def test_no_broker_at_all_says_so_the_same_under_every_driver():
-    address = f"127.0.0.1:{_unused_port()}"
+    address = nowhere()
     out = dict(all_the_same(unreachable_scenario, address))
     for name, ms in [("send", 300), ("partitions_for", 200)]:
         assert out[name][:2] == ("raised", "KafkaTimeoutError")
@@ -357,5 +350,5 @@ def test_a_failed_network_side_fails_records_and_calls_the_same_under_every_driv
     assert out["partitions_for"] == 1 and out["flush"] == 0
     for name in ("queued record", "send", "partitions_for after"):
         assert out[name][:2] == ("raised", "ProducerClosedError"), (name, out[name])
-        assert "failed: RuntimeError('boom')" in out[name][2]
+        assert "the producer's network side failed: RuntimeError('boom')" in out[name][2]
     assert out["close"] == ("ok", None)
