@@ -15,12 +15,12 @@ import threading
 from contextlib import nullcontext
 from types import GeneratorType as _GeneratorType
 from typing import (
-    TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, Iterable, List, Literal, Mapping, Optional, Pattern,
-    Protocol, Sequence, Set, Tuple, Type, TypeVar, Union, overload,
+    TYPE_CHECKING, Any, AsyncIterator, Dict, Generator, Iterable, List, Mapping, Optional, Pattern,
+    Protocol, Sequence, Tuple, Type, TypeVar, Union,
 )
 
 from kio._async_engine import Engine
-from kio._common import INF, next_step, now_ms, rebalance_calls
+from kio._common import Stepper, now_ms
 from kio._types import (
     AsyncCommitCallback, AsyncRebalanceListener, BulkCallback, DeliveryCallback, Headers, Offsets, Partitions,
 )
@@ -29,7 +29,7 @@ from kio._producer_ops import ProducerOps
 from kproto.cluster import TopicPartition
 from kproto.config import Config
 from kproto.consumer import OffsetAndMetadata
-from kproto.consumer.core import ConsumerClosedError, ConsumerCore, OffsetAndTimestamp
+from kproto.consumer.core import ConsumerCore, OffsetAndTimestamp
 from kproto.records import Record
 from kproto.producer._append import Allocator
 from kproto.producer import (
@@ -96,15 +96,10 @@ class _Client:
         yields awaits the engine's ``changed`` event, each awaitable (a
         coroutine listener's) is awaited and its outcome sent back."""
         try:
-            value: Any = None
-            error: Optional[BaseException] = None
-            while True:
-                done, step = next_step(steps, value, error)
-                if done:
-                    return step
-                value = error = None
+            stepper = Stepper(steps)
+            for step in stepper:
                 if isinstance(step, float):
-                    left = None if step == INF else (step - now_ms()) / 1000.0
+                    left = stepper.seconds_left(step)
                     if left is None or left > 0:
                         self._waiters += 1
                         try:
@@ -113,9 +108,10 @@ class _Client:
                             self._waiters -= 1
                 else:
                     try:
-                        value = await step
+                        stepper.reply(await step)
                     except Exception as e:  # noqa: BLE001 - the listener's error, handled by the steps
-                        error = e
+                        stepper.fail(e)
+            return stepper.result
         finally:
             steps.close()
 

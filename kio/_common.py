@@ -5,11 +5,11 @@ import errno
 import math
 import socket
 import time
-from typing import Any, Generator, Optional, Tuple, TypeVar
+from typing import Any, Generator, Optional, TypeVar
 
 from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 
-__all__ = ["INF", "Steps", "next_step", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
+__all__ = ["INF", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
 
 #: a wait without a deadline (a step of a blocking operation, see kio._consumer_ops)
 INF = math.inf
@@ -18,14 +18,43 @@ _T = TypeVar("_T")
 Steps = Generator[Any, Any, _T]
 
 
-def next_step(steps: Steps[Any], value: Any, error: Optional[BaseException]) -> Tuple[bool, Any]:
-    """Hand a blocking operation the outcome of its last step (``value``, or
-    ``error`` thrown in): ``(True, result)`` once it returned, else ``(False,
-    next step)``. The runners of every driver go through here."""
-    try:
-        return False, (steps.send(value) if error is None else steps.throw(error))
-    except StopIteration as stop:
-        return True, stop.value
+class Stepper:
+    """Drives a blocking operation (a generator of steps, see
+    kio._consumer_ops) for a driver's runner: iterating gives its steps;
+    ``reply(value)`` or ``fail(error)`` hands a step's outcome back before the
+    next one; ``result`` is what it returned. Every driver's runner goes
+    through here, so they differ only in how they wait."""
+
+    __slots__ = ("_steps", "_value", "_error", "result")
+
+    def __init__(self, steps: Steps[Any]) -> None:
+        self._steps = steps
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
+        self.result: Any = None
+
+    def __iter__(self) -> "Stepper":
+        return self
+
+    def __next__(self) -> Any:
+        value, error = self._value, self._error
+        self._value = self._error = None
+        try:
+            return self._steps.send(value) if error is None else self._steps.throw(error)
+        except StopIteration as stop:
+            self.result = stop.value
+            raise StopIteration from None
+
+    def reply(self, value: Any) -> None:
+        self._value = value
+
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+
+    @staticmethod
+    def seconds_left(deadline: float) -> Optional[float]:
+        """A wait step's time left in seconds (None: no deadline)."""
+        return None if deadline == INF else (deadline - now_ms()) / 1000.0
 
 
 def now_ms() -> float:

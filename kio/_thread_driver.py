@@ -24,7 +24,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
-from kio._common import INF, Steps, next_step, now_ms, sleep_time
+from kio._common import Steps, Stepper, now_ms, sleep_time
 from kio._network import SocketLoop
 from kproto.errors import KafkaError
 
@@ -106,17 +106,12 @@ class ThreadDriver:
             self._waiters += 1
             seen = self._changes
         try:
-            value: Any = None
-            error: Optional[BaseException] = None
-            while True:
-                done, step = next_step(steps, value, error)
-                if done:
-                    return step  # type: ignore[no-any-return]
-                value = error = None
+            stepper = Stepper(steps)
+            for step in stepper:
                 if isinstance(step, float):
                     with self._lock:
                         if self._changes == seen:
-                            left = None if step == INF else (step - now_ms()) / 1000.0
+                            left = stepper.seconds_left(step)
                             if left is None or left > 0:
                                 self._changed.wait(left)
                         seen = self._changes
@@ -124,7 +119,8 @@ class ThreadDriver:
                     close = getattr(step, "close", None)
                     if close is not None:
                         close()           # a coroutine never awaited: no RuntimeWarning on top
-                    error = TypeError(self._refuse_awaitable.format(step=step))
+                    stepper.fail(TypeError(self._refuse_awaitable.format(step=step)))
+            return stepper.result  # type: ignore[no-any-return]
         finally:
             steps.close()
             with self._lock:
