@@ -42,6 +42,7 @@ class ThreadDriver:
     _net: SocketLoop
     _thread: threading.Thread
     _fatal: Optional[BaseException]
+    _seen_progress = -1          # the client's progress the last round saw
     #: said when a step yields an awaitable (a coroutine listener's call) this runner cannot await
     _refuse_awaitable = "a threading client cannot await {step!r}; use kio.aio or kio.trio for coroutine functions"
 
@@ -94,6 +95,19 @@ class ThreadDriver:
     def _notify_if_waiting(self) -> None:
         if self._waiters:
             self._notify()
+
+    def _network_moved(self, timer: bool) -> bool:
+        """Lock held, once per round: whether the network side did something a
+        waiting application thread may be waiting for - a request completed
+        (the client's progress), a timer round (the core's timeouts), or a
+        round after the application woke us (what it asked for may be done
+        at once). The clients add their own reasons (events, records)."""
+        net = self._net
+        progress = self._core.client.progress
+        woken, net.woken = net.woken, False
+        moved = progress != self._seen_progress or timer or woken
+        self._seen_progress = progress
+        return moved
 
     # -- the application's side: run a generator of waits --------------------------------
     def _run(self, steps: Steps[_T]) -> _T:
@@ -193,7 +207,6 @@ class PolledThreadDriver(ThreadDriver):
     _closed: bool
     _wakeup: bool
     _owner: Optional[int] = None
-    _seen_progress = -1
 
     if TYPE_CHECKING:                     # ClientOps', which comes after this class in the MRO
         def _collect_events(self) -> bool: ...
@@ -252,9 +265,6 @@ class PolledThreadDriver(ThreadDriver):
         # read of a large fetch response. The application waits without a
         # timer: each of these counts.
         fresh = self._collect_events()
-        net = self._net
-        progress = self._core.client.progress
-        woken, net.woken = net.woken, False
-        if self._waiters and (fresh or progress != self._seen_progress or timer or woken):
+        moved = self._network_moved(timer)
+        if self._waiters and (fresh or moved):
             self._notify()
-        self._seen_progress = progress

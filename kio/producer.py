@@ -240,7 +240,6 @@ class Producer(ProducerOps, ThreadDriver):
         self._init_ops(core)
         self._new_handle = self._new_callback_handle = _new_future
         self._metadata_version = -1
-        self._progress = -1
         self._start_network(core, f"kio-producer-network-thread | {core.config.client_id}")
 
     # -- the public surface: ProducerOps' bodies, run on this thread ----------------------------
@@ -334,14 +333,13 @@ class Producer(ProducerOps, ThreadDriver):
         # transactions) wake when what they wait for can have changed:
         # completions, metadata, a connection event (an authentication failure
         # ends a blocked send at once), a timer, or a round after they woke us.
-        core, net = self._core, self._net
+        core = self._core
         results = core.events()
-        version, progress = core.cluster.version, core.client.progress
-        woken, net.woken = net.woken, False
-        if self._waiters and (results or version != self._metadata_version or progress != self._progress
-                              or timer or woken):
+        version = core.cluster.version
+        moved = self._network_moved(timer)
+        if self._waiters and (results or version != self._metadata_version or moved):
             self._notify()
-        self._metadata_version, self._progress = version, progress
+        self._metadata_version = version
         if results:
             self._delivering = True
             return results

@@ -263,19 +263,7 @@ cdef class FastAppend:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         n = len(<object>found)
         # lengths -1 for null (as encoded); both count 0 against the size limit
-        if value is None:
-            vlen = -1
-        elif PyBytes_CheckExact(value):
-            vp = <const unsigned char*>PyBytes_AS_STRING(value)
-            vlen = PyBytes_GET_SIZE(value)
-        else:
-            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        if key is None:
-            klen = -1
-        elif PyBytes_CheckExact(key):
-            kp = <const unsigned char*>PyBytes_AS_STRING(key)
-            klen = PyBytes_GET_SIZE(key)
-        else:
+        if not _raw_bytes(value, &vp, &vlen) or not _raw_bytes(key, &kp, &klen):
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         if n == 0 or (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) >= self._small_record:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
@@ -392,6 +380,19 @@ cdef class Allocator:
 cdef tuple _EMPTY_TUPLE = ()
 #: what append writes on a handle, in FastAppend._slot's order (the last only when attached)
 cdef tuple _HANDLE_FIELDS = ("topic", "partition", "timestamp", "_delta", "_outcome")
+
+
+cdef inline bint _raw_bytes(object o, const unsigned char** data, Py_ssize_t* length) noexcept:
+    """A key or value the fast path takes: None (length -1, as encoded) or
+    exact bytes; False for anything else (the slow path's)."""
+    if o is None:
+        length[0] = -1
+        return True
+    if PyBytes_CheckExact(o):
+        data[0] = <const unsigned char*>PyBytes_AS_STRING(o)
+        length[0] = PyBytes_GET_SIZE(o)
+        return True
+    return False
 
 
 cdef inline void _put_slot(object obj, Py_ssize_t offset, object value) noexcept:
