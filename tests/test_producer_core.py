@@ -124,7 +124,12 @@ class FakeKafka:
             if batch.base_sequence in recent:
                 res["error_code"] = 46                          # DUPLICATE_SEQUENCE_NUMBER
                 return res
-            if batch.base_sequence != (last + 1) % 2 ** 31:
+            # Kafka (ProducerAppendInfo.checkSequence) takes any sequence from a
+            # producer it has no state for on this partition (a new producer, or
+            # one whose state expired); a known producer with a new epoch must
+            # start at 0; otherwise the sequence must follow the last one.
+            known = any(k[0] == batch.producer_id and k[2:] == tp for k in self.seq)
+            if known and batch.base_sequence != (last + 1) % 2 ** 31:
                 res["error_code"] = 45                          # OUT_OF_ORDER_SEQUENCE_NUMBER
                 return res
             self.seq[key] = (batch.base_sequence + batch.record_count - 1) % 2 ** 31
@@ -134,6 +139,12 @@ class FakeKafka:
         for r in batch.records():
             log.append(r)
         return res
+
+    def forget_producers(self, topic="t", p=0):
+        """The broker loses its producer state for a partition (expired)."""
+        for k in [k for k in self.seq if k[2:] == (topic, p)]:
+            del self.seq[k]
+            self.recent.pop(k, None)
 
     def values(self, topic="t", p=0):
         return [r.value for r in self.logs.get((topic, p), [])]

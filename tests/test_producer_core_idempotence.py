@@ -220,3 +220,100 @@ def test_epoch_bump_refused_by_broker_falls_back_to_a_new_producer_id():
     inits = kafka.brokers[1].requests_of("InitProducerId")
     assert [r.body["producer_id"] for r in inits] == [-1, 1001, -1]
     assert batches_sent(kafka)[-1][:3] == (1002, 0, 0)
+
+
+def test_first_batch_of_a_partition_goes_alone_until_the_broker_knows_the_producer():
+    # Kafka takes any sequence from a producer it has no state for on a
+    # partition. If the first batch (sequence 0) were rejected as
+    # NOT_LEADER_OR_FOLLOWER (a just-created partition whose leader is not
+    # ready yet) while later batches were already in flight, the broker would
+    # write those first, and the retry of sequence 0 could never be accepted
+    # again (OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms). So a
+    # partition's later batches wait until its first batch of the epoch is
+    # answered. Seen against Apache Kafka 4.4 right after CreateTopics.
+    core, kafka, sim = make(linger_ms=0, max_in_flight_requests_per_connection=5)
+    kafka.hold_replies = True
+    kafka.inject("t", 0, 6)
+    hs = []
+    for i in range(4):
+        hs.append(sim.send(b"m%d" % i))
+        sim.step()
+    assert core.client.in_flight(1) == 1          # only the first batch went out
+    kafka.hold_replies = False
+    sim.release(1)
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert [h.error for h in hs] == [None] * 4
+    assert kafka.values() == [b"m0", b"m1", b"m2", b"m3"]
+    assert core.metrics()["epoch_bumps"] == 0
+    # Once the first answer is in, the partition is back to five in flight.
+    kafka.hold_replies = True
+    more = []
+    for i in range(5):
+        more.append(sim.send(b"n%d" % i))
+        sim.step()
+    assert core.client.in_flight(1) == 5
+    kafka.hold_replies = False
+    sim.release(1)
+    sim.run_until(lambda: all(h.done for h in more))
+    assert all(h.error is None for h in more)
+
+
+def test_a_batch_the_broker_wrote_past_is_resent_under_a_new_epoch():
+    # The broker lost the producer's state on the partition (it expired), then
+    # rejected a batch with a retriable error and wrote the later ones in
+    # flight. The rejected batch's sequence is now behind what the broker
+    # acknowledged: it can never be accepted in this epoch. It was never
+    # written (every attempt was refused), so it is sent again under a new
+    # epoch instead of being retried until delivery.timeout.ms.
+    core, kafka, sim = make(linger_ms=0, max_in_flight_requests_per_connection=5)
+    warm = sim.send(b"warm")
+    sim.run_until(lambda: warm.done)
+    kafka.forget_producers()
+    kafka.hold_replies = True
+    kafka.inject("t", 0, 6)
+    hs = []
+    for i in range(3):
+        hs.append(sim.send(b"m%d" % i))
+        sim.step()
+    assert core.client.in_flight(1) == 3
+    kafka.hold_replies = False
+    sim.release(1)
+    sim.run_until(lambda: all(h.done for h in hs))
+    assert [h.error for h in hs] == [None] * 3
+    assert sorted(kafka.values()) == [b"m0", b"m1", b"m2", b"warm"]
+    assert kafka.values().count(b"m0") == 1                 # written once
+    assert core.metrics()["epoch_bumps"] == 1
+    assert batches_sent(kafka)[-1][:3] == (1001, 1, 0)     # m0 again: new epoch, sequence 0
+    assert sim.now < 10_000                                 # not after delivery.timeout.ms
+
+
+def test_a_batch_behind_the_acknowledged_sequence_that_may_be_written_fails_at_once():
+    # Same gap, but one attempt of the batch timed out: the broker may have
+    # written it. Sending it again under a new epoch could write it twice, so
+    # it fails (as Java's producer fails it), at once rather than after
+    # delivery.timeout.ms, with an error that says why; the epoch is bumped.
+    core, kafka, sim = make(linger_ms=0, max_in_flight_requests_per_connection=5,
+                            request_timeout_ms=1000)
+    warm = sim.send(b"warm")
+    sim.run_until(lambda: warm.done)
+    kafka.hold = True                                        # m0's first attempt: no answer
+    h0 = sim.send(b"m0")
+    sim.step()
+    kafka.hold = False
+    sim.advance(1100)                                        # m0 times out (unknown outcome)
+    kafka.forget_producers()
+    kafka.hold_replies = True
+    kafka.inject("t", 0, 6)                                  # m0's retry is refused ...
+    sim.step()
+    sim.advance(200)                                         # ... once its backoff is over
+    assert core.client.in_flight(1) == 1
+    h1 = sim.send(b"m1")                                     # ... and m1 is written past it
+    sim.step()
+    kafka.hold_replies = False
+    sim.release(1)
+    sim.run_until(lambda: h0.done and h1.done)
+    assert isinstance(h0.error, OutOfOrderSequenceNumberError)
+    assert "may have been written" in str(h0.error)
+    assert h1.error is None
+    assert core.metrics()["epoch_bumps"] == 1
+    assert sim.now < 30_000

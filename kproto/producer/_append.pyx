@@ -92,7 +92,9 @@ cdef class ProducerBatch:
     them, in record order with the parts.
 
     ``full``: no more appends (drained, retried, split, or refused a
-    record); only the last batch of a partition's queue may be open."""
+    record); only the last batch of a partition's queue may be open.
+    ``maybe_written``: an attempt ended without an answer (timeout,
+    disconnect), so the broker may have written the batch."""
 
     cdef public object topic
     cdef public object partition
@@ -109,6 +111,7 @@ cdef class ProducerBatch:
     cdef public object epoch
     cdef public object done
     cdef public object in_flight
+    cdef public bint maybe_written
     cdef public object drained_ms
     cdef public object outcome
     cdef public list callbacks
@@ -129,6 +132,7 @@ cdef class ProducerBatch:
         self.epoch = -1
         self.done = False
         self.in_flight = False
+        self.maybe_written = False
         self.drained_ms = None
         self.outcome = BatchOutcome(topic, partition)
         self.callbacks = []

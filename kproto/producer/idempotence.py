@@ -12,10 +12,16 @@ The part of Java's ``TransactionManager`` that the idempotent producer needs
   may only be drained when it is the oldest unacknowledged one - the broker
   would reject anything else as out of order - which brings the partition
   down to one request in flight until it has caught up (as in Java).
+* A partition's first batch of an epoch goes alone: Kafka takes any sequence
+  from a producer it has no state for, so a later batch could be written
+  while the first is refused, leaving a gap.
 * OUT_OF_ORDER_SEQUENCE_NUMBER is retriable when an earlier batch of the
   partition is still unresolved (it failed first; this one just followed it);
   it is a real error only for the batch right after the last acknowledged
-  sequence. DUPLICATE_SEQUENCE_NUMBER means the broker already has it.
+  sequence. For a batch behind the last acknowledged sequence (the broker
+  wrote past it) it is final in the epoch: the batch is sent again under a new
+  epoch if no attempt of it may have been written, else it fails.
+  DUPLICATE_SEQUENCE_NUMBER means the broker already has it.
 * When sequence state can no longer be trusted (UNKNOWN_PRODUCER_ID, a real
   out-of-order, a sent batch that expired or failed for good, a split) the
   epoch is bumped: draining stops, in-flight requests finish, InitProducerId
@@ -150,10 +156,25 @@ class IdempotenceManager:
     def can_drain(self, batch) -> bool:
         if self.state is not PidState.READY:
             return False
+        p = self.partitions.get(batch.tp)
+        if p is None or not p.unacked:
+            return True
         if batch.has_sequence:
-            unacked = self._part(batch.tp).unacked
-            return not unacked or unacked[0] is batch
-        return True
+            return p.unacked[0] is batch
+        # Until the broker has acknowledged one batch of this epoch on the
+        # partition, it may have no state for the producer there, and Kafka
+        # then takes any sequence: a later batch in flight could be written
+        # while the first one is refused (NOT_LEADER_OR_FOLLOWER on a partition
+        # just created), leaving a gap nothing can fill. So the first batch
+        # goes alone; after its answer the partition has five in flight again.
+        return p.last_acked >= 0
+
+    def is_behind_acknowledged(self, batch) -> bool:
+        """Did the broker acknowledge sequences after this batch's start? Then
+        an OUT_OF_ORDER_SEQUENCE_NUMBER answer for it is final in this epoch:
+        the broker wrote past it and will never take it in order."""
+        p = self._part(batch.tp)
+        return p.last_acked >= 0 and not _seq_after(batch.base_sequence, p.last_acked)
 
     def assign(self, batch):
         """Called at drain: give a new batch its sequence (retries keep theirs)."""
@@ -188,6 +209,12 @@ class IdempotenceManager:
             last = increment_sequence(batch.base_sequence, batch.record_count - 1)
             if p.last_acked < 0 or _seq_after(last, p.last_acked):
                 p.last_acked = last
+
+    def resequence(self, batch):
+        """Send the batch again under a new epoch: it was never written (every
+        attempt was refused), but its sequence can no longer be accepted."""
+        self._forget(batch)
+        self.request_epoch_bump()
 
     def on_failure(self, batch):
         """A batch failed for good (an error, or it expired queued or in

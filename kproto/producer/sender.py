@@ -207,6 +207,7 @@ class Sender:
             # Disconnect/timeout: every batch gets the same (retriable) error.
             self.cluster.request_update()
             for b in by_tp.values():
+                b.maybe_written = True   # the broker may have written it before the failure
                 self._complete(b, req.error, -1, -1, now)
             return
         if req.result is None:           # acks=0: done once written
@@ -253,6 +254,23 @@ class Sender:
         retriable = err.retriable
         if idem is not None and b.has_sequence:
             if code == OUT_OF_ORDER_SEQUENCE_NUMBER:
+                if idem.is_behind_acknowledged(b):
+                    # The broker wrote later batches of the partition (it had no
+                    # state for the producer when this one was refused): retrying
+                    # this sequence can never succeed.
+                    if not b.maybe_written and b.attempts < self.cfg.retries and now < b.deadline_ms:
+                        idem.resequence(b)
+                        self.metrics["retries"] += 1
+                        self.acc.reenqueue(b, now, 0)
+                        return
+                    why = ("an earlier attempt may have been written, so it is not sent again"
+                           if b.maybe_written else "no retries or time are left")
+                    idem.on_failure(b)
+                    self._finish(b, error_codes.error_for_code(
+                        code, f"the broker wrote later records of {b.topic}-{b.partition} while this "
+                              f"batch (sequence {b.base_sequence}) was refused, and {why}",
+                        context=f"producing to {b.topic}-{b.partition}"), -1, -1)
+                    return
                 # Only the batch right after the last acknowledged one is really
                 # out of order; the others follow an earlier failed batch.
                 retriable = not idem.is_next_expected(b)
