@@ -222,6 +222,22 @@ def test_epoch_bump_refused_by_broker_falls_back_to_a_new_producer_id():
     assert batches_sent(kafka)[-1][:3] == (1002, 0, 0)
 
 
+def send_with_replies_held(core, kafka, sim, values):
+    """Send each value in its own batch while the broker holds its answers,
+    then release them and run until every record is done. Returns the
+    handles and how many requests were in flight at once."""
+    kafka.hold_replies = True
+    hs = []
+    for v in values:
+        hs.append(sim.send(v))
+        sim.step()
+    in_flight = core.client.in_flight(1)
+    kafka.hold_replies = False
+    sim.release(1)
+    sim.run_until(lambda: all(h.done for h in hs))
+    return hs, in_flight
+
+
 def test_first_batch_of_a_partition_goes_alone_until_the_broker_knows_the_producer():
     # Kafka takes any sequence from a producer it has no state for on a
     # partition. If the first batch (sequence 0) were rejected as
@@ -232,29 +248,15 @@ def test_first_batch_of_a_partition_goes_alone_until_the_broker_knows_the_produc
     # partition's later batches wait until its first batch of the epoch is
     # answered. Seen against Apache Kafka 4.4 right after CreateTopics.
     core, kafka, sim = make(linger_ms=0, max_in_flight_requests_per_connection=5)
-    kafka.hold_replies = True
     kafka.inject("t", 0, 6)
-    hs = []
-    for i in range(4):
-        hs.append(sim.send(b"m%d" % i))
-        sim.step()
-    assert core.client.in_flight(1) == 1          # only the first batch went out
-    kafka.hold_replies = False
-    sim.release(1)
-    sim.run_until(lambda: all(h.done for h in hs))
+    hs, in_flight = send_with_replies_held(core, kafka, sim, [b"m%d" % i for i in range(4)])
+    assert in_flight == 1                          # only the first batch went out
     assert [h.error for h in hs] == [None] * 4
     assert kafka.values() == [b"m0", b"m1", b"m2", b"m3"]
     assert core.metrics()["epoch_bumps"] == 0
     # Once the first answer is in, the partition is back to five in flight.
-    kafka.hold_replies = True
-    more = []
-    for i in range(5):
-        more.append(sim.send(b"n%d" % i))
-        sim.step()
-    assert core.client.in_flight(1) == 5
-    kafka.hold_replies = False
-    sim.release(1)
-    sim.run_until(lambda: all(h.done for h in more))
+    more, in_flight = send_with_replies_held(core, kafka, sim, [b"n%d" % i for i in range(5)])
+    assert in_flight == 5
     assert all(h.error is None for h in more)
 
 
@@ -269,16 +271,9 @@ def test_a_batch_the_broker_wrote_past_is_resent_under_a_new_epoch():
     warm = sim.send(b"warm")
     sim.run_until(lambda: warm.done)
     kafka.forget_producers()
-    kafka.hold_replies = True
     kafka.inject("t", 0, 6)
-    hs = []
-    for i in range(3):
-        hs.append(sim.send(b"m%d" % i))
-        sim.step()
-    assert core.client.in_flight(1) == 3
-    kafka.hold_replies = False
-    sim.release(1)
-    sim.run_until(lambda: all(h.done for h in hs))
+    hs, in_flight = send_with_replies_held(core, kafka, sim, [b"m%d" % i for i in range(3)])
+    assert in_flight == 3
     assert [h.error for h in hs] == [None] * 3
     assert sorted(kafka.values()) == [b"m0", b"m1", b"m2", b"warm"]
     assert kafka.values().count(b"m0") == 1                 # written once

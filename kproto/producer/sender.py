@@ -256,28 +256,27 @@ class Sender:
             if code == OUT_OF_ORDER_SEQUENCE_NUMBER:
                 if idem.is_behind_acknowledged(b):
                     # The broker wrote later batches of the partition (it had no
-                    # state for the producer when this one was refused): retrying
-                    # this sequence can never succeed.
-                    if not b.maybe_written and b.attempts < self.cfg.retries and now < b.deadline_ms:
-                        idem.resequence(b)
-                        self.metrics["retries"] += 1
-                        self.acc.reenqueue(b, now, 0)
+                    # state for the producer when this one was refused): this
+                    # sequence can never be accepted. Retried below under a new
+                    # epoch, unless the broker may already have the batch.
+                    if b.maybe_written:
+                        idem.on_failure(b)
+                        self._finish(b, error_codes.error_for_code(
+                            code, f"the broker wrote later records of {b.topic}-{b.partition} while "
+                                  f"this batch (sequence {b.base_sequence}) was refused, and an earlier "
+                                  f"attempt may have been written, so it is not sent again",
+                            context=f"producing to {b.topic}-{b.partition}"), -1, -1)
                         return
-                    why = ("an earlier attempt may have been written, so it is not sent again"
-                           if b.maybe_written else "no retries or time are left")
-                    idem.on_failure(b)
-                    self._finish(b, error_codes.error_for_code(
-                        code, f"the broker wrote later records of {b.topic}-{b.partition} while this "
-                              f"batch (sequence {b.base_sequence}) was refused, and {why}",
-                        context=f"producing to {b.topic}-{b.partition}"), -1, -1)
-                    return
-                # Only the batch right after the last acknowledged one is really
-                # out of order; the others follow an earlier failed batch.
-                retriable = not idem.is_next_expected(b)
-                if not retriable:
-                    idem.on_failure(b)
-                    self._finish(b, err, -1, -1)
-                    return
+                    idem.resequence(b)
+                    retriable = True
+                else:
+                    # Only the batch right after the last acknowledged one is really
+                    # out of order; the others follow an earlier failed batch.
+                    retriable = not idem.is_next_expected(b)
+                    if not retriable:
+                        idem.on_failure(b)
+                        self._finish(b, err, -1, -1)
+                        return
             elif code == UNKNOWN_PRODUCER_ID:
                 idem.request_epoch_bump()
                 retriable = True
