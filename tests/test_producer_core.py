@@ -160,6 +160,7 @@ class Sim:
         self.channels = {}
         self.refuse = set()          # node ids whose connects fail
         self.log = []
+        self.collect_events = True   # False: completions stay in the core, as between two driver rounds
 
     def _broker_for(self, host):
         if host[:1] == "b" and host[1:].isdigit():
@@ -190,7 +191,8 @@ class Sim:
                     if reply:
                         core.received(node, reply, self.now)
                 moved = True
-            complete_results(core.events())
+            if self.collect_events:
+                complete_results(core.events())
             if not moved:
                 break
 
@@ -370,6 +372,23 @@ def test_linger_expiry_sends_one_batch():
     assert len(kafka.produce_requests) == 1
     assert [h.metadata.offset for h in hs] == list(range(10))
     assert kafka.values() == [b"v%d" % i for i in range(10)]
+
+
+def test_completed_records_stay_pending_until_the_driver_collects_them():
+    # A driver reads the answers in one step and collects the completions in
+    # the next (the threading driver releases its lock in between). A flush
+    # that looked at the core in that gap must not see "nothing pending":
+    # the futures it waits for are resolved only once events() handed them over.
+    core, kafka, sim = make(linger_ms=0)
+    hs = [sim.send(b"v%d" % i) for i in range(7)]
+    sim.collect_events = False
+    sim.advance(1)
+    assert len(kafka.values()) == 7 and not core.accumulator.has_incomplete   # acknowledged...
+    assert not any(h.done for h in hs)
+    assert core.pending and core.pending_records == 7                          # ...but not resolved
+    complete_results(core.events())
+    assert all(h.done for h in hs)
+    assert not core.pending and core.pending_records == 0
 
 
 def test_full_batch_is_sent_before_linger():

@@ -679,13 +679,16 @@ class ProducerCore(DriverIO):
 
     @property
     def pending(self) -> bool:
-        """Records not yet resolved (queued or in flight)."""
-        return self.accumulator.has_incomplete
+        """Records not yet resolved: queued, in flight, or completed but not
+        yet handed to the driver by :meth:`events` (their handles are not
+        resolved until then, so a flush that returned here would return
+        before the futures it waited for are done)."""
+        return self.accumulator.has_incomplete or bool(self.sender.results)
 
     @property
     def pending_records(self) -> int:
         """How many records are not resolved yet (what a flush that ran out of time leaves)."""
-        return sum(b.record_count for b in self.accumulator.incomplete)
+        return sum(b.record_count for b in self.accumulator.incomplete) + self.sender.results_records
 
     @property
     def buffer_available(self) -> int:
@@ -724,7 +727,8 @@ class ProducerCore(DriverIO):
     def events(self) -> list:
         """Completed batches since the last call (BatchResult); resolve their
         handles with :func:`complete_results`."""
-        out, self.sender.results = self.sender.results, []
+        sender = self.sender
+        out, sender.results, sender.results_records = sender.results, [], 0
         return out
 
     def metrics(self) -> dict:

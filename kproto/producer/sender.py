@@ -59,6 +59,7 @@ class Sender:
         self.partitioner = partitioner
         self.metrics = metrics
         self.results: list = []                 # BatchResult events not yet collected
+        self.results_records = 0                # how many records those results hold
         self.in_flight: dict = {}               # id(batch) -> batch, sent and unanswered
         self.retry_backoff = ReconnectBackoff(cfg.retry_backoff_ms, max(cfg.retry_backoff_max_ms,
                                                                         cfg.retry_backoff_ms), rng=rng)
@@ -303,6 +304,7 @@ class Sender:
                 self.txn.on_batch_failed(err)
         self.results.append(BatchResult(b.topic, b.partition, base_offset, log_append_time, err, b.parts,
                                         b.outcome, b.callbacks))
+        self.results_records += b.record_count
 
     def _split(self, b, now):
         """MESSAGE_TOO_LARGE: re-batch the records into halves (at most
