@@ -601,6 +601,46 @@ def test_send_many_columnar_with_keys_spreads_by_murmur2():
         assert [v for v in kafka.values("t", p) if v != b"warmup"] == want
 
 
+@pytest.mark.parametrize("limit", ["max.request.size", "buffer.memory"])
+@pytest.mark.parametrize("shape", ["unkeyed", "keyed", "headers", "arrow", "partition", "resumed"])
+def test_send_many_refuses_a_row_send_would_refuse_before_appending_any(limit, shape):
+    """send()'s size check on every send_many path (issue 25): a row over
+    max.request.size or buffer.memory fails the call with
+    RecordTooLargeError and its index, and nothing of the call is queued.
+    Rows near the limit but under it still go."""
+    cfg = {"max_request_size": 4000} if limit == "max.request.size" else {"buffer_memory": 4000,
+                                                                         "batch_size": 1024}
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}), **cfg)
+    sim.send(b"warmup")
+    sim.run_until(lambda: not core.pending)
+    queued = core.metrics()["records_queued"]
+    values = [b"a", b"b" * 3800, b"c", b"d" * 4100, b"e"]
+    kw = {"now": sim.now}
+    if shape == "keyed":
+        kw["keys"] = [b"k%d" % i for i in range(5)]
+    elif shape == "headers":
+        values[3] = b"d" * 3900                   # too large only with its header
+        kw["headers"] = [None, None, [("h", b"1")], [("h", b"x" * 200)], None]
+    elif shape == "arrow":
+        import pyarrow as pa
+        values = pa.array(values)
+    elif shape == "partition":
+        kw["partition"] = 2
+    elif shape == "resumed":
+        kw["start"] = 2
+    with pytest.raises(RecordTooLargeError, match=rf"send_many\(\) row 3: the record is \d+ bytes when "
+                                                  rf"serialized, larger than {limit} \(4000\); nothing of "
+                                                  rf"this call was sent") as e:
+        core.send_many("t", values, **kw)
+    assert e.value.index == 3
+    assert core.metrics()["records_queued"] == queued and not core.pending
+    bulk, n = core.send_many("t", values[:3], **{k: v[:3] if k in ("keys", "headers") else v
+                                                  for k, v in kw.items() if k != "start"})
+    assert n == 3
+    sim.run_until(lambda: bulk.done)
+    assert bulk.error is None and bulk.delivered == 3
+
+
 def test_send_many_per_record_timestamps_keyed_and_unkeyed():
     core, kafka, sim = make(FakeKafka(partitions={"t": 3}))
     sim.send(b"warmup")

@@ -14,6 +14,7 @@ import concurrent.futures
 import re
 import uuid
 
+import pyarrow as pa
 import pytest
 
 import kio
@@ -91,6 +92,16 @@ async def send_scenario(kind, bootstrap, make_topic):
         out.append(("serializer error", await attempt(p.send, topic, 12345, names=(topic,))))
         out.append(("partition out of range", await attempt(p.send, topic, b"x", partition=7, names=(topic,))))
         out.append(("send_many keys of another length", await attempt(p.send_many, topic, [b"a"], keys=[b"1", b"2"])))
+        # one size check on every path (max.request.size, 1 MiB by default), before anything is queued
+        big = b"x" * (1 << 21)
+        out.append(("send too large", await attempt(p.send, topic, big, partition=0)))
+        out.append(("send_many too large", await attempt(p.send_many, topic, [b"a", big, b"c"])))
+        out.append(("send_many keyed too large",
+                    await attempt(p.send_many, topic, [b"a", b"b", big], keys=[b"1", b"2", b"3"])))
+        out.append(("send_many headers too large",
+                    await attempt(p.send_many, topic, [b"a", b"x" * ((1 << 20) - 60)],
+                                  headers=[None, [("h", b"y" * 100)]])))
+        out.append(("send_many arrow too large", await attempt(p.send_many, topic, pa.array([big, b"b"]))))
         m = p.metrics()
         out.append(("metrics", m["records_sent"], m["records_queued"], m["records_failed"]))
     return out
@@ -112,7 +123,13 @@ def test_send_send_many_flush_the_same_under_every_driver(bootstrap, make_topic)
         "raised", "InvalidPartitionError",
         "partition 7 of topic '<name0>' is not in the range [0, 1] (the topic has 2 partitions)"),)
     assert out["send_many keys of another length"] == (("raised", "ValueError", "2 keys for 1 values"),)
-    assert out["metrics"] == (12, 12, 0)
+    too_large = "the record is {} bytes when serialized, larger than max.request.size (1048576)"
+    assert out["send too large"] == (("raised", "RecordTooLargeError", too_large.format(2097240)),)
+    for name, row, size in (("send_many too large", 1, 2097240), ("send_many keyed too large", 2, 2097241),
+                            ("send_many headers too large", 1, 1048707), ("send_many arrow too large", 0, 2097240)):
+        assert out[name] == (("raised", "RecordTooLargeError", f"send_many() row {row}: "
+                              f"{too_large.format(size)}; nothing of this call was sent"),), name
+    assert out["metrics"] == (12, 12, 0)          # nothing of the refused calls was queued
 
 
 # == waiting that ends in the core's timeout ===============================================================

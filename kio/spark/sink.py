@@ -260,6 +260,9 @@ def send_batches(batches: Iterable, topic: Optional[str], config: dict, *, error
                 fut = p.send_many(t, vs, keys=pick(keys), partition=part, headers=pick(headers),
                                   timestamp_ms=pick(stamps))
             except Exception as e:  # noqa: BLE001 - reported or raised below, never dropped
+                if getattr(e, "index", None) is not None:      # RecordTooLargeError: which row
+                    e = type(e)(f"row {e.index if idx is None else idx[e.index]} of the Arrow batch: {e}",
+                                index=e.index)
                 if errors == "raise":
                     raise SparkWriteError(f"kio.spark: sending {len(vs)} rows to topic {t!r} failed: "
                                           f"{type(e).__name__}: {e}") from e

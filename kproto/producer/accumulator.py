@@ -44,7 +44,12 @@ class BufferExhausted(KafkaError):
 
 
 class RecordTooLargeError(KafkaError, ValueError):
-    """A record larger than max.request.size or buffer.memory."""
+    """A record larger than max.request.size or buffer.memory. From
+    send_many, ``index`` is the row (else None)."""
+
+    def __init__(self, message: str = "", index=None):
+        super().__init__(message)
+        self.index = index
 
 
 def iter_parts(parts):

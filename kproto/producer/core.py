@@ -41,7 +41,8 @@ from kproto.records import RECORD_BATCH_OVERHEAD
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
 from kproto.producer.partitioner import (
-    InvalidPartitionError, StickyPartitioner, all_bytes_or_none, group_by_partition, murmur2_partition,
+    InvalidPartitionError, StickyPartitioner, all_bytes_or_none, first_row_over, group_by_partition,
+    murmur2_partition,
 )
 from kproto.producer.sender import BatchResult, DeliveryTimeoutError, Sender
 from kproto.producer.waits import MEMORY, METADATA, AppendBlocked, block, retry
@@ -535,6 +536,9 @@ class ProducerCore(DriverIO):
             headers = [None if h is None else _headers(h) for h in headers]
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        if headers is not None and len(headers) != len(values):
+            raise ValueError(f"{len(headers)} header lists for {len(values)} values")
+        self._check_bulk_sizes(values, keys, headers, start)
         n = self.partitions_for(topic, now)
         if n is None:
             raise MetadataPending(f"partitions of topic {topic!r} are not known yet")
@@ -553,6 +557,33 @@ class ProducerCore(DriverIO):
             done = self._send_many_keyed(topic, values, keys, headers, ts, handle, now, start, n)
         self._queued += done
         return handle, done
+
+    def _check_bulk_sizes(self, values, keys, headers, start):
+        """The check send() makes on each record (max.request.size and
+        buffer.memory), made on every row before any is appended: a row too
+        large fails the whole call with RecordTooLargeError naming its index,
+        so nothing of the call is sent and the caller can drop or split it.
+        Without headers, a C loop finds the rows that come near the limits
+        and only those are sized exactly."""
+        check = self.accumulator.check_record_size
+        total = len(values)
+        if headers is None:
+            r = first_row_over(keys, values, start, self._small_record)
+        else:
+            r = start if start < total else -1
+        while r >= 0:
+            k = None if keys is None else keys[r]
+            v = values[r]
+            try:
+                check(0 if k is None else len(k), 0 if v is None else len(v),
+                      None if headers is None else headers[r])
+            except RecordTooLargeError as e:
+                raise RecordTooLargeError(f"send_many() row {r}: {e}; nothing of this call was sent",
+                                          index=r) from None
+            if headers is None:
+                r = first_row_over(keys, values, r + 1, self._small_record)
+            else:
+                r = r + 1 if r + 1 < total else -1
 
     def _send_many_keyed(self, topic, values, keys, headers, ts, handle, now, start, n):
         """Keyed send_many: rows go to murmur2 partitions, taken in chunks

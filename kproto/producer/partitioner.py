@@ -14,7 +14,7 @@ import random
 
 from kproto.errors import KafkaError
 from kproto.producer._murmur2 import (  # noqa: F401 (re-exported)
-    all_bytes_or_none, group_by_partition, murmur2, murmur2_partition,
+    all_bytes_or_none, first_row_over, group_by_partition, murmur2, murmur2_partition,
 )
 
 __all__ = ["murmur2", "to_positive", "murmur2_partition", "group_by_partition", "StickyPartitioner",
