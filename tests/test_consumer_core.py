@@ -286,6 +286,19 @@ def test_auto_offset_reset_none_raises_once_until_seek():
     assert [r.offset for r in sim.records(2)] == [1, 2]
 
 
+def test_auto_offset_reset_none_says_nothing_when_a_seek_follows_the_assign():
+    """assign() then seek() with auto.offset.reset=none: the network side may
+    look for positions in between and find none; the seek gives one before
+    the first poll, so that poll raises nothing (as Java's, which looks for
+    positions only in poll) and returns the records from the seek."""
+    kafka, core, sim = make(auto_offset_reset="none")
+    kafka.produce("t", 0, 5)
+    core.assign([TP("t", 0)], 0)
+    sim.run(lambda: TP("t", 0) in core._no_offset, max_ms=5000)   # the network side looked: no position
+    core.seek(TP("t", 0), 2)
+    assert [r.offset for r in sim.records(3)] == [2, 3, 4]
+
+
 def test_offsets_for_times_beginning_end_and_seek():
     kafka, core, sim = make(auto_offset_reset="earliest")
     kafka.produce("t", 0, 10)

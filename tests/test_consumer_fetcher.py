@@ -231,6 +231,31 @@ def test_offset_out_of_range_with_none_raises_on_drain():
         pos.request_reset(TP0)
 
 
+def test_out_of_range_with_none_is_raised_once_per_offset_and_not_after_a_seek():
+    """The partition stays fetchable, so more fetches at the same position
+    answer OFFSET_OUT_OF_RANGE before the application reacts: one error,
+    naming the partition and offset (Java's offsetOutOfRangePartitions).
+    An answer for the old position that lands after a seek is not raised
+    (Java drops it when it collects the fetch) - before, the Spark source
+    saw the old offset's error after it had moved on."""
+    pos, f = make("none")
+    pos.assign([TP0])
+    pos.seek(TP0, 10)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"error_code": 1}}))
+    (again,) = requests(f)
+    assert again.offsets == {TP0: 10}
+    f.on_fetch_response(again, response(again, {TP0: {"error_code": 1}}))
+    with pytest.raises(OffsetOutOfRangeError, match="offset 10 is out of range for t-0") as e:
+        f.drain()
+    assert e.value.partitions == {TP0: 10}
+    assert f.drain() == []                           # once, not once per answer
+    (third,) = requests(f)
+    f.on_fetch_response(third, response(third, {TP0: {"error_code": 1}}))
+    pos.seek(TP0, 60)                                # the application moves on before it drains
+    assert f.drain() == []
+
+
 def test_seek_to_beginning_uses_earliest():
     pos, f = make("latest")
     pos.assign([TP0])

@@ -1,7 +1,7 @@
 """The kio-kafka source's option parsing and range planning, without Spark."""
 import pytest
 
-from kio.spark.offsets import OffsetRange, consumer_config, normalize, plan_ranges
+from kio.spark.offsets import DataLossError, OffsetRange, consumer_config, normalize, plan_ranges
 from kproto.cluster import TopicPartition as TP
 from kproto.errors import ConfigError
 
@@ -30,6 +30,36 @@ def test_assign_reads_the_assigned_partitions():
     assert plan(assign='{"orders": [1]}', startingOffsets='{"orders": {"1": 3}}') == [OffsetRange("orders", 1, 3, 30)]
 
 
+def test_assign_reads_the_partitions_that_exist_and_warns_of_the_others(caplog):
+    """As Spark's connector: partitions named by assign that the cluster does
+    not have (orders-7 of a 2-partition topic, a topic that does not exist)
+    are left out with a WARNING, never waited for."""
+    with caplog.at_level("WARNING", logger="kio.spark"):
+        got = plan(assign='{"orders": [1, 7], "nope": [0]}')
+    assert got == [OffsetRange("orders", 1, 0, 30)]
+    assert "2 partition(s) the cluster does not have, not read: nope-0, orders-7" in caplog.text
+
+
+def test_a_batch_starting_below_the_log_start_fails_unless_fail_on_data_loss_is_false(caplog):
+    """orders-0's log starts at 5: a batch read from 2 fails by default (as
+    Spark's connector), reads from 5 with failOnDataLoss=false and says how
+    many records it skipped; an explicit end below the log start reads nothing."""
+    opts = {"subscribe": "orders", "startingOffsets": '{"orders": {"0": 2, "1": 0}}'}
+    with pytest.raises(DataLossError, match=r"orders-0: offset 2 is no longer in Kafka \(the partition's log "
+                                            r"starts at 5\): some data may have been lost"):
+        plan(**opts)
+    with pytest.raises(DataLossError):
+        plan(**opts, failOnDataLoss="TRUE")
+    with caplog.at_level("WARNING", logger="kio.spark"):
+        got = plan(**opts, failOnDataLoss="false")
+    assert got == [OffsetRange("orders", 0, 5, 50), OffsetRange("orders", 1, 0, 30)]
+    assert "orders-0: offsets [2, 5) are no longer in Kafka (the log starts at 5); skipping 3 record(s)" \
+        in caplog.text
+    assert plan(**opts, failOnDataLoss="false", endingOffsets='{"orders": {"0": 4, "1": 0}}') == []
+    with pytest.raises(ConfigError, match="failOnDataLoss must be true or false"):
+        plan(**opts, failOnDataLoss="sometimes")
+
+
 @pytest.mark.parametrize("options, message", [
     ({}, "exactly one of the options"),
     ({"subscribe": "orders", "assign": '{"orders": [0]}'}, "got subscribe, assign"),
@@ -54,7 +84,9 @@ def test_bad_options_are_clear_errors(options, message):
 def test_consumer_config_takes_kafka_prefixed_options():
     conf = consumer_config(normalize({"kafka.bootstrap.servers": "h:1", "kafka.fetch.max.bytes": "10",
                                       "subscribe": "t"}))
-    assert conf == {"bootstrap.servers": "h:1", "fetch.max.bytes": "10", "enable.auto.commit": "false"}
+    # auto.offset.reset is set, never left to kio's default (latest would jump to the end silently)
+    assert conf == {"bootstrap.servers": "h:1", "fetch.max.bytes": "10", "enable.auto.commit": "false",
+                    "auto.offset.reset": "none"}
     with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
         consumer_config({"subscribe": "t"})
 
@@ -144,12 +176,13 @@ def test_available_now_stops_at_the_offsets_it_began_with():
 def test_lost_records_fail_the_stream_unless_fail_on_data_loss_is_false():
     start = {TP("orders", 0): 2, TP("orders", 1): 0}               # orders-0 now begins at 5
     end = {TP("orders", 0): 50, TP("orders", 1): 30}
-    with pytest.raises(DataLossError, match=r"orders-0: offsets \[2, 50\) are no longer in Kafka"):
+    with pytest.raises(DataLossError, match=r"orders-0: offset 2 is no longer in Kafka \(the partition's log starts at 5\): "
+                                                 r"some data may have been lost.*failOnDataLoss=false"):
         stream_ranges(start, end, first_of)
     assert stream_ranges(start, end, first_of, fail_on_data_loss=False)[0] == OffsetRange("orders", 0, 5, 50)
     # offsets that went back (a topic deleted and created again) are data loss too
     gone_back = stream_latest({TP("orders", 1): 99}, ORDERS, first_of, last_of)
-    with pytest.raises(DataLossError, match=r"orders-1: offsets \[99, 30\)"):
+    with pytest.raises(DataLossError, match=r"orders-1: the stream was at offset 99 but the partition now ends at 30"):
         stream_ranges({TP("orders", 1): 99}, gone_back, first_of)
     assert OffsetRange("orders", 1, 0, 30) in stream_ranges({TP("orders", 1): 99}, gone_back, first_of,
                                                             fail_on_data_loss=False)

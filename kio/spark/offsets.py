@@ -25,6 +25,7 @@ the Java client would only log a warning.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
@@ -34,9 +35,11 @@ from kproto.errors import ConfigError, KafkaError
 __all__ = ["OffsetRange", "plan_ranges", "consumer_config", "normalize", "option", "EARLIEST", "LATEST",
            "offsets_to_json", "offsets_from_json", "stream_options", "stream_initial", "stream_latest",
            "stream_ranges", "DataLossError", "topic_partitions", "StreamOptions", "include_headers",
-           "delay_batch", "parse_duration_ms"]
+           "delay_batch", "parse_duration_ms", "fail_on_data_loss", "data_lost"]
 
 EARLIEST, LATEST = -2, -1
+
+_log = logging.getLogger("kio.spark")
 
 
 class OffsetRange(NamedTuple):
@@ -79,7 +82,41 @@ def consumer_config(options: dict) -> dict:
         if why is not None:
             raise ConfigError(f"Kafka option 'kafka.{key}' is not supported (as in Spark's Kafka source): {why}")
     conf["enable.auto.commit"] = "false"
+    # The source decides where reading starts and never lets the consumer
+    # jump: a position outside the log raises OffsetOutOfRangeError, which the
+    # reader turns into failOnDataLoss's choice (kio's default, latest,
+    # would silently skip to the end of the partition).
+    conf["auto.offset.reset"] = "none"
     return conf
+
+
+def fail_on_data_loss(options: dict) -> bool:
+    """Option failOnDataLoss (true by default, as in Spark's source), for
+    batch and streaming reads alike."""
+    fail = str(option(options, "failOnDataLoss", "true")).strip().lower()
+    if fail not in ("true", "false"):
+        raise ConfigError(f"option failOnDataLoss must be true or false, not {fail!r}")
+    return fail == "true"
+
+
+def data_lost(tp: TopicPartition, start: int, log_start: int, fail: bool, end: Optional[int] = None) -> int:
+    """Records [start, log_start) of ``tp`` are gone (retention, DeleteRecords,
+    a topic deleted and made again). With ``fail`` (failOnDataLoss=true,
+    Spark's default) that fails the query with DataLossError; otherwise a
+    WARNING says how many records were skipped and reading goes on from
+    ``log_start``, which is returned. ``end`` bounds the count: records at or
+    past it were not to be read anyway."""
+    skipped = (log_start if end is None else min(log_start, end)) - start
+    if fail:
+        raise DataLossError(
+            f"{tp.topic}-{tp.partition}: offset {start} is no longer in Kafka (the partition's log starts at "
+            f"{log_start}): some data may have been lost because they are not available in Kafka any more; "
+            f"either the data was aged out by Kafka or the topic may have been deleted before all the data in "
+            f"the topic was processed. Set the source option failOnDataLoss=false to go on from what is left")
+    _log.warning("kio-kafka: %s-%d: offsets [%d, %d) are no longer in Kafka (the log starts at %d); "
+                 "skipping %d record(s) (failOnDataLoss=false)", tp.topic, tp.partition, start, log_start,
+                 log_start, skipped)
+    return log_start
 
 
 def include_headers(options: dict) -> bool:
@@ -122,10 +159,19 @@ def topic_partitions(options: dict, list_topics) -> List[TopicPartition]:
     if how == "assign":
         try:
             spec = json.loads(option(options, "assign"))
-            return sorted(TopicPartition(t, int(p)) for t, ps in spec.items() for p in ps)
+            assigned = sorted({TopicPartition(t, int(p)) for t, ps in spec.items() for p in ps})
         except (TypeError, ValueError, AttributeError):
             raise ConfigError(f'option assign must be JSON like {{"topic": [0, 1]}}, '
                               f"not {option(options, 'assign')!r}") from None
+        # As Spark's connector (AssignStrategy keeps the assigned partitions
+        # the cluster has): read those that exist, say which do not.
+        counts = list_topics()
+        present = [tp for tp in assigned if 0 <= tp.partition < counts.get(tp.topic, 0)]
+        if len(present) < len(assigned):
+            missing = [f"{tp.topic}-{tp.partition}" for tp in assigned if tp not in present]
+            _log.warning("kio-kafka: option assign names %d partition(s) the cluster does not have, not read: "
+                         "%s", len(missing), ", ".join(missing))
+        return present
     counts = list_topics()
     if how == "subscribe":
         names = [t.strip() for t in option(options, "subscribe").split(",") if t.strip()]
@@ -192,6 +238,7 @@ def plan_ranges(options: dict, list_topics, beginning_offsets, end_offsets) -> L
     ``options`` as :func:`normalize` returns them; ``beginning_offsets(tps)``
     / ``end_offsets(tps)`` -> {tp: offset}."""
     start_spec, end_spec = batch_specs(options)
+    fail = fail_on_data_loss(options)
     tps = topic_partitions(options, list_topics)
     if option(options, "assign") is None:
         for name, spec in (("startingOffsets", start_spec), ("endingOffsets", end_spec)):
@@ -204,6 +251,9 @@ def plan_ranges(options: dict, list_topics, beginning_offsets, end_offsets) -> L
         end = _resolve(end_spec, tp, LATEST, first, last)
         if start is None or end is None:
             continue
+        if start < first[tp]:                  # an explicit offset below the log start
+            start = data_lost(tp, start, first[tp], fail, end)
+            end = max(end, start)
         if start > end:
             raise ConfigError(f"{tp.topic}-{tp.partition}: starting offset {start} is after the "
                               f"ending offset {end}")
@@ -273,10 +323,7 @@ def stream_options(options: dict) -> StreamOptions:
     if delay is not None and min_rows is None:
         raise ConfigError("option maxTriggerDelay bounds the wait of minOffsetsPerTrigger: set that too")
     delay_ms = parse_duration_ms(delay, "maxTriggerDelay") if delay is not None else 15 * 60 * 1000
-    fail = str(option(options, "failOnDataLoss", "true")).lower()
-    if fail not in ("true", "false"):
-        raise ConfigError(f"option failOnDataLoss must be true or false, not {fail!r}")
-    return StreamOptions(max_rows, fail == "true", min_rows, delay_ms)
+    return StreamOptions(max_rows, fail_on_data_loss(options), min_rows, delay_ms)
 
 
 def delay_batch(min_rows: Optional[int], max_delay_ms: int, start: Dict[TopicPartition, int],
@@ -348,13 +395,17 @@ def stream_ranges(start: Dict[TopicPartition, int], end: Dict[TopicPartition, in
     ranges = []
     for tp in tps:
         lo, hi = start.get(tp, first[tp]), end[tp]
-        if lo < first[tp] or hi < lo:
+        if hi < lo:                            # the partition's offsets went back
             if fail_on_data_loss:
                 raise DataLossError(
-                    f"{tp.topic}-{tp.partition}: offsets [{lo}, {hi}) are no longer in Kafka (its log "
-                    f"starts at {first[tp]}); some data may have been lost. Set option "
-                    f"failOnDataLoss=false to go on from what is left")
+                    f"{tp.topic}-{tp.partition}: the stream was at offset {lo} but the partition now ends at "
+                    f"{hi} (was the topic deleted and made again?): some data may have been lost. Set the "
+                    f"source option failOnDataLoss=false to go on from what is there")
+            _log.warning("kio-kafka: %s-%d: the stream was at offset %d, the partition now ends at %d; "
+                         "reading it from %d (failOnDataLoss=false)", tp.topic, tp.partition, lo, hi, first[tp])
             lo = first[tp]
+        elif lo < first[tp]:
+            lo = data_lost(tp, lo, first[tp], fail_on_data_loss, hi)
         if lo < hi:
             ranges.append(OffsetRange(tp.topic, tp.partition, lo, hi))
     return ranges

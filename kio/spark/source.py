@@ -76,6 +76,7 @@ class _Reader(DataSourceReader):
         self.config = _offsets.consumer_config(options)
         self.timeout = float(_offsets.option(options, "readTimeoutSeconds", "120"))
         self.headers = _offsets.include_headers(options)
+        self.fail_on_data_loss = _offsets.fail_on_data_loss(options)
         _offsets.batch_specs(options)          # refused here, on the driver, before any task
 
     def partitions(self):
@@ -87,20 +88,31 @@ class _Reader(DataSourceReader):
 
     def read(self, partition):
         if isinstance(partition, _RangePartition):   # else nothing was planned: Spark still
-            yield from read_range(self.config, partition.range, self.timeout, self.headers)  # runs one empty task
+            yield from read_range(self.config, partition.range, self.timeout, self.headers,  # runs one empty task
+                                  self.fail_on_data_loss)
 
 
-def read_range(config: dict, r: _offsets.OffsetRange, timeout: float, headers: bool = False):
+def read_range(config: dict, r: _offsets.OffsetRange, timeout: float, headers: bool = False,
+               fail_on_data_loss: bool = True):
     """Arrow batches of records [r.start, r.end) of one topic-partition, read
     by a kio Consumer in manual-assignment mode through the columnar path
     (``poll_batch(arrow=True)``: Arrow arrays built from the fetched bytes,
     no Python object per record), with Spark's Kafka schema (the headers
     column with ``headers``; null for a record without headers, as Spark
     gives). A range that makes no progress for ``timeout`` seconds fails the
-    task instead of hanging it."""
+    task instead of hanging it.
+
+    Records of the range deleted since it was planned (retention,
+    DeleteRecords) are data loss: the consumer's auto.offset.reset is
+    'none' (:func:`kio.spark.offsets.consumer_config`), so the fetch's
+    OFFSET_OUT_OF_RANGE comes here, and ``fail_on_data_loss`` decides as
+    at planning: fail the task, or warn and go on from the log start."""
     from kio.consumer import Consumer, TopicPartition
+    from kio.errors import OffsetOutOfRangeError
     tp = TopicPartition(r.topic, r.partition)
-    with Consumer(dict(config)) as c:
+    conf = dict(config)
+    conf["auto.offset.reset"] = "none"
+    with Consumer(conf) as c:
         c.assign([tp])
         c.seek(tp, r.start)
         position = r.start
@@ -110,7 +122,18 @@ def read_range(config: dict, r: _offsets.OffsetRange, timeout: float, headers: b
                 raise KafkaError(f"kio-kafka: reading {r.topic}-{r.partition} offsets "
                                  f"[{r.start}, {r.end}) stalled at {position} for "
                                  f"{timeout} s (option readTimeoutSeconds)")
-            for pb in c.poll_batch(1.0, arrow=True, headers=headers):
+            try:
+                batches = c.poll_batch(1.0, arrow=True, headers=headers)
+            except OffsetOutOfRangeError:
+                log_start = c.beginning_offsets([tp])[tp]
+                if position >= log_start:      # past the end: the log was cut back (truncated)
+                    raise _offsets.DataLossError(
+                        f"{r.topic}-{r.partition}: offset {position} is out of range (the log now "
+                        f"ends at {c.end_offsets([tp])[tp]}); some data may have been lost") from None
+                position = _offsets.data_lost(tp, position, log_start, fail_on_data_loss, r.end)
+                c.seek(tp, position)
+                continue
+            for pb in batches:
                 rb = _spark_batch(pb, r.end, headers)
                 if rb is not None:
                     yield rb
@@ -222,7 +245,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_RangePartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(self.config, partition.range, self.timeout, self.headers)
+        return read_range(self.config, partition.range, self.timeout, self.headers, self.fail_on_data_loss)
 
     def commit(self, end):
         pass                                   # Spark's checkpoint holds the offsets

@@ -478,8 +478,15 @@ class ConsumerCore(DriverIO):
             self.committer.poll_called(now)
 
     def _raise_error(self):
-        if self._errors:
-            raise self._errors.pop(0)
+        while self._errors:
+            err = self._errors.pop(0)
+            if isinstance(err, NoOffsetForPartitionError) and not (getattr(err, "partitions", set())
+                                                                    & self._no_offset):
+                # Every partition it named got a position since (a seek right
+                # after assign, before this poll): nothing to tell. Java only
+                # looks for positions inside poll(), so it never raises this.
+                continue
+            raise err
 
     def has_records(self) -> bool:
         return bool(self._errors) or self.fetcher.has_buffered()

@@ -244,9 +244,15 @@ class Fetcher:
             self.metadata_refresh_needed = True
         elif err.name == "OFFSET_OUT_OF_RANGE":
             if self.positions.auto_offset_reset == "none":
-                self._errors.append(OffsetOutOfRangeError(
-                    f"offset {fetch_offset} is out of range for {tp.topic}-{tp.partition} "
-                    f"and auto.offset.reset is 'none'"))
+                # One pending error per partition and offset: the partition
+                # stays fetchable (as in Java), so fetches at the same
+                # position keep answering this until the application seeks.
+                if not any(getattr(e, "partitions", None) == {tp: fetch_offset} for e in self._errors):
+                    err = OffsetOutOfRangeError(
+                        f"offset {fetch_offset} is out of range for {tp.topic}-{tp.partition} "
+                        f"and auto.offset.reset is 'none'")
+                    err.partitions = {tp: fetch_offset}     # Java's offsetOutOfRangePartitions()
+                    self._errors.append(err)
             else:
                 self.positions.request_reset(tp)
         else:
@@ -276,8 +282,21 @@ class Fetcher:
         return None
 
     def _raise_pending_error(self):
-        if self._errors:
-            raise self._errors.pop(0)
+        while self._errors:
+            err = self._errors.pop(0)
+            if self._stale(err):
+                continue
+            raise err
+
+    def _stale(self, err) -> bool:
+        """An out-of-range error for a position the application has left
+        since (a seek, or the partition was unassigned) is not raised: Java
+        checks the fetch offset against the position when it collects the
+        answer, and drops it the same way."""
+        for tp, offset in (getattr(err, "partitions", None) or {}).items():
+            if not self.positions.is_assigned(tp) or self.positions.state(tp).position != offset:
+                return True
+        return False
 
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to max_records (default max.poll.records) records, advancing positions.

@@ -102,8 +102,10 @@ class Positions:
         strategy = strategy or self.auto_offset_reset
         st = self.state(tp)
         if strategy == NONE:
-            raise NoOffsetForPartitionError(
+            err = NoOffsetForPartitionError(
                 f"no valid offset for {tp.topic}-{tp.partition} and auto.offset.reset is 'none'")
+            err.partitions = {tp}              # as Java's NoOffsetForPartitionException.partitions()
+            raise err
         st.reset_to, st.position = strategy, None
 
     def needs_position(self):
