@@ -198,11 +198,6 @@ class KafkaBroker(BrokerProcess):
             "group.consumer.session.timeout.ms": 10000,
             "auto.create.topics.enable": "true",
             "delete.topic.enable": "true",
-            # Retention applies within a second or two of a segment aging out
-            # (the defaults check every 5 min, first 30 s after start), so a
-            # test of what retention deletes need not wait minutes.
-            "log.retention.check.interval.ms": 1000,
-            "log.initial.task.delay.ms": 1000,
         }
         props.update(self.extra_config)
         return props

@@ -14,6 +14,7 @@ import pytest
 from conftest import spark_builder
 
 from kio import Admin, Consumer, Producer, TopicPartition as TP
+from kio.admin import NewTopic
 from kio.spark.offsets import DataLossError, OffsetRange, consumer_config, normalize
 from kio.spark.source import read_range
 
@@ -72,11 +73,30 @@ def test_batch_read_below_the_log_start_fails_by_default_and_reads_what_is_left_
     assert batch(spark, bootstrap, topic, {topic: {"0": -2, "1": -2}}).count() == 110
 
 
-def test_batch_read_after_retention_deleted_a_segment(spark, broker, bootstrap, make_topic):
+@pytest.fixture(scope="module")
+def retention_broker(tmp_path_factory):
+    """A broker of its own that applies retention within a second or two
+    (Kafka checks every 5 min, first 30 s after start): the suite's shared
+    broker keeps the defaults, as tests there write records with old
+    timestamps that a fast retention check would delete."""
+    from kio.kafka_broker import KafkaBroker
+    b = KafkaBroker(log_path=str(tmp_path_factory.mktemp("retention") / "kafka.log"), heap="512m",
+                    config={"log.retention.check.interval.ms": 1000, "log.initial.task.delay.ms": 1000}).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_batch_read_after_retention_deleted_a_segment(spark, broker, retention_broker):
     """Retention (not DeleteRecords) moves the log start: the same rule."""
+    import uuid
+    bootstrap = retention_broker.bootstrap_servers
+    topic = "retention-" + uuid.uuid4().hex[:8]
+    with Admin(bootstrap_servers=bootstrap) as a:
+        a.create_topics([NewTopic(topic, 1, 1, configs={"segment.ms": "1000", "retention.ms": "600000"})])
     # The first 50 records are an hour old: their segment is past retention.ms
     # and rolls at the next append; the next 50 are new and stay.
-    topic = make_topic(1, configs={"segment.ms": 1000, "retention.ms": 600_000})
     produce(bootstrap, topic, 0, 0, 50, timestamp_ms=int(time.time() * 1000) - 3_600_000)
     produce(bootstrap, topic, 0, 50, 50)
     tp = TP(topic, 0)
