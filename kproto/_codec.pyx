@@ -18,7 +18,9 @@ takes defaults for missing keys and ignores fields the version does not have.
 
 Errors: encoding a wrong value raises :class:`EncodeError` naming the message,
 version and field path; decoding bad input raises only :class:`DecodeError`
-(the wire primitives bound every length by the bytes actually present).
+(the wire primitives bound every length by the bytes actually present, and
+array lengths and tagged-field counts by Kafka's limits, MAX_ARRAY_ELEMENTS and
+MAX_TAGGED_FIELDS in _wire.pxd, before anything is allocated).
 """
 from cpython.long cimport PyLong_Check
 from cpython.float cimport PyFloat_Check
@@ -27,7 +29,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport uint32_t
 
-from kproto._wire cimport Writer, Reader
+from kproto._wire cimport Writer, Reader, MAX_TAGGED_FIELDS
 
 import uuid as _uuid
 from collections.abc import Mapping
@@ -692,7 +694,11 @@ cdef int _dec_tagged(StructPlan sp, Reader r, dict d) except -1:
     cdef uint32_t count, i, tag, size
     cdef Py_ssize_t start, saved_end
     cdef FieldPlan fp
+    start = r.pos
     count = r.read_uvarint32()
+    if count > MAX_TAGGED_FIELDS:
+        raise DecodeError(f"tagged fields at offset {start}: {count} fields declared, "
+                          f"more than the limit of {MAX_TAGGED_FIELDS} (Kafka's)")
     for i in range(count):
         tag = r.read_uvarint32()
         size = r.read_uvarint32()

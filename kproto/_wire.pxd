@@ -5,6 +5,17 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, 
 from cpython.buffer cimport Py_buffer
 
 
+# Decoding limits. They mirror Apache Kafka 4.4's decoder (as issue 24, point 6
+# gives them), so a frame Kafka refuses is refused here too, before anything is
+# allocated for it. Like Kafka's generated readers ("Tried to allocate a
+# collection of size ..."), Reader also refuses an array longer than the bytes
+# remaining. C constants for the codec (cimport), Python ints
+# (kproto._wire.MAX_ARRAY_ELEMENTS) for everyone else.
+cpdef enum:
+    MAX_ARRAY_ELEMENTS = 1000000    # elements one array (classic or compact) may declare
+    MAX_TAGGED_FIELDS = 10000       # fields one tagged-fields section may declare
+
+
 cdef class Writer:
     cdef unsigned char* buf
     cdef Py_ssize_t pos
@@ -51,6 +62,7 @@ cdef class Reader:
     cdef Py_ssize_t _classic_len16(self, bint nullable, const char* what) except? -2
     cdef Py_ssize_t _classic_len32(self, bint nullable, const char* what) except? -2
     cdef Py_ssize_t _compact_len(self, bint nullable, const char* what) except? -2
+    cdef Py_ssize_t _array_len(self, Py_ssize_t n, Py_ssize_t start) except? -2
     cdef object _utf8(self, Py_ssize_t n)
     cdef bytes _copy(self, Py_ssize_t n)
     cpdef int8_t read_int8(self) except? -1

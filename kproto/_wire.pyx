@@ -10,7 +10,8 @@ object that exports a buffer (bytes, bytearray, memoryview) without copying it;
 Every read checks the remaining length first and raises
 :class:`kproto.errors.DecodeError` on truncated or invalid input. Lengths read
 from the wire are checked against the bytes actually remaining before anything
-is allocated, so a hostile length cannot make us allocate gigabytes.
+is allocated, so a hostile length cannot make us allocate gigabytes; array
+lengths are also bounded by Kafka's ``MAX_ARRAY_ELEMENTS`` (see _wire.pxd).
 """
 from kproto._buffer cimport grow_buffer
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
@@ -439,23 +440,32 @@ cdef class Reader:
 
     cpdef Py_ssize_t read_array_len(self) except? -2:
         """Classic array length: -1 for null. A length larger than the bytes
-        remaining is rejected (every element takes at least one byte)."""
+        remaining (every element takes at least one byte) or than
+        MAX_ARRAY_ELEMENTS is rejected."""
         cdef Py_ssize_t start = self.pos
         cdef Py_ssize_t n = self.read_int32()
         if n < -1:
             raise DecodeError(f"invalid array length {n} at offset {start}")
-        if n > self.end - self.pos:
-            raise DecodeError(
-                f"array length {n} at offset {start} exceeds the {self.end - self.pos} bytes remaining")
-        return n
+        return self._array_len(n, start)
 
     cpdef Py_ssize_t read_compact_array_len(self) except? -2:
         """Compact array length: -1 for null; bounded like read_array_len."""
         cdef Py_ssize_t start = self.pos
         cdef Py_ssize_t n = <Py_ssize_t>self.read_uvarint32() - 1
+        return self._array_len(n, start)
+
+    cdef Py_ssize_t _array_len(self, Py_ssize_t n, Py_ssize_t start) except? -2:
+        """The array length n read at offset start, once it is known to fit:
+        each element takes at least one byte, so n may not exceed the bytes
+        remaining, nor Kafka's MAX_ARRAY_ELEMENTS. Checked before the caller
+        allocates the list."""
         if n > self.end - self.pos:
             raise DecodeError(
                 f"array length {n} at offset {start} exceeds the {self.end - self.pos} bytes remaining")
+        if n > MAX_ARRAY_ELEMENTS:
+            raise DecodeError(
+                f"array length {n} at offset {start} exceeds the limit of "
+                f"{MAX_ARRAY_ELEMENTS} elements (Kafka's)")
         return n
 
     cpdef object read_raw(self, Py_ssize_t n):

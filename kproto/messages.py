@@ -181,6 +181,13 @@ def decode_response(api_, version: int, payload):
 
     Returns (correlation_id, body dict). Raises DecodeError on malformed or
     truncated input, or trailing bytes after the body."""
+    # Trailing bytes stay an error here, unlike in decode_request. Kafka's Java
+    # client does not check for them (AbstractResponse.parseResponse reads the
+    # fields and stops), but we keep refusing them: we know the version we asked
+    # for, a broker writes exactly that schema, so bytes left over mean the two
+    # disagree about the layout and the fields read are likely wrong -- better
+    # said than guessed. The ApiVersions v0 fallback below also relies on it to
+    # tell a v0 answer from the version asked for.
     a = api(api_)
     plan = a.response_plan(version)
     r = Reader(payload)
@@ -220,14 +227,20 @@ def _decode_v0_fallback(a: Api, r: Reader, start: int):
 
 # -- server side (scripted brokers) ----------------------------------------------
 
-def decode_request(payload):
+def decode_request(payload, *, strict: bool = False):
     """Decode a request frame body (without its size prefix), as a broker does.
 
     Returns (header, body) where header is {api_key, api_version,
     correlation_id, client_id}. An api key or version this module does not
     implement raises UnsupportedVersionError carrying .api_key, .api_version
     and .correlation_id (so a broker can still answer); malformed input raises
-    DecodeError."""
+    DecodeError.
+
+    Bytes left after the body are ignored, as Kafka's broker does (it reads
+    the fields and stops): librdkafka's Metadata v9+ request for all topics
+    keeps its 4-byte placeholder for the topics count, a compact null that
+    takes 1, so 3 bytes are left over. ``strict=True`` refuses them with
+    DecodeError instead."""
     r = Reader(payload)
     try:
         key = r.read_int16()
@@ -249,7 +262,8 @@ def decode_request(payload):
         raise DecodeError(f"{a.name} v{version} request: header: {exc}") from None
     plan = a.request_plan(version)
     body = _codec.decode(plan, r)
-    _check_end(r, plan.label)
+    if strict:
+        _check_end(r, plan.label)
     header = {"api_key": key, "api_version": version,
               "correlation_id": h["correlation_id"], "client_id": h["client_id"]}
     return header, body
