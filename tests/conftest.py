@@ -157,19 +157,30 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def spark_builder(master="local[2]", app="kio-tests"):
+def spark_builder(master="local[2]", app="kio-tests", connect=False):
     """A SparkSession builder for the suite's Spark tests. The first session
     of the run launches PySpark's JVM, and a data source jar added later with
     ``spark.jars`` is not found by ``format("kafka")`` in a later session of
     the same JVM: so every session puts Spark's own Kafka connector (the
     comparison's anchor, fetched by kio.spark.connector) on the driver's
-    class path, whichever module starts first."""
+    class path, whichever module starts first.
+
+    ``connect=True``: a Spark Connect session, ``builder.remote(master)``
+    (a user's ``remote("local[2]")``): pyspark starts a local Connect server
+    in this process's own JVM, so it cannot share a process with a classic
+    session (tests/test_spark_connect.py runs it in a child process). Under
+    SPARK_TESTING the server binds a free port and the client asks the JVM
+    for it; otherwise both use 15002, and two runs on one machine would meet.
+    Spark's connector jars are not needed there."""
     from pyspark.sql import SparkSession
 
-    from kio.spark.connector import connector_jars, spark_jars_option
     os.environ["PYSPARK_PYTHON"] = sys.executable
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    if connect:
+        os.environ["SPARK_TESTING"] = "1"
+        return SparkSession.builder.remote(master).appName(app).config("spark.sql.shuffle.partitions", "2")
+    from kio.spark.connector import connector_jars, spark_jars_option
     jars = connector_jars()
     return (SparkSession.builder.master(master).appName(app)
             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")

@@ -337,3 +337,31 @@ def test_stream_read_refuses_batch_only_options(spark, bootstrap, make_topic, tm
             q.awaitTermination(60)
     finally:
         q.stop()
+
+
+def test_real_time_mode_is_refused_by_spark_for_a_python_data_source(spark, bootstrap, make_topic, tmp_path):
+    # Pins what the README says: Spark 4.3 runs a trigger(realTime=...) query
+    # only over sources whose JVM stream implements SupportsRealTimeMode, and
+    # the stream Spark wraps around a Python data source does not. A Spark
+    # that lifts this fails this test: then try kio-kafka in real time and
+    # update the README.
+    import inspect
+
+    from pyspark.sql.streaming import DataStreamWriter
+    if "realTime" not in inspect.signature(DataStreamWriter.trigger).parameters:
+        pytest.skip("trigger(realTime=...) is Spark 4.1+")
+    topic = make_topic(1)
+    stream = (spark.readStream.format("kio-kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).load())
+    writer = (stream.writeStream.format("console").outputMode("update")
+              .option("checkpointLocation", str(tmp_path / "c")).trigger(realTime="5 seconds"))
+    query = None
+    try:
+        with pytest.raises(Exception, match=r"STREAMING_REAL_TIME_MODE\.INPUT_STREAM_NOT_SUPPORTED\].*"
+                                            r"The input stream \S+\.python\.PythonMicroBatchStream\w* is not "
+                                            r"supported in Real-time Mode"):
+            query = writer.start()
+            query.awaitTermination(60)
+    finally:
+        if query is not None:
+            query.stop()

@@ -66,7 +66,7 @@ case "$cmd" in
         ensure_maven
         ensure_stunnel
         ensure_venv
-        install_project "test,spark"
+        install_project "test,spark,connect"
         # pytest exits 5 when it collects no test: that fails this command too.
         exec "$VENV/bin/python" -m pytest "$@"
         ;;

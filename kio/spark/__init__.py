@@ -19,6 +19,13 @@ attempts.
 
 pyspark is imported only by :func:`write` and :func:`register`; the executor
 code in :mod:`kio.spark.sink` needs only pyarrow.
+
+A classic session and a Spark Connect one (``SparkSession.builder.remote(...)``)
+take the same code path: only DataFrame APIs that Connect has are used
+(``mapInArrow``, ``spark.dataSource.register``; no ``df.rdd``, no
+``sparkContext``), and what runs on Spark's side (the ``mapInArrow`` function,
+the data source class) is pickled by reference to kio's modules, which the
+server's Python workers import.
 """
 from __future__ import annotations
 
