@@ -22,6 +22,12 @@ import pytest
 
 from kio import Consumer, TopicPartition as TP
 
+# Apache Kafka only: the reads end at ListOffsets LATEST, which Tansu answers
+# below the high watermark when batches hold several records (a Tansu
+# deviation; tests/test_spark.py works around it with one-record batches).
+# What is tested here is Connect, not the broker.
+pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "spark_connect_job.py")
 TIMEOUT = 180              # a child: its JVM and Connect server start, the job, the stop
