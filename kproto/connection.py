@@ -78,10 +78,10 @@ passed, as Java's ``NetworkClient.maybeThrottle`` mutes the node.
 """
 import collections
 import enum
-import random
 from typing import Any, NamedTuple, Optional
 
 from kproto import error_codes, messages, versions
+from kproto.backoff import ExponentialBackoff
 from kproto.errors import (
     AuthenticationError,
     ConnectionClosedError,
@@ -226,40 +226,9 @@ class InFlightRequest:
 
 # --- reconnect backoff ----------------------------------------------------------
 
-class ReconnectBackoff:
-    """Java's ExponentialBackoff as used for reconnects (base 2, jitter 0.2).
-
-    ``backoff(attempts)`` = min(max_ms, initial_ms * 2**min(attempts, exp_max) * U(0.8, 1.2))
-    where exp_max = log2(max_ms / initial_ms). ``rng`` is anything with a
-    ``random()`` method returning a float in [0, 1) (random.Random); inject a
-    seeded one for deterministic tests.
-    """
-
-    MULTIPLIER = 2.0
-    JITTER = 0.2
-
-    def __init__(self, initial_ms=50, max_ms=1000, rng=None, jitter=JITTER):
-        import math
-        self.initial_ms = initial_ms
-        self.max_ms = max_ms
-        self.jitter = jitter
-        self.rng = rng if rng is not None else random.Random()
-        if max_ms > initial_ms:
-            self._exp_max = math.log(max_ms / max(initial_ms, 1)) / math.log(self.MULTIPLIER)
-        else:
-            self._exp_max = 0.0
-
-    def backoff(self, attempts):
-        if self._exp_max == 0:
-            return self.initial_ms
-        exp = min(attempts, self._exp_max)
-        term = self.initial_ms * (self.MULTIPLIER ** exp)
-        if self.jitter > 0:
-            factor = (1 - self.jitter) + 2 * self.jitter * self.rng.random()
-        else:
-            factor = 1.0
-        value = int(factor * term)
-        return min(value, self.max_ms)
+#: Java's ExponentialBackoff as used for reconnects: the client's one
+#: exponential backoff (kproto.backoff), under the name this module always had.
+ReconnectBackoff = ExponentialBackoff
 
 
 # --- authentication hook ----------------------------------------------------------

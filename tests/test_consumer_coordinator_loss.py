@@ -227,3 +227,69 @@ def test_commits_resume_after_the_kafka_broker_restarts(tmp_path, protocol):
                 assert c._core.membership.member_id == member  # the same (client-made) member id
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("broker", ["kafka"], indirect=True)
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_dead_coordinator_costs_a_lookup_a_second_not_a_busy_loop(bootstrap, make_topic, protocol, caplog):
+    """Issue 23 point 7, against Kafka: for ~5 s the group coordinator is a
+    broker that is down while the cluster still names it - Kafka answers
+    every FindCoordinator, and the test points the answers at a node whose
+    port refuses connections (a one-broker cluster cannot stop its
+    coordinator and still answer). Each lookup finds a coordinator whose
+    connection fails at once. The member has nothing to fetch (paused, as a
+    member without partitions): nothing else paces its loop. Before the
+    backoff, found/lost alternated as fast as Kafka answered: ~9,000 lookups
+    and INFO lines in 5 s (3 s of CPU). Now: retry.backoff.ms growing to
+    retry.backoff.max.ms, then one lookup a second, the same node logged
+    once, the losses rate-limited; and the member recovers by itself."""
+    import logging
+
+    topic = make_topic(1)
+    tp = TP(topic, 0)
+    group = "g-" + uuid.uuid4().hex[:8]
+    produce(bootstrap, topic, 0, 10)
+    dead_port = free_port()                        # nothing listens: connections are refused
+    with Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                  auto_commit_interval_ms=200, **(CONSUMER_PROTOCOL if protocol == "consumer" else GROUP)) as c:
+        c.subscribe([topic])
+        assert len(consume_and_commit(c, "auto", 10, [])) == 10
+        assert wait_committed(c, bootstrap, group, tp, 10) == 10
+        c.pause([tp])
+        lookups, outage = [], [True]
+        with c._lock:
+            coord = c._core.coordinator
+            poll, on_response = coord.poll, coord.on_response
+
+            def counting_poll(now):
+                reqs = poll(now)
+                lookups.extend(now for _ in reqs)
+                return reqs
+
+            def dead_coordinator(request, body, now):
+                if outage[0]:
+                    for entry in body.get("coordinators") or [body]:
+                        if not entry.get("error_code"):
+                            entry.update(node_id=7, port=dead_port)
+                return on_response(request, body, now)
+            coord.poll, coord.on_response = counting_poll, dead_coordinator
+            coord.mark_unknown("test: the coordinator broker went down", c._core._now)
+        with caplog.at_level(logging.INFO, logger="kproto.consumer.coordinator"):
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                c.poll(0.2)
+            outage[0] = False
+        during = len(lookups)
+        logged = [r.getMessage() for r in caplog.records if r.name == "kproto.consumer.coordinator"]
+        # 5 s: ~100+200+400+800 ms, then one a second (and jitter): about 7
+        assert 3 <= during <= 15, during
+        assert sum("coordinator is node 7" in m for m in logged) == 1, logged
+        assert sum("marked unknown" in m for m in logged) <= 2, logged
+        # back to the real coordinator within a backoff step, and everything works again
+        c.resume([tp])
+        produce(bootstrap, topic, 10, 5)
+        got = consume_and_commit(c, "auto", 5, [])
+        assert [r.offset for r in got] == list(range(10, 15))
+        assert wait_committed(c, bootstrap, group, tp, 15) == 15
+        assert c._core.coordinator.known and c._core.coordinator.coordinator.node_id != 7
+        assert len(lookups) - during <= 3

@@ -28,6 +28,16 @@ except ImportError:  # tests/ as a package
 GROUP = "g1"
 
 
+class _NoJitter:
+    """An rng for the backoff whose jitter factor is exactly 1 (U(0.8, 1.2) at 0.5)."""
+
+    def random(self):
+        return 0.5
+
+
+NO_JITTER = _NoJitter()
+
+
 def find_coordinator_answer(node_id=1, error=0, key=GROUP):
     """Both response shapes in one dict: the codec writes the fields of the
     version the client asked for (top-level for v0-3, `coordinators` for v4+)."""
@@ -99,6 +109,9 @@ class GroupNet:
                     continue
                 if isinstance(ev, RequestCompleted):
                     req.owner.on_response(req, ev.body, self.now)
+                    coord = self.coordinator
+                    if req.destination != ANY and coord.known and req.coordinator_epoch == coord.epoch:
+                        coord.confirmed(self.now)      # as ConsumerCore._group_done does
                 else:
                     req.owner.on_failure(req, ev.error, self.now)
 
@@ -185,7 +198,7 @@ def test_lookup_not_wanted_sends_nothing():
 
 @pytest.mark.parametrize("versions", [None, {"FindCoordinator": (0, 3)}])
 def test_lookup_error_response_backs_off_then_retries(versions):
-    coord = GroupCoordinator(GROUP, retry_backoff_ms=100)
+    coord = GroupCoordinator(GROUP, retry_backoff_ms=100, rng=NO_JITTER)
     net = GroupNet(coord, api_versions=versions)
     net.brokers[0].script("FindCoordinator", find_coordinator_answer(error=15),
                           find_coordinator_answer(error=15))
@@ -207,7 +220,7 @@ def test_lookup_error_response_backs_off_then_retries(versions):
 
 
 def test_lookup_connection_failure_resets_in_flight_state():
-    coord = GroupCoordinator(GROUP, retry_backoff_ms=50)
+    coord = GroupCoordinator(GROUP, retry_backoff_ms=50, rng=NO_JITTER)
     net = GroupNet(coord)
     net.brokers[0].script("FindCoordinator", NO_RESPONSE)
     coord.want()
@@ -220,7 +233,7 @@ def test_lookup_connection_failure_resets_in_flight_state():
 
 
 def test_lookup_request_timeout_resets_in_flight_state():
-    coord = GroupCoordinator(GROUP, retry_backoff_ms=50)
+    coord = GroupCoordinator(GROUP, retry_backoff_ms=50, rng=NO_JITTER)
     net = GroupNet(coord, request_timeout_ms=1000)
     net.brokers[0].script("FindCoordinator", NO_RESPONSE)
     coord.want()
@@ -232,7 +245,7 @@ def test_lookup_request_timeout_resets_in_flight_state():
 
 
 def test_lookup_that_the_driver_never_answers_expires_by_itself():
-    coord = GroupCoordinator(GROUP, request_timeout_ms=500, retry_backoff_ms=10)
+    coord = GroupCoordinator(GROUP, request_timeout_ms=500, retry_backoff_ms=10, rng=NO_JITTER)
     coord.want()
     (req,) = coord.poll(0)
     assert coord.poll(100) == []                   # in flight: no duplicate
@@ -267,7 +280,7 @@ def test_mark_unknown_ignores_reports_about_an_older_coordinator():
     net.run()
     old_epoch = coord.epoch
     assert coord.mark_unknown("NOT_COORDINATOR", net.now, old_epoch)
-    net.run()
+    net.run(150)             # (lost before it answered anything: looked up after the backoff)
     assert coord.known and coord.epoch == old_epoch + 1
     assert not coord.mark_unknown("late failure from the old one", net.now, old_epoch)
     assert coord.known

@@ -84,6 +84,8 @@ class Coordinator:
                 "assignment": None if assignment is None else {"topic_partitions": [
                     {"topic_id": tid, "partitions": ps} for tid, ps in assignment.items()]}}
         self.m.on_response(req, body, self.now)
+        if self.coord.known and req.coordinator_epoch == self.coord.epoch:
+            self.coord.confirmed(self.now)           # as ConsumerCore._group_done does
         self.events.extend(self.m.events())
         more = self.poll()                   # a driver polls after every answer
         self.queued.extend(more)
@@ -318,7 +320,7 @@ def test_coordinator_errors_rediscover_and_resend_every_field():
     assert hb.body["subscribed_topic_names"] == ["orders", "payments"] and owned(hb.body) == {(T1, 0)}
     # a broken connection does the same
     c.m.on_failure(hb, ConnectionClosedError("gone"), c.now)
-    c.now += 100
+    c.now += 150        # (that coordinator never answered: looked up after retry.backoff.ms +-20%)
     hb = c.heartbeat()
     assert hb.body["rebalance_timeout_ms"] == 60000 and owned(hb.body) == {(T1, 0)}
 

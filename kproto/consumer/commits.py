@@ -28,6 +28,7 @@ import logging
 from typing import Callable, NamedTuple, Optional
 
 from kproto import error_codes
+from kproto.backoff import RetryBackoff
 from kproto.consumer import COORDINATOR, OffsetAndMetadata, OutgoingRequest, TopicPartition
 from kproto.consumer.coordinator import (
     COORDINATOR_ERRORS, CoordinatorLookupFailed,
@@ -123,13 +124,14 @@ class FetchHandle(_Handle):
 class _Op:
     """One queued commit or fetch: waits for the coordinator, is sent, retried."""
     __slots__ = ("handle", "kind", "request", "retry_at", "generation", "last_error",
-                 "after_heartbeat")
+                 "after_heartbeat", "backoff")
 
-    def __init__(self, handle, kind, now):
+    def __init__(self, handle, kind, now, backoff):
         self.handle = handle
         self.kind = kind            # "commit" | "fetch"
         self.request = None
         self.retry_at = now
+        self.backoff = backoff      # RetryBackoff: Java's commitSync sleeps retryBackoff.backoff(attempts++)
         self.generation = None
         self.last_error = None      # the retriable error being retried (for the timeout text)
         self.after_heartbeat = None  # STALE_MEMBER_EPOCH: wait for a heartbeat answer past this count
@@ -157,8 +159,9 @@ class OffsetCommitter:
 
     def __init__(self, coordinator, *, membership=None, enable_auto_commit=True,
                  auto_commit_interval_ms=5000, default_api_timeout_ms=60000,
-                 retry_backoff_ms=100, positions: Optional[Callable[[], dict]] = None,
-                 default_callback=default_commit_callback, require_stable=True):
+                 retry_backoff_ms=100, retry_backoff_max_ms=1000,
+                 positions: Optional[Callable[[], dict]] = None,
+                 default_callback=default_commit_callback, require_stable=True, rng=None):
         self.coordinator = coordinator
         self.group_id = coordinator.group_id
         self.membership = membership
@@ -166,6 +169,8 @@ class OffsetCommitter:
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.default_api_timeout_ms = default_api_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self.rng = rng
         self.positions = positions
         self.default_callback = default_callback
         # KIP-447: wait for pending transactional offsets (UNSTABLE_OFFSET_COMMIT).
@@ -199,7 +204,7 @@ class OffsetCommitter:
         if not h.partitions:
             self._finish(h, None, result={})
             return h
-        self._ops.append(_Op(h, "fetch", now))
+        self._ops.append(self._op(h, "fetch", now))
         return h
 
     def poll_called(self, now) -> Optional[CommitHandle]:
@@ -322,8 +327,11 @@ class OffsetCommitter:
         if not offsets:
             self._finish(h, None, result=offsets)    # Java: nothing to commit succeeds at once
             return h
-        self._ops.append(_Op(h, "commit", now))
+        self._ops.append(self._op(h, "commit", now))
         return h
+
+    def _op(self, handle, kind, now) -> _Op:
+        return _Op(handle, kind, now, RetryBackoff(self.retry_backoff_ms, self.retry_backoff_max_ms, self.rng))
 
     def _auto_commit(self, now) -> Optional[CommitHandle]:
         offsets = self.positions() or {}
@@ -463,7 +471,7 @@ class OffsetCommitter:
         self._last_now = now
         if op.handle.sync and _retry_worthy(error):
             op.last_error = error
-            op.retry_at = now + self.retry_backoff_ms
+            op.retry_at = now + op.backoff.failed()
             return
         self._finish(op.handle, error, op=op)
 

@@ -15,7 +15,32 @@ States::
     UNKNOWN --poll (wanted, backoff over)--> LOOKING_UP --found--> KNOWN(node)
        ^                                         |  error/failure/timeout
        +------------- (retry backoff) -----------+
-    KNOWN --mark_unknown(reason)--> UNKNOWN
+    KNOWN --mark_unknown(reason)--> UNKNOWN (looked up again at once, or after the backoff)
+
+Backoff (Java's ``retry.backoff.ms`` / ``retry.backoff.max.ms``, KIP-580): a
+failed lookup, and a coordinator lost before it ever answered, count as
+failures of one :class:`~kproto.backoff.RetryBackoff`, so the next lookup
+waits 100, 200, 400, 800, 1000, 1000... ms (+-20% jitter). A coordinator that
+is found but cannot be used - its connection refused, NOT_COORDINATOR or
+COORDINATOR_NOT_AVAILABLE from it, a broker naming a coordinator that is down -
+therefore costs one lookup a second, not one per round trip. The count
+starts afresh when the coordinator answers a request as the coordinator
+(:meth:`confirmed`: the driver calls it for every answer to a request sent
+to the coordinator that did not mark it unknown); a coordinator that had
+answered, or was kept for longer than the longest backoff, is looked up
+again at once when lost, as in Java.
+
+Logging: "coordinator is node N" at INFO when the node changes (DEBUG when
+the same one is found again); losses and failed lookups through a
+:class:`~kproto.backoff.RateLimitedLog` (the first at its level, then at
+most one every :attr:`GroupCoordinator.LOG_INTERVAL_MS` saying how many
+were left out).
+
+A lookup answered with a non-retriable error (GROUP_AUTHORIZATION_FAILED)
+is not retried: its :class:`CoordinatorLookupFailed` event is ``fatal`` and
+the machines waiting for the coordinator fail with that error (the
+application gets it from poll or commit, as Java's
+GroupAuthorizationException); a later ``want`` looks it up again.
 
 The driver connects to the coordinator under :attr:`connection_id`
 (2**31-1 - node id, as Java does) so group traffic has its own connection, and
@@ -29,6 +54,7 @@ import logging
 from typing import NamedTuple, Optional
 
 from kproto import error_codes
+from kproto.backoff import RateLimitedLog, RetryBackoff
 from kproto.consumer import ANY, OutgoingRequest
 from kproto.errors import KafkaError, RequestTimedOutError
 from kproto.requests import KEY_TYPE_GROUP, find_coordinator_body
@@ -89,8 +115,11 @@ class GroupCoordinator:
     once). ``epoch`` grows every time a coordinator is found.
     """
 
+    #: at most one "marked unknown" / "lookup failed" line per this many ms (per kind)
+    LOG_INTERVAL_MS = 10000
+
     def __init__(self, group_id: str, *, retry_backoff_ms: int = 100,
-                 retry_backoff_max_ms: int = 1000, request_timeout_ms: int = 30000):
+                 retry_backoff_max_ms: int = 1000, request_timeout_ms: int = 30000, rng=None):
         self.group_id = group_id
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
@@ -102,8 +131,14 @@ class GroupCoordinator:
         self._wanted = False
         self._inflight: Optional[OutgoingRequest] = None
         self._inflight_deadline = None
-        self._failures = 0              # consecutive failed lookups (backoff exponent)
+        #: consecutive failures (lookups, and coordinators lost before they answered)
+        self.backoff = RetryBackoff(retry_backoff_ms, retry_backoff_max_ms, rng)
         self._next_lookup_at = 0
+        self._found_at = 0
+        self._served = False
+        self._last_node = None          # the node last logged at INFO
+        self._lost_log = RateLimitedLog(log, self.LOG_INTERVAL_MS)
+        self._failed_log = RateLimitedLog(log, self.LOG_INTERVAL_MS)
         self._events = []
         self._listeners = []
 
@@ -162,13 +197,24 @@ class GroupCoordinator:
             return
         self._inflight = None
         self._wanted = False
-        self._failures = 0
         self.last_error = None
         self.coordinator = found
         self.epoch += 1
         self.state = CoordinatorState.KNOWN
-        log.info("group %r: coordinator is node %s (%s:%s)", self.group_id, *found)
+        self._found_at = now
+        self._served = False            # the failure count stays until it answers: see confirmed
+        log.log(logging.DEBUG if found == self._last_node else logging.INFO,
+                "group %r: coordinator is node %s (%s:%s)", self.group_id, *found)
+        self._last_node = found
         self._emit(CoordinatorFound(found, self.epoch))
+
+    def confirmed(self, now=None) -> None:
+        """The coordinator answered a request as the coordinator (no
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, no connection failure):
+        the next loss is looked up at once again."""
+        if self.state is CoordinatorState.KNOWN:
+            self._served = True
+            self.backoff.reset()
 
     def on_failure(self, request, error, now) -> None:
         if request is self._inflight:
@@ -188,8 +234,13 @@ class GroupCoordinator:
         self.coordinator = None
         self.state = CoordinatorState.UNKNOWN
         self._wanted = True                  # whoever used it still needs one
-        self._next_lookup_at = now           # rediscover at once (Java does too)
-        log.info("group %r: coordinator %s marked unknown: %s", self.group_id, old, reason)
+        # One that served (answered, or was kept for a while) is rediscovered at
+        # once, as Java does; one lost before it ever answered (connection
+        # refused, NOT_COORDINATOR at once) counts as a failed attempt.
+        served = self._served or now - self._found_at >= self.retry_backoff_max_ms
+        self._next_lookup_at = now + self.backoff.lost(served)
+        self._lost_log.log(now, logging.INFO, "group %r: coordinator %s marked unknown: %s",
+                           self.group_id, old, reason)
         self._emit(CoordinatorLost(old, reason))
         return True
 
@@ -224,15 +275,14 @@ class GroupCoordinator:
         self._inflight_deadline = None
         self.state = CoordinatorState.UNKNOWN
         self.last_error = error
-        self._failures += 1
-        backoff = min(self.retry_backoff_ms * 2 ** (self._failures - 1), self.retry_backoff_max_ms)
-        self._next_lookup_at = now + backoff
+        self._next_lookup_at = now + self.backoff.failed()
         fatal = not getattr(error, "retriable", False)
         if fatal:
-            # Waiters fail with the error; the next want() starts afresh.
+            # Not retried (Java: GroupAuthorizationException): waiters fail
+            # with the error; a later want() looks it up again, after the backoff.
             self._wanted = False
-        log.log(logging.WARNING if fatal else logging.DEBUG,
-                "group %r: coordinator lookup failed: %s", self.group_id, error)
+        self._failed_log.log(now, logging.WARNING if fatal else logging.INFO,
+                             "group %r: coordinator lookup failed: %s", self.group_id, error)
         self._emit(CoordinatorLookupFailed(error, fatal))
 
     def _emit(self, event) -> None:

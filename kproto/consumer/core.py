@@ -40,6 +40,7 @@ import uuid
 from typing import Optional
 
 from kproto import error_codes
+from kproto.backoff import RateLimitedLog, RetryBackoff
 from kproto.client import DriverIO, network_for
 from kproto.cluster import ClusterMetadata, TopicPartition, validate_topic_name
 from kproto.consumer import ANY, COORDINATOR_NODE, OffsetAndMetadata
@@ -180,7 +181,8 @@ class ConsumerCore(DriverIO):
         if self.group_id is not None:
             self.coordinator = GroupCoordinator(
                 self.group_id, retry_backoff_ms=cfg.retry_backoff_ms,
-                retry_backoff_max_ms=cfg.retry_backoff_max_ms, request_timeout_ms=cfg.request_timeout_ms)
+                retry_backoff_max_ms=cfg.retry_backoff_max_ms, request_timeout_ms=cfg.request_timeout_ms,
+                rng=self.rng)
             self.coordinator.add_listener(self._on_coordinator_event)
             # The only place the group protocol matters: both machines have
             # one interface and emit the same events.
@@ -202,7 +204,7 @@ class ConsumerCore(DriverIO):
                 self.coordinator, membership=None, enable_auto_commit=cfg.enable_auto_commit,
                 auto_commit_interval_ms=cfg.auto_commit_interval_ms,
                 default_api_timeout_ms=cfg.default_api_timeout_ms, retry_backoff_ms=cfg.retry_backoff_ms,
-                positions=self.consumed_offsets)
+                retry_backoff_max_ms=cfg.retry_backoff_max_ms, positions=self.consumed_offsets, rng=self.rng)
         self.key_deserializer = cfg.key_deserializer
         self.value_deserializer = cfg.value_deserializer
         self.mode = None                       # None | "subscribe" | "pattern" | "assign"
@@ -214,6 +216,8 @@ class ConsumerCore(DriverIO):
         self._committed_fetches = []           # (FetchHandle, set of tps)
         self._committed_pending = set()
         self._committed_retry_at = 0
+        self._committed_backoff = RetryBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, self.rng)
+        self._committed_log = RateLimitedLog(log, GroupCoordinator.LOG_INTERVAL_MS)
         self._no_offset = set()                # 'none' reset strategy hit: wait for a seek
         self._lookups = []                     # OffsetsHandle
         self.data_ready = False                # a fetch response arrived (drivers: wake the app)
@@ -631,12 +635,16 @@ class ConsumerCore(DriverIO):
                              callback=lambda r, req=req: self._group_done(req, r))
         self._unsent = keep
 
-    @staticmethod
-    def _group_done(req, r):
+    def _group_done(self, req, r):
         if r.error is not None:
             req.owner.on_failure(req, r.error, r.completed_at)
-        else:
-            req.owner.on_response(req, r.result, r.completed_at)
+            return
+        req.owner.on_response(req, r.result, r.completed_at)
+        coord = self.coordinator
+        if (req.destination != ANY and coord.known and req.coordinator_epoch == coord.epoch):
+            # It answered as the coordinator (a coordinator error would have
+            # marked it unknown): the lookup backoff starts afresh.
+            coord.confirmed(r.completed_at)
 
     def _close_coordinator_connection(self, coord, reason, now):
         if coord is None:
@@ -654,9 +662,16 @@ class ConsumerCore(DriverIO):
             self._committed_fetches.remove(item)
             self._committed_pending -= tps
             if h.error is not None:
-                log.warning("fetching committed offsets of %s failed (will retry): %s", sorted(tps), h.error)
-                self._committed_retry_at = now + self.config.retry_backoff_ms
+                if not getattr(h.error, "retriable", False) and not any(
+                        type(e) is type(h.error) for e in self._errors):
+                    # GROUP_AUTHORIZATION_FAILED and the like: poll raises it (Java:
+                    # GroupAuthorizationException); the next attempt waits the backoff.
+                    self._errors.append(h.error)
+                self._committed_log.log(now, logging.WARNING, "fetching committed offsets of %s failed "
+                                        "(will retry): %s", sorted(tps), h.error)
+                self._committed_retry_at = now + self._committed_backoff.failed()
                 continue
+            self._committed_backoff.reset()
             for tp, om in h.result().items():
                 if not self.positions.is_assigned(tp):
                     continue

@@ -45,7 +45,9 @@ from kproto.consumer.assignors import (
     RebalanceProtocol, build_assignors, decode_assignment, decode_subscription,
     encode_assignment, encode_subscription, rebalance_protocol_for,
 )
-from kproto.consumer.coordinator import COORDINATOR_ERRORS, CoordinatorFound, CoordinatorLost
+from kproto.consumer.coordinator import (
+    COORDINATOR_ERRORS, CoordinatorFound, CoordinatorLookupFailed, CoordinatorLost,
+)
 from kproto.errors import ConfigError, KafkaError, UnsupportedVersionError
 from kproto.statemachine import checked_move
 
@@ -851,3 +853,8 @@ class GroupMembership:
             self._hb_req = None
         elif isinstance(event, CoordinatorFound) and self._in_group():
             self._session_reset_pending = True   # applied by the next poll (it has `now`)
+        elif (isinstance(event, CoordinatorLookupFailed) and event.fatal and self.subscription
+              and not self._closing and self.state not in (MemberState.FATAL, MemberState.CLOSED)):
+            # GROUP_AUTHORIZATION_FAILED from FindCoordinator: not retried (Java
+            # throws GroupAuthorizationException from poll); as from JoinGroup.
+            self._fail(event.error)

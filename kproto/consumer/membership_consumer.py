@@ -61,7 +61,9 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Pattern, Tupl
 from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.consumer import COORDINATOR, OutgoingRequest
-from kproto.consumer.coordinator import COORDINATOR_ERRORS, CoordinatorFound, CoordinatorLost
+from kproto.consumer.coordinator import (
+    COORDINATOR_ERRORS, CoordinatorFound, CoordinatorLookupFailed, CoordinatorLost,
+)
 from kproto.consumer.membership import (
     GroupFatalError, MetadataNeeded, PartitionsAssigned, PartitionsLost, PartitionsRevoked, _Joined,
 )
@@ -800,3 +802,9 @@ class ConsumerProtocolMembership:
             self._sent = None
         elif isinstance(event, CoordinatorFound) and self._hb_next is not None:
             self._hb_next = 0
+        elif (isinstance(event, CoordinatorLookupFailed) and event.fatal and not self._closing
+              and self.state in (ConsumerMemberState.JOINING, ConsumerMemberState.STABLE,
+                                 ConsumerMemberState.RECONCILING)):
+            # GROUP_AUTHORIZATION_FAILED from FindCoordinator: not retried, as
+            # from the heartbeat (Java: GroupAuthorizationException from poll).
+            self._fail(event.error)

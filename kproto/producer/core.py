@@ -309,7 +309,8 @@ class ProducerCore(DriverIO):
         self.transactions = None
         if cfg.transactional_id is not None:
             self.transactions = TransactionManager(cfg.transactional_id, self.idempotence,
-                                                   cfg.transaction_timeout_ms, cfg.retry_backoff_ms)
+                                                   cfg.transaction_timeout_ms, cfg.retry_backoff_ms,
+                                                   cfg.retry_backoff_max_ms, self.rng)
             self.sender.txn = self.transactions
         self._txn_flush = None
         self.closed = False

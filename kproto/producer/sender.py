@@ -19,7 +19,7 @@ import bisect
 from typing import NamedTuple, Optional, Sequence
 
 from kproto import error_codes
-from kproto.connection import ReconnectBackoff
+from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.records import BatchBuilder, read_batches
 
@@ -61,7 +61,7 @@ class Sender:
         self.results: list = []                 # BatchResult events not yet collected
         self.results_records = 0                # how many records those results hold
         self.in_flight: dict = {}               # id(batch) -> batch, sent and unanswered
-        self.retry_backoff = ReconnectBackoff(cfg.retry_backoff_ms, max(cfg.retry_backoff_max_ms,
+        self.retry_backoff = ExponentialBackoff(cfg.retry_backoff_ms, max(cfg.retry_backoff_max_ms,
                                                                         cfg.retry_backoff_ms), rng=rng)
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
         self._muted: set = set()

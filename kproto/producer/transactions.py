@@ -17,6 +17,13 @@ transaction *abortable*: commit raises that error, abort works. Coordinator
 errors (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ..._LOAD_IN_PROGRESS) look
 the coordinator up again; CONCURRENT_TRANSACTIONS retries.
 
+Coordinator lookups back off as the group coordinator's do (retry.backoff.ms
+growing to retry.backoff.max.ms, +-20% jitter: :class:`~kproto.backoff.RetryBackoff`):
+a failed FindCoordinator, and a coordinator lost before it answered anything
+(its connection refused, NOT_COORDINATOR), count as failures; an answer from
+the coordinator starts the count afresh. A coordinator whose connection
+fails is looked up again (it may have moved) rather than waited for.
+
 Every operation returns a :class:`TxnResult` (``done``/``error``); drivers wait on it.
 """
 from __future__ import annotations
@@ -26,6 +33,7 @@ import enum
 from typing import Optional
 
 from kproto import error_codes
+from kproto.backoff import RetryBackoff
 from kproto.errors import KafkaError
 from kproto.requests import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, find_coordinator_body
 
@@ -90,11 +98,17 @@ class _Step:
 
 
 class TransactionManager:
-    def __init__(self, transactional_id, idempotence, transaction_timeout_ms=60000, retry_backoff_ms=100):
+    def __init__(self, transactional_id, idempotence, transaction_timeout_ms=60000, retry_backoff_ms=100,
+                 retry_backoff_max_ms=1000, rng=None):
         self.transactional_id = transactional_id
         self.idem = idempotence                  # holds producer id / epoch / sequences
         self.timeout_ms = transaction_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        #: consecutive coordinator failures (lookups, coordinators lost before answering)
+        self.coordinator_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_max_ms, rng)
+        self._found_at = 0                       # when the last coordinator was found
+        self._served = False                     # ... and whether it answered since
         self.state = TxnState.UNINITIALIZED
         self.error: Optional[BaseException] = None
         self.coordinators: dict = {}             # ("txn"|"group", key) -> node id
@@ -253,6 +267,12 @@ class TransactionManager:
         step = self.steps[0]
         key = step.coordinator
         node = self.coordinators.get(key)
+        if node is not None and client.is_unavailable(node, now):
+            # Java: a coordinator that cannot be connected to is looked up again.
+            self._coordinator_lost(key, now)
+            node = None
+            if now < self._retry_at:
+                return self._retry_at
         if node is None:
             return self._find_coordinator(client, now, key)
         if not client.ready(node, now):
@@ -284,7 +304,7 @@ class TransactionManager:
     def _on_coordinator(self, req, key, cluster):
         self._in_flight = False
         if req.error is not None:
-            self._retry_at = req.completed_at + self.retry_backoff_ms
+            self._retry_at = req.completed_at + self.coordinator_backoff.failed()
             return
         body = req.result
         c = (body.get("coordinators") or [None])[0] if body.get("coordinators") else body
@@ -292,19 +312,32 @@ class TransactionManager:
         if code:
             err = error_codes.error_for_code(code, c.get("error_message"), context=f"FindCoordinator {key}")
             if err.retriable:
-                self._retry_at = req.completed_at + self.retry_backoff_ms
+                self._retry_at = req.completed_at + self.coordinator_backoff.failed()
             else:
                 self._fatal(err)
             return
         cluster.add_node(c["node_id"], c["host"], c["port"])
         self.coordinators[key] = c["node_id"]
+        self._found_at = req.completed_at
+        self._served = False
+
+    def _coordinator_lost(self, key, now):
+        """Forget the coordinator of ``key``: looked up again at once if it
+        had served (answered, or was kept longer than the longest backoff),
+        else after the growing backoff (lost before it answered: a failure)."""
+        self.coordinators.pop(key, None)
+        served = self._served or now - self._found_at >= self.retry_backoff_max_ms
+        self._retry_at = now + self.coordinator_backoff.lost(served)
+
+    def _coordinator_answered(self):
+        self._served = True
+        self.coordinator_backoff.reset()
 
     def _on_response(self, req, step, key):
         self._in_flight = False
         now = req.completed_at
         if req.error is not None:                         # disconnect / timeout: look up again
-            self.coordinators.pop(key, None)
-            self._retry_at = now + self.retry_backoff_ms
+            self._coordinator_lost(key, now)
             return
         body = req.result
         code = body.get("error_code", 0)
@@ -317,9 +350,9 @@ class TransactionManager:
         except KafkaError as err:
             c = getattr(err, "code", None)
             if c in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):
-                self.coordinators.pop(key, None)
-                self._retry_at = now + self.retry_backoff_ms
+                self._coordinator_lost(key, now)
                 return
+            self._coordinator_answered()                  # (as the coordinator)
             if c in (COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS) or err.retriable:
                 self._retry_at = now + min(self.retry_backoff_ms, 20 if c == CONCURRENT_TRANSACTIONS else 1000)
                 return
@@ -334,6 +367,7 @@ class TransactionManager:
                 if step.api != "EndTxn":
                     self.on_batch_failed(err)
             return
+        self._coordinator_answered()
         self.steps.remove(step)      # (on_ok may have queued a follow-up step in front)
         step.result._finish(None)
 

@@ -30,7 +30,7 @@ from typing import Dict, Optional
 
 from kproto.client import DriverIO, network_for
 from kproto.cluster import TopicPartition, validate_topic_name
-from kproto.consumer.coordinator import CoordinatorLookupFailed, CoordinatorLost, GroupCoordinator
+from kproto.consumer.coordinator import CoordinatorLost, GroupCoordinator
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, _ConsumerCluster
 from kproto.errors import KafkaError
 from kproto.share import AcknowledgeType, ShareCommitTimeoutError, ShareStateError
@@ -60,12 +60,13 @@ class ShareConsumerCore(DriverIO):
         self.group_id = cfg.group_id
         self.coordinator = GroupCoordinator(
             self.group_id, retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms, request_timeout_ms=cfg.request_timeout_ms)
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms, request_timeout_ms=cfg.request_timeout_ms,
+            rng=self.rng)
         self.coordinator.add_listener(self._on_coordinator_event)
         self.membership = ShareMembership(
             self.coordinator, self.group_id, rack_id=cfg.client_rack or None,
             retry_backoff_ms=cfg.retry_backoff_ms, retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            request_timeout_ms=cfg.request_timeout_ms)
+            request_timeout_ms=cfg.request_timeout_ms, rng=self.rng)
         self.member_id = self.membership.member_id
         self.fetcher = ShareFetcher(
             self.group_id, self.member_id, max_wait_ms=cfg.fetch_max_wait_ms, min_bytes=cfg.fetch_min_bytes,
@@ -90,7 +91,7 @@ class ShareConsumerCore(DriverIO):
     # coordinator's own connection: the very routing (and unsent queue) the
     # consumer core uses, so both follow one set of rules.
     _route = ConsumerCore._route
-    _group_done = staticmethod(ConsumerCore._group_done)
+    _group_done = ConsumerCore._group_done
     _close_coordinator_connection = ConsumerCore._close_coordinator_connection
     _on_coordinator_event = ConsumerCore._on_coordinator_event
 
@@ -202,11 +203,9 @@ class ShareConsumerCore(DriverIO):
         for ev in coord.events():
             if isinstance(ev, CoordinatorLost):
                 self._close_coordinator_connection(ev.coordinator, ev.reason, now)
-            elif isinstance(ev, CoordinatorLookupFailed) and ev.fatal:
-                # GROUP_AUTHORIZATION_FAILED and the like: the next poll says so
-                # rather than waiting for a coordinator that will never come.
-                self._errors.append(ev.error)
-                self.data_ready = True
+        # (a fatal lookup error, GROUP_AUTHORIZATION_FAILED, fails the membership:
+        # the next poll raises it rather than waiting for a coordinator that
+        # will never come)
         if self.closing:
             self._poll_close(now)
         reqs = coord.poll(now) + self.membership.poll(now)

@@ -27,7 +27,8 @@ from typing import Dict, FrozenSet, List, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.consumer import COORDINATOR, OutgoingRequest
-from kproto.consumer.coordinator import COORDINATOR_ERRORS, GroupCoordinator
+from kproto.backoff import RetryBackoff
+from kproto.consumer.coordinator import COORDINATOR_ERRORS, CoordinatorLookupFailed, GroupCoordinator
 from kproto.errors import KafkaError, UnsupportedVersionError
 from kproto.statemachine import checked_move
 
@@ -97,7 +98,7 @@ class ShareMembership:
 
     def __init__(self, coordinator: GroupCoordinator, group_id: str, *, member_id: Optional[str] = None,
                  rack_id: Optional[str] = None, retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
-                 request_timeout_ms: int = 30000):
+                 request_timeout_ms: int = 30000, rng=None):
         self.coordinator = coordinator
         self.group_id = group_id
         self.member_id = member_id or str(uuid.uuid4())
@@ -114,9 +115,10 @@ class ShareMembership:
         self._send_subscription = True            # the next heartbeat names the topics
         self._next_heartbeat_at: Optional[float] = None
         self._inflight: Optional[OutgoingRequest] = None
-        self._failures = 0
+        self._backoff = RetryBackoff(retry_backoff_ms, retry_backoff_max_ms, rng)
         self._rejoin = False                      # subscribe() came while leaving
         self._events: list = []
+        coordinator.add_listener(self._on_coordinator_event)
 
     # -- inputs -------------------------------------------------------------------------
     def subscribe(self, topics, now) -> None:
@@ -193,7 +195,7 @@ class ShareMembership:
         if code:
             self._on_error(code, body.get("error_message"), request, now)
             return
-        self._failures = 0
+        self._backoff.reset()
         self._send_subscription = False
         self.epoch = body["member_epoch"]
         if body.get("heartbeat_interval_ms", 0) > 0:
@@ -284,9 +286,18 @@ class ShareMembership:
         self._events.append(ShareGroupFatalError(err))
 
     def _retry(self, now):
-        self._failures += 1
-        backoff = min(self.retry_backoff_ms * 2 ** (self._failures - 1), self.retry_backoff_max_ms)
-        self._next_heartbeat_at = now + backoff
+        self._next_heartbeat_at = now + self._backoff.failed()
+
+    def _on_coordinator_event(self, event) -> None:
+        if not (isinstance(event, CoordinatorLookupFailed) and event.fatal):
+            return
+        # GROUP_AUTHORIZATION_FAILED from FindCoordinator: not retried, as from
+        # the heartbeat (Java: GroupAuthorizationException from poll).
+        if self.state in (ShareMemberState.JOINING, ShareMemberState.STABLE):
+            self._fail(event.error)
+        elif self.state is ShareMemberState.LEAVING:
+            self._inflight = None
+            self._left()                              # nothing to tell a coordinator we cannot find
 
     def _left(self):
         self._move(ShareMemberState.LEFT)
