@@ -45,4 +45,10 @@ def tls_error(exc: ssl.SSLError, host, port) -> SslAuthenticationError:
     if "CERTIFICATE_REQUIRED" in str(reason).upper():
         return SslAuthenticationError(f"TLS with {host}:{port}: the broker requires a client certificate "
                                       f"(set ssl.certfile and ssl.keyfile)")
+    if "BAD_CERTIFICATE" in str(reason).upper():
+        # Java's TLS answers a missing client certificate (ssl.client.auth=required)
+        # with this alert too, not with certificate_required.
+        return SslAuthenticationError(f"TLS with {host}:{port} failed: the broker rejected the client "
+                                      f"certificate or wants one ({reason}): set ssl.certfile and "
+                                      f"ssl.keyfile to a certificate its CA signed")
     return SslAuthenticationError(f"TLS with {host}:{port} failed: {reason}")

@@ -217,11 +217,15 @@ class KafkaBroker(BrokerProcess):
                  # "--cluster-id=ID" in one word: a random id may start with "-",
                  # which the tool's argument parser would take for an option.
                  "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
-                 "-c", str(self.workdir / "server.properties")],
+                 "-c", str(self.workdir / "server.properties"), *self._format_options()],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             if fmt.returncode != 0:
                 raise BrokerStartError("Kafka's storage tool could not format the log folder:\n"
                                        + fmt.stdout.decode("utf-8", "replace")[-4000:])
+
+    def _format_options(self) -> list[str]:
+        """More options of the storage tool's ``format`` (SCRAM users, for one)."""
+        return []
 
     def _jvm_options(self, heap: str) -> list[str]:
         assert self.workdir is not None

@@ -18,7 +18,8 @@ from typing import NamedTuple, Optional
 
 from kproto import error_codes
 
-__all__ = ["ClusterMetadata", "TopicPartition", "validate_topic_name", "MAX_TOPIC_NAME_LENGTH"]
+__all__ = ["ClusterMetadata", "TopicPartition", "validate_topic_name", "MAX_TOPIC_NAME_LENGTH",
+           "topic_authorization_error"]
 
 #: Kafka's limit (org.apache.kafka.common.internals.Topic): a partition's log
 #: directory is "<topic>-<partition>", and 249 + "-" + a partition number
@@ -54,6 +55,17 @@ def validate_topic_name(topic) -> str:
         why = (f"topic name {topic!r} contains {bad!r}; only ASCII letters, digits, "
                f"'.', '_' and '-' are allowed")
     raise error_codes.InvalidTopicError(why)
+
+
+def topic_authorization_error(topics, context: str = "") -> Exception:
+    """Java's ``TopicAuthorizationException(unauthorizedTopics)``: a
+    :class:`~kproto.error_codes.TopicAuthorizationFailedError` whose message
+    names the topics, also kept as its ``unauthorized_topics`` (a frozenset)."""
+    names = sorted(topics)
+    err = error_codes.TopicAuthorizationFailedError(
+        f"not authorized to access topics: [{', '.join(names)}]", context=context)
+    err.unauthorized_topics = frozenset(names)
+    return err
 
 
 class TopicPartition(NamedTuple):
@@ -232,6 +244,17 @@ class ClusterMetadata:
             self.need_update = False
 
     # -- queries ---------------------------------------------------------------------
+    def unauthorized_topics(self, topics) -> list:
+        """Those of ``topics`` the last metadata answer refused
+        (TOPIC_AUTHORIZATION_FAILED: no DESCRIBE ACL), sorted. Not
+        retriable: the clients fail what waits for them instead of waiting
+        for partitions that will not come (Java: Metadata's unauthorizedTopics)."""
+        errors = self.topic_errors
+        if not errors:
+            return []
+        return sorted(t for t in set(topics)
+                      if type(errors.get(t)) is error_codes.TopicAuthorizationFailedError)
+
     def partition_count(self, topic) -> Optional[int]:
         parts = self.partitions.get(topic)
         return len(parts) if parts else None

@@ -1456,6 +1456,34 @@ class DescribeShareGroupOffsetsResponse(TypedDict, total=False):
     groups: List[DescribeShareGroupOffsetsResponseGroup]  # v0+
 
 
+class CreateAclsRequestAclCreation(TypedDict, total=False):
+    """CreateAclsRequestAclCreation: a struct in CreateAclsRequest."""
+    resource_type: int  # v0+
+    resource_name: str  # v0+
+    resource_pattern_type: int  # v1+
+    principal: str  # v0+
+    host: str  # v0+
+    operation: int  # v0+
+    permission_type: int  # v0+
+
+
+class CreateAclsRequest(TypedDict, total=False):
+    """The body of the CreateAcls request (api key 30)."""
+    creations: List[CreateAclsRequestAclCreation]  # v0+
+
+
+class CreateAclsResponseAclCreationResult(TypedDict, total=False):
+    """CreateAclsResponseAclCreationResult: a struct in CreateAclsResponse."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class CreateAclsResponse(TypedDict, total=False):
+    """The body of the CreateAcls response (api key 30)."""
+    throttle_time_ms: int  # v0+
+    results: List[CreateAclsResponseAclCreationResult]  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -1569,6 +1597,8 @@ __all__ = [
     "IncrementalAlterConfigsResponse",
     "DescribeShareGroupOffsetsRequest",
     "DescribeShareGroupOffsetsResponse",
+    "CreateAclsRequest",
+    "CreateAclsResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",

@@ -39,6 +39,36 @@ def broker(request, tmp_path_factory):
         b.stop()
 
 
+#: The secured broker's users besides the super user (SCRAM-SHA-256/512 and PLAIN).
+SECURED_USERS = {"alice": "alice-secret"}
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(tmp_path_factory):
+    """Apache Kafka with SASL_SSL, mutual TLS, SASL_PLAINTEXT and ACLs
+    (kio.secured_kafka.SecuredKafkaBroker), started once for the tests that
+    ask for it. ``alice`` (SASL) and ``client`` (the mTLS certificate's CN)
+    may do everything on topics and groups named ``ok-*``, only DESCRIBE
+    topics named ``see-*``, and nothing else; the super user ``admin``
+    (``client_config()`` without a user) makes the topics."""
+    if "kafka" not in broker_kinds():
+        pytest.skip("the secured broker is Apache Kafka (KIO_TEST_BROKERS leaves it out)")
+    from kio.secured_kafka import SecuredKafkaBroker, make_certificates
+
+    folder = tmp_path_factory.mktemp("secured-kafka")
+    b = SecuredKafkaBroker(users=SECURED_USERS, certs=make_certificates(folder),
+                           log_path=str(folder / "kafka.log"))
+    b.start()
+    try:
+        for principal in ("User:alice", "User:client"):
+            b.allow(principal, "TOPIC", "ok-", ["ALL"], "PREFIXED")
+            b.allow(principal, "GROUP", "ok-", ["ALL"], "PREFIXED")
+            b.allow(principal, "TOPIC", "see-", ["DESCRIBE"], "PREFIXED")
+        yield b
+    finally:
+        b.stop()
+
+
 @pytest.fixture
 def broker_kind(broker):
     return broker.kind
@@ -90,17 +120,18 @@ def make_topic(bootstrap):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" and report.failed and "broker" in getattr(item, "fixturenames", ()):
-        b = item.funcargs.get("broker")
-        if b is not None:
-            report.sections.append((f"{b.kind} broker log (tail)", b.log_tail()))
+    if report.when == "call" and report.failed:
+        for name in ("broker", "secured_kafka"):
+            b = item.funcargs.get(name) if name in getattr(item, "fixturenames", ()) else None
+            if b is not None:
+                report.sections.append((f"{b.kind} broker log (tail)", b.log_tail()))
 
 
 def pytest_collection_modifyitems(config, items):
     # Tests that use a real broker get the `broker` marker, so `-m "not broker"`
     # selects the pure sans-IO unit tests.
     for item in items:
-        if "broker" in getattr(item, "fixturenames", ()) or "bootstrap" in getattr(item, "fixturenames", ()):
+        if {"broker", "bootstrap", "secured_kafka"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
 
 

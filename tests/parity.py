@@ -5,6 +5,7 @@ transcripts must be equal. A scenario calls every client method through
 :func:`call` (awaits what the async drivers return) and :func:`outcome`
 (the result, or the *type* of the exception raised)."""
 import asyncio
+import concurrent.futures
 import inspect
 import socket
 from contextlib import asynccontextmanager
@@ -48,6 +49,29 @@ async def outcome(fn, *args, **kwargs):
         return ("ok", await call(fn(*args, **kwargs), 20.0))
     except Exception as e:  # noqa: BLE001 - the type is what is compared
         return ("raised", type(e).__name__)
+
+
+async def resolved(handle, seconds=30.0):
+    """A send's outcome: a Future's result under threads, the awaited handle otherwise."""
+    if isinstance(handle, concurrent.futures.Future):
+        return handle.result(seconds)
+    return await call(handle, seconds)
+
+
+def text(exc, *names):
+    """The error's type and message, with the run's own names (topics...) replaced."""
+    msg = str(exc)
+    for i, name in enumerate(names):
+        msg = msg.replace(name, f"<name{i}>")
+    return type(exc).__name__, msg
+
+
+async def attempt(fn, *args, names=(), **kwargs):
+    """('ok', result) or ('raised', type name, message)."""
+    try:
+        return ("ok", await call(fn(*args, **kwargs), 30.0))
+    except Exception as e:  # noqa: BLE001 - the type and text are what is compared
+        return ("raised",) + text(e, *names)
 
 
 async def sleep(seconds):

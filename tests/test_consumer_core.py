@@ -19,6 +19,7 @@ from kproto.consumer import OffsetAndMetadata, PartitionsAssigned, PartitionsRev
 from kproto.consumer.assignors import encode_assignment
 from kproto.consumer.core import ConsumerCore, InvalidGroupIdError, OffsetAndTimestamp
 from kproto.consumer.positions import NoOffsetForPartitionError
+from kproto.error_codes import TopicAuthorizationFailedError
 from kproto.errors import ConfigError
 from kproto.records import BatchBuilder
 
@@ -38,6 +39,7 @@ class FakeKafka:
         self.assignments = {}
         self.errors = {}                     # api name -> list of error codes for the next answers
         self.silent = set()                  # api names not answered at all
+        self.refused = set()                 # topics Metadata answers TOPIC_AUTHORIZATION_FAILED for
         b = self.broker
         for api in ("Metadata", "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",
                     "OffsetFetch", "OffsetCommit", "ListOffsets", "Fetch"):
@@ -60,6 +62,9 @@ class FakeKafka:
         names = [t["name"] for t in req.body["topics"]] if req.body["topics"] is not None else list(self.partitions)
         topics = []
         for name in names:
+            if name in self.refused:
+                topics.append({"name": name, "error_code": 29, "partitions": []})
+                continue
             if name not in self.partitions:
                 topics.append({"name": name, "error_code": 3, "partitions": []})
                 continue
@@ -537,3 +542,35 @@ def test_assign_never_creates_topics_subscribe_follows_allow_auto_create_topics(
     core.subscribe(["t"], 0)
     sim.run(lambda: kafka.count("Metadata") >= 1)
     assert _metadata_requests_allow_creation(kafka) == {False}
+
+
+# -- topics the broker refuses (no DESCRIBE ACL) --------------------------------------------------------
+
+def test_an_assigned_topic_the_broker_refuses_is_raised_by_drain_position_and_lookups():
+    kafka, core, sim = make(auto_offset_reset="earliest")
+    kafka.refused.add("t")
+    core.assign([TP("t", 0)], 0)
+    with pytest.raises(TopicAuthorizationFailedError) as e:
+        sim.run(lambda: core.drain() and False, max_ms=5000)
+    assert e.value.unauthorized_topics == {"t"} and "[t]" in str(e.value) and not e.value.retriable
+    assert not core.has_records()                               # told once per metadata answer
+    with pytest.raises(TopicAuthorizationFailedError):
+        core.position(TP("t", 0))                               # Java's position() throws it too
+    h = core.beginning_offsets([TP("t", 0)], sim.now)
+    sim.run(lambda: h.done, max_ms=5000)                        # at the next answer, not at the timeout
+    with pytest.raises(TopicAuthorizationFailedError):
+        h.result()
+    kafka.refused.clear()                                       # an ACL came: the records flow
+    kafka.produce("t", 0, 2)
+    core.assign([TP("t", 0)], sim.now)
+    assert [r.offset for r in sim.records(2)] == [0, 1]
+
+
+def test_a_subscribed_topic_the_broker_refuses_is_raised_naming_it_alone():
+    kafka = FakeKafka({"t": 1, "u": 1})
+    kafka.refused.add("u")
+    kafka, core, sim = make(kafka, group_id="g", auto_offset_reset="earliest")
+    core.subscribe(["t", "u"], 0)
+    with pytest.raises(TopicAuthorizationFailedError) as e:
+        sim.run(lambda: core.drain() and False, max_ms=5000)
+    assert e.value.unauthorized_topics == {"u"}

@@ -289,6 +289,26 @@ def test_unreleased_instance_id_is_fatal():
     assert c.poll() == []
 
 
+def test_a_refused_topic_is_told_but_not_fatal_and_the_member_joins_once_allowed():
+    """TOPIC_AUTHORIZATION_FAILED (a subscribed topic without a DESCRIBE ACL):
+    as Java 4.x, an error for poll, not a fatal one; the member heartbeats
+    on and joins when an ACL comes."""
+    from kproto.consumer.membership import GroupError
+    c = Coordinator()
+    c.m.update_metadata(COUNTS, c.now, topic_ids=NAMES)
+    c.m.subscribe(["orders"], c.now)
+    c.answer(c.heartbeat(), error=E.TopicAuthorizationFailedError.code)
+    (ev,) = c.take_events()
+    assert isinstance(ev, GroupError) and isinstance(ev.error, E.TopicAuthorizationFailedError)
+    assert c.m.state is ConsumerMemberState.JOINING and c.m.fatal_error is None
+    assert c.poll() == []                                   # not at once: after a backoff
+    c.now += 1000
+    hb = c.heartbeat()
+    assert hb.body["member_epoch"] == 0 and hb.body["subscribed_topic_names"] == ["orders"]
+    c.answer(hb, epoch=1, assignment={T1: [0]})
+    assert c.m.member_epoch == 1 and c.m.state is not ConsumerMemberState.FATAL
+
+
 def test_poll_timeout_leaves_loses_partitions_and_rejoins_at_the_next_poll():
     c = Coordinator(max_poll_interval_ms=5000)
     c.m.poll_called(c.now)

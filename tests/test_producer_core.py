@@ -1000,3 +1000,22 @@ def test_on_delivery_of_attached_records_follows_them_through_a_split_and_a_fail
     sim.run_until(lambda: log)
     want = type(error_codes.error_for_code(87, None)).__name__
     assert log == [("cb", want)]
+
+
+def test_a_topic_the_broker_refuses_fails_at_once_and_is_asked_again_on_the_next_call():
+    core, kafka, sim = make()
+    kafka.topic_error["secret"] = 29                        # TOPIC_AUTHORIZATION_FAILED: no DESCRIBE ACL
+    assert core.partitions_for("secret", sim.now) is None
+    sim.run_until(lambda: core.metadata_error("secret") is not None)
+    with pytest.raises(error_codes.TopicAuthorizationFailedError) as e:
+        sim.send(b"v", topic="secret")                      # no wait for max.block.ms
+    assert e.value.unauthorized_topics == {"secret"} and "[secret]" in str(e.value)
+    # told once, as Java: the next call waits for a fresh answer (an ACL may have come)
+    assert core.partitions_for("secret", sim.now) is None
+    sim.run_until(lambda: core.metadata_error("secret") is not None, max_ms=5000)
+    with pytest.raises(error_codes.TopicAuthorizationFailedError):
+        core.partitions_for("secret", sim.now)
+    del kafka.topic_error["secret"]
+    kafka.partitions["secret"] = 2
+    assert core.partitions_for("secret", sim.now) is None
+    sim.run_until(lambda: core.partitions_for("secret", sim.now) == 2, max_ms=5000)

@@ -10,7 +10,6 @@ method that drifts between drivers (a lost ``on_delivery``, a metadata
 timeout without its error text, an ignored timeout, another exception type)
 fails here.
 """
-import concurrent.futures
 import re
 import uuid
 
@@ -22,10 +21,10 @@ import kio.aio
 import kio.trio
 
 try:
-    from parity import all_the_same, call, module, nowhere, opened
+    from parity import all_the_same, attempt, call, module, nowhere, opened, resolved, text
     from fault_proxy import proxied_broker
 except ImportError:  # tests/ as a package
-    from tests.parity import all_the_same, call, module, nowhere, opened
+    from tests.parity import all_the_same, attempt, call, module, nowhere, opened, resolved, text
     from tests.fault_proxy import proxied_broker
 
 FAST = {"linger_ms": 5}
@@ -37,29 +36,6 @@ def producer_class(kind):
 
 def consumer_class(kind):
     return module(kind).Consumer
-
-
-async def resolved(handle, seconds=30.0):
-    """A send's outcome: a Future's result under threads, the awaited handle otherwise."""
-    if isinstance(handle, concurrent.futures.Future):
-        return handle.result(seconds)
-    return await call(handle, seconds)
-
-
-def text(exc, *names):
-    """The error's type and message, with the run's own names (topics...) replaced."""
-    msg = str(exc)
-    for i, name in enumerate(names):
-        msg = msg.replace(name, f"<name{i}>")
-    return type(exc).__name__, msg
-
-
-async def attempt(fn, *args, names=(), **kwargs):
-    """('ok', result) or ('raised', type name, message)."""
-    try:
-        return ("ok", await call(fn(*args, **kwargs), 30.0))
-    except Exception as e:  # noqa: BLE001 - the type and text are what is compared
-        return ("raised",) + text(e, *names)
 
 
 # == sending, callbacks, flush, partitions_for ===========================================================

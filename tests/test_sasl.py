@@ -266,3 +266,38 @@ def test_v0_raw_token_without_answer_times_out():
     assert conn.next_deadline(0) == 500 and conn.check_timeouts(499) == []
     (closed,) = of(conn.check_timeouts(500), ConnectionClosed)
     assert "SASL token" in str(closed.error)
+
+
+# -- against Apache Kafka: the secured_kafka fixture (conftest.py) -------------------------------------
+
+@pytest.mark.parametrize("listener", ["SASL_SSL", "SASL_PLAINTEXT"])
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_every_mechanism_against_kafka(secured_kafka, mechanism, listener):
+    import time
+    import uuid
+
+    import kio
+    cfg = secured_kafka.client_config("alice", mechanism, listener)
+    topic = f"ok-sasl-{uuid.uuid4().hex[:8]}"                    # alice may create and use ok-* topics
+    with kio.Producer(**cfg, max_block_ms=10000) as p:
+        md = p.send(topic, b"over " + listener.encode(), partition=0).result(20)
+    with kio.Consumer(**cfg, auto_offset_reset="earliest") as c:
+        c.assign([kio.TopicPartition(topic, 0)])
+        end = time.monotonic() + 10
+        records = []
+        while not records and time.monotonic() < end:
+            records = c.poll(0.2)
+    assert md.offset == 0 and [r.value for r in records] == [b"over " + listener.encode()]
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_a_wrong_password_fails_fast_against_kafka(secured_kafka, mechanism):
+    import time
+
+    import kio
+    cfg = {**secured_kafka.client_config("alice", mechanism), "sasl_password": "wrong"}
+    start = time.monotonic()
+    with pytest.raises(error_codes.SaslAuthenticationFailedError, match=mechanism):
+        with kio.Producer(**cfg, max_block_ms=20000) as p:
+            p.send("ok-sasl", b"v").result(20)
+    assert time.monotonic() - start < 10

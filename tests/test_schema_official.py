@@ -55,7 +55,7 @@ EXPECTED_APIS = {
     "SaslHandshake", "SaslAuthenticate",
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "ShareGroupHeartbeat",
     "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge",
-    "IncrementalAlterConfigs", "DescribeShareGroupOffsets",
+    "IncrementalAlterConfigs", "DescribeShareGroupOffsets", "CreateAcls",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
               "bool", "string", "bytes", "records", "uuid"}

@@ -143,6 +143,20 @@ def test_membership_coordinator_errors_and_fatal_errors():
     assert not coord3.known
 
 
+def test_a_refused_topic_is_told_but_not_fatal_and_the_member_retries():
+    from kproto.consumer.membership import GroupError
+    m = ShareMembership(known_coordinator(), "g", retry_backoff_ms=100)
+    m.subscribe(["a"], 0)
+    (req,) = m.poll(0)
+    m.on_response(req, hb_answer(0, error=E.TopicAuthorizationFailedError.code), 0)
+    (ev,) = m.events()
+    assert isinstance(ev, GroupError) and isinstance(ev.error, E.TopicAuthorizationFailedError)
+    assert m.state is not ShareMemberState.FAILED and m.poll(50) == []
+    (req,) = m.poll(100)                                       # again after the backoff
+    m.on_response(req, hb_answer(3, assignment={TID: [0]}), 100)
+    assert m.events() == [AssignmentChanged({TID: frozenset({0})})]
+
+
 def test_membership_leaves_with_epoch_minus_one_after_the_heartbeat_in_flight():
     m = ShareMembership(known_coordinator(), "g")
     m.subscribe(["a"], 0)

@@ -1,8 +1,10 @@
-"""TLS against the real broker: Debian's stunnel4 terminates TLS in front of
-Tansu (which serves plaintext) and the broker advertises the stunnel port,
-with a test CA and certificates made here by openssl. Right CA -> works;
-system CAs only -> a verification error; wrong host name -> error; a
-client certificate required, given and missing."""
+"""TLS against the real brokers, with a test CA and certificates made by
+openssl (kio.secured_kafka.make_certificates). Debian's stunnel4 terminates
+TLS in front of Tansu (which serves plaintext) and the broker advertises the
+stunnel port: right CA -> works; system CAs only -> a verification error;
+wrong host name -> error; a client certificate required, given and missing.
+Apache Kafka's own SSL listener (the ``secured_kafka`` fixture: mutual TLS,
+``ssl.client.auth=required``) is checked for the same cases."""
 import os
 import shutil
 import subprocess
@@ -12,24 +14,10 @@ import pytest
 
 from kio import Consumer, Producer, TopicPartition as TP
 from kio.broker import LocalBroker, free_port
+from kio.secured_kafka import make_certificates
 from kproto.errors import SslAuthenticationError
 
 STUNNEL = shutil.which("stunnel4") or shutil.which("stunnel")
-
-
-def _openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _cert(d, name, san, client=False):
-    ext = os.path.join(d, f"{name}.ext")
-    with open(ext, "w") as f:
-        f.write(f"subjectAltName={san}\n" + ("extendedKeyUsage=clientAuth\n" if client else ""))
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-             "-subj", f"/CN={name}", cwd=d)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", f"{name}.pem", "-days", "2", "-extfile", ext, cwd=d)
-    return os.path.join(d, f"{name}.pem"), os.path.join(d, f"{name}.key")
 
 
 class Stunnel:
@@ -61,11 +49,8 @@ class Stunnel:
 def tls(tmp_path_factory):
     assert STUNNEL, "stunnel4 is installed by tools/dev.sh (Debian package stunnel4)"
     d = str(tmp_path_factory.mktemp("tls"))
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-             "-days", "2", "-subj", "/CN=kio test CA", cwd=d)
-    server = _cert(d, "server", "DNS:localhost,IP:127.0.0.1")
-    wrong = _cert(d, "wrong", "DNS:wrong.example")
-    client = _cert(d, "client", "DNS:client", client=True)
+    certs = make_certificates(d)
+    server, wrong, client = certs.server, certs.wrong_host, certs.client
     started = []
     try:
         # broker A behind a TLS port; broker B behind one that requires client certificates
@@ -78,15 +63,15 @@ def tls(tmp_path_factory):
         started.append(broker_a)
         broker_b = LocalBroker(port=port_b, advertised_port=tunnel_b.port).start()
         started.append(broker_b)
-        yield dict(ca=os.path.join(d, "ca.pem"), client=client, a=tunnel_a.port, b=tunnel_b.port,
+        yield dict(ca=certs.ca, client=client, a=tunnel_a.port, b=tunnel_b.port,
                    wrong=tunnel_wrong.port)
     finally:
         for s in reversed(started):
             s.stop()
 
 
-def round_trip(bootstrap, **tls_config):
-    topic = f"tls-{time.monotonic_ns()}"
+def round_trip(bootstrap, prefix="tls", **tls_config):
+    topic = f"{prefix}-{time.monotonic_ns()}"
     with Producer(bootstrap_servers=bootstrap, max_block_ms=10000, **tls_config) as p:
         md = p.send(topic, b"secret payload", key=b"k", partition=0).result(20)
     with Consumer(bootstrap_servers=bootstrap, **tls_config) as c:
@@ -160,3 +145,18 @@ def test_asyncio_and_trio_drivers_over_tls(tls):
 
     assert asyncio.run(produce_consume(kio.aio)) == (0, [b"async secret"])
     assert trio.run(produce_consume, kio.trio) == (0, [b"async secret"])
+
+
+# == Apache Kafka's SSL listener (mutual TLS) ===============================================================
+
+def test_kafka_mutual_tls_right_ca_with_and_without_a_client_certificate(secured_kafka):
+    mtls = secured_kafka.client_config(listener="SSL")
+    bootstrap = mtls.pop("bootstrap_servers")
+    # the certificate's CN is the principal (User:client), allowed on ok-* topics
+    md, records = round_trip(bootstrap, prefix="ok-tls", **mtls)
+    assert md.offset == 0 and [(r.key, r.value) for r in records] == [(b"k", b"secret payload")]
+    msg = fails_fast(bootstrap, "client certificate", security_protocol="SSL", ssl_cafile=mtls["ssl_cafile"])
+    assert bootstrap in msg and "ssl.certfile" in msg
+    msg = fails_fast(bootstrap, "certificate did not verify", security_protocol="SSL",
+                     ssl_certfile=mtls["ssl_certfile"], ssl_keyfile=mtls["ssl_keyfile"])
+    assert "ssl.cafile" in msg

@@ -70,6 +70,8 @@ APIS = [
     # duration) live on GROUP config resources; offsets per share-partition.
     ("IncrementalAlterConfigs", "incremental_alter_configs"),
     ("DescribeShareGroupOffsets", "describe_share_group_offsets"),
+    # ACLs: what the suite's secured broker (kio.secured_kafka) is given.
+    ("CreateAcls", "create_acls"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

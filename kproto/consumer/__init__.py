@@ -104,7 +104,7 @@ from kproto.consumer.coordinator import (  # noqa: E402
     CoordinatorState, GroupCoordinator,
 )
 from kproto.consumer.membership import (  # noqa: E402
-    GroupFatalError, GroupMembership, MemberState, MetadataNeeded, PartitionsAssigned,
+    GroupError, GroupFatalError, GroupMembership, MemberState, MetadataNeeded, PartitionsAssigned,
     PartitionsLost, PartitionsRevoked,
 )
 from kproto.consumer.membership_consumer import (  # noqa: E402
@@ -122,7 +122,7 @@ __all__ = [
     "GroupCoordinator", "CoordinatorState", "CoordinatorInfo", "CoordinatorFound",
     "CoordinatorLost", "CoordinatorLookupFailed",
     "GroupMembership", "MemberState", "PartitionsAssigned", "PartitionsRevoked",
-    "PartitionsLost", "GroupFatalError", "MetadataNeeded",
+    "PartitionsLost", "GroupFatalError", "GroupError", "MetadataNeeded",
     "ConsumerProtocolMembership", "ConsumerMemberState", "to_broker_regex",
     "OffsetCommitter", "CommitHandle", "FetchHandle", "CommitCompleted", "CommitFailed",
     "OffsetsFetched", "CommitTimeoutError", "CommitFailedError",

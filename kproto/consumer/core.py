@@ -42,14 +42,14 @@ from typing import Optional
 from kproto import error_codes
 from kproto.backoff import RateLimitedLog, RetryBackoff
 from kproto.client import DriverIO, network_for
-from kproto.cluster import ClusterMetadata, TopicPartition, validate_topic_name
+from kproto.cluster import ClusterMetadata, TopicPartition, topic_authorization_error, validate_topic_name
 from kproto.consumer import ANY, COORDINATOR_NODE, OffsetAndMetadata
 from kproto.consumer.commits import OffsetCommitter
 from kproto.consumer.config import parse_consumer_config
 from kproto.consumer.coordinator import CoordinatorFound, CoordinatorLost, GroupCoordinator
 from kproto.consumer.fetcher import Fetcher
 from kproto.consumer.membership import (
-    GroupFatalError, GroupMembership, MetadataNeeded, PartitionsAssigned, PartitionsLost,
+    GroupError, GroupFatalError, GroupMembership, MetadataNeeded, PartitionsAssigned, PartitionsLost,
     PartitionsRevoked,
 )
 from kproto.consumer.membership_consumer import ConsumerProtocolMembership
@@ -103,7 +103,8 @@ class OffsetAndTimestamp(tuple):
 class OffsetsHandle:
     """A ListOffsets lookup: ``done``, ``error``, ``result()`` ->
     {TopicPartition: OffsetAndTimestamp or None (no such offset)}."""
-    __slots__ = ("timestamps", "deadline", "done", "error", "_result", "_pending", "_in_flight")
+    __slots__ = ("timestamps", "deadline", "done", "error", "_result", "_pending", "_in_flight",
+                 "metadata_version")
 
     def __init__(self, timestamps, deadline):
         self.timestamps = timestamps
@@ -113,6 +114,7 @@ class OffsetsHandle:
         self._result = {}
         self._pending = set(timestamps)      # not yet answered
         self._in_flight = set()
+        self.metadata_version = 0            # the metadata's version when the lookup began
 
     def result(self):
         if not self.done:
@@ -211,6 +213,10 @@ class ConsumerCore(DriverIO):
         self._unsent: collections.deque = collections.deque()   # (OutgoingRequest, expiry)
         self._events = []                      # application events
         self._errors = []                      # raised once by the next drain
+        # The topics in use that the last metadata answer (or a heartbeat)
+        # refused: one error, replaced by each answer, raised once by the next
+        # drain (Java's Metadata.maybeThrowAnyException).
+        self._topic_error = None
         self._revoked_states = {}              # revoked, listener not run yet: tp -> PartitionState
         self._revocation_pending = False
         self._committed_fetches = []           # (FetchHandle, set of tps)
@@ -306,6 +312,7 @@ class ConsumerCore(DriverIO):
         broker allow it); an assign() of a missing topic must not create
         it, and a pattern subscription asks for every topic anyway."""
         self.mode = mode
+        self._topic_error = None                 # about the topics used before
         self.cluster.allow_auto_topic_creation = (
             mode == "subscribe" and bool(self.config.allow_auto_create_topics))
 
@@ -344,8 +351,15 @@ class ConsumerCore(DriverIO):
         self._drop_buffered(lambda t: t in keep)
 
     def position(self, tp) -> Optional[int]:
-        """The offset of the next record to hand out (None while unknown: poll on)."""
-        return self._state(tp).position
+        """The offset of the next record to hand out (None while unknown: poll
+        on). Raises TopicAuthorizationFailedError while the broker refuses the
+        topic (Java's position() throws it rather than time out)."""
+        pos = self._state(tp).position
+        if pos is None and self.cluster.topic_errors:
+            refused = self.cluster.unauthorized_topics((tp[0],))
+            if refused:
+                raise topic_authorization_error(refused)
+        return pos
 
     def pause(self, partitions) -> None:
         tps = [TopicPartition(*tp) for tp in partitions]
@@ -397,6 +411,7 @@ class ConsumerCore(DriverIO):
         t = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         ts = {TopicPartition(*tp): int(v) for tp, v in timestamps.items()}
         h = OffsetsHandle(ts, now + t)
+        h.metadata_version = self.cluster.version
         for tp in ts:
             self.cluster.add_topic(tp.topic, now)
         if not ts:
@@ -421,6 +436,12 @@ class ConsumerCore(DriverIO):
                     f"failed to get offsets by times for {sorted(h._pending)} in time"))
                 self._lookups.remove(h)
                 continue
+            if self.cluster.version > h.metadata_version:
+                refused = self.cluster.unauthorized_topics(tp.topic for tp in h._pending)
+                if refused:          # an answer since the lookup began refused them: no waiting
+                    h._finish(topic_authorization_error(refused))
+                    self._lookups.remove(h)
+                    continue
             by_node = {}
             for tp in h._pending - h._in_flight:
                 leader = self.cluster.leader(tp.topic, tp.partition)
@@ -482,6 +503,9 @@ class ConsumerCore(DriverIO):
             self.committer.poll_called(now)
 
     def _raise_error(self):
+        if self._topic_error is not None:
+            err, self._topic_error = self._topic_error, None
+            raise err
         while self._errors:
             err = self._errors.pop(0)
             if isinstance(err, NoOffsetForPartitionError) and not (getattr(err, "partitions", set())
@@ -493,7 +517,7 @@ class ConsumerCore(DriverIO):
             raise err
 
     def has_records(self) -> bool:
-        return bool(self._errors) or self.fetcher.has_buffered()
+        return bool(self._errors) or self._topic_error is not None or self.fetcher.has_buffered()
 
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to max_records (default max.poll.records) records; deserializers applied."""
@@ -586,12 +610,37 @@ class ConsumerCore(DriverIO):
             elif isinstance(ev, GroupFatalError):
                 self._events.append(ev)
                 self._errors.append(ev.error)
+            elif isinstance(ev, GroupError):
+                # TOPIC_AUTHORIZATION_FAILED from a ConsumerGroupHeartbeat: the
+                # member stays and retries; the application hears of it from
+                # poll, with the refused topics named when the metadata knows them.
+                self._note_unauthorized(ev.error)
+
+    def _topics_in_use(self):
+        if self.mode == "assign":
+            return {tp.topic for tp in self.positions.assigned()}
+        if self.mode == "subscribe":
+            return self.membership.subscription
+        return ()          # a pattern matches only topics the metadata lists: never refused ones
+
+    def _note_unauthorized(self, fallback=None):
+        """The next drain raises a TopicAuthorizationFailedError naming the
+        topics in use the last metadata answer refused (else ``fallback``,
+        if given); the application is woken for it."""
+        names = self.cluster.unauthorized_topics(self._topics_in_use())
+        err = topic_authorization_error(names) if names else fallback
+        if err is not None:
+            self._topic_error = err
+            self.data_ready = True
 
     def _on_metadata(self, now):
         if self.membership is not None and self.mode in ("subscribe", "pattern"):
             counts = {t: len(p) for t, p in self.cluster.partitions.items() if p}
             internal = self.cluster.internal_topics if self.config.exclude_internal_topics else ()
             self.membership.update_metadata(counts, now, internal, topic_ids=self.cluster.topic_ids)
+        if self.cluster.topic_errors:
+            # Java's poll raises TopicAuthorizationException: not a silent wait.
+            self._note_unauthorized()
 
     def _on_coordinator_event(self, event):
         if isinstance(event, CoordinatorFound):

@@ -52,7 +52,7 @@ from kproto.errors import ConfigError, KafkaError, UnsupportedVersionError
 from kproto.statemachine import checked_move
 
 __all__ = ["MemberState", "GroupMembership", "PartitionsAssigned", "PartitionsRevoked",
-           "PartitionsLost", "GroupFatalError", "MetadataNeeded"]
+           "PartitionsLost", "GroupFatalError", "GroupError", "MetadataNeeded"]
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,13 @@ class PartitionsLost(NamedTuple):
 
 
 class GroupFatalError(NamedTuple):
+    error: KafkaError
+
+
+class GroupError(NamedTuple):
+    """An error the application hears of from its next poll while the member
+    goes on (TOPIC_AUTHORIZATION_FAILED in a heartbeat: an ACL added later
+    lets it join; Java's ErrorEvent)."""
     error: KafkaError
 
 

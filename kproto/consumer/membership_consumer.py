@@ -65,7 +65,7 @@ from kproto.consumer.coordinator import (
     COORDINATOR_ERRORS, CoordinatorFound, CoordinatorLookupFailed, CoordinatorLost,
 )
 from kproto.consumer.membership import (
-    GroupFatalError, MetadataNeeded, PartitionsAssigned, PartitionsLost, PartitionsRevoked, _Joined,
+    GroupError, GroupFatalError, MetadataNeeded, PartitionsAssigned, PartitionsLost, PartitionsRevoked, _Joined,
 )
 from kproto.errors import KafkaError, UnsupportedVersionError
 from kproto.statemachine import checked_move
@@ -578,6 +578,15 @@ class ConsumerProtocolMembership:
             if request.context != self.member_epoch:
                 return                                # about an epoch we already left behind
             self._fence(f"ConsumerGroupHeartbeat: {error.name}", now)
+        elif code == E.TopicAuthorizationFailedError.code:
+            # A subscribed topic without a DESCRIBE ACL. As Java (4.x): not
+            # fatal - the member keeps its state and heartbeats on (an ACL
+            # added later lets it in); poll raises the error meanwhile.
+            log.error("group %r: %s", self.group_id, error)
+            self._events.append(GroupError(error))
+            # Again after the broker's interval (before it gave one: 1 s, Java's
+            # default retry.backoff.max.ms, the backoff it reaches at once).
+            self._hb_next = now + max(self.retry_backoff_ms, self.heartbeat_interval_ms or 1000)
         elif code == E.BrokerUnsupportedVersionError.code:
             self._fail(UnsupportedVersionError(
                 f"the coordinator of group {self.group_id!r} does not support the consumer group "

@@ -30,7 +30,7 @@ from functools import partial
 from typing import Optional
 
 from kproto.client import DriverIO, network_for
-from kproto.cluster import validate_topic_name
+from kproto.cluster import topic_authorization_error, validate_topic_name
 from kproto.errors import KafkaError
 from kproto.producer._append import FastAppend
 from kproto.producer._callbacks import run_callbacks
@@ -329,14 +329,23 @@ class ProducerCore(DriverIO):
     def partitions_for(self, topic, now=None) -> Optional[int]:
         """Partition count of ``topic``, or None while unknown (a refresh is requested).
         Raises InvalidTopicError for a name Kafka does not allow."""
-        n = self.cluster.partition_count(topic)
+        cluster = self.cluster
+        n = cluster.partition_count(topic)
         if n is None:
             # Checked here, on the way to a topic's first metadata request and
             # never on the per-record path: a known topic passed already.
-            if topic not in self.cluster.topics:
+            if topic not in cluster.topics:
                 validate_topic_name(topic)
-            self.cluster.add_topic(topic, now)
-            self.cluster.request_update()
+            elif cluster.unauthorized_topics((topic,)):
+                # The broker's last answer refused the topic (no DESCRIBE ACL):
+                # fail now rather than wait out max.block.ms. As Java, the
+                # error is told once; the next call asks the broker again (an
+                # ACL may have been added meanwhile) and waits for its answer.
+                del cluster.topic_errors[topic]
+                cluster.request_update()
+                raise topic_authorization_error((topic,))
+            cluster.add_topic(topic, now)
+            cluster.request_update()
         return n
 
     def metadata_error(self, topic):

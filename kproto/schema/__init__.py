@@ -45,6 +45,7 @@ from kproto.schema import share_fetch
 from kproto.schema import share_acknowledge
 from kproto.schema import incremental_alter_configs
 from kproto.schema import describe_share_group_offsets
+from kproto.schema import create_acls
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -84,4 +85,5 @@ API_MODULES = (
     share_acknowledge,
     incremental_alter_configs,
     describe_share_group_offsets,
+    create_acls,
 )

@@ -31,6 +31,7 @@ from typing import Dict, Optional
 from kproto.client import DriverIO, network_for
 from kproto.cluster import TopicPartition, validate_topic_name
 from kproto.consumer.coordinator import CoordinatorLost, GroupCoordinator
+from kproto.consumer.membership import GroupError
 from kproto.consumer.core import ConsumerClosedError, ConsumerCore, _ConsumerCluster
 from kproto.errors import KafkaError
 from kproto.share import AcknowledgeType, ShareCommitTimeoutError, ShareStateError
@@ -77,6 +78,7 @@ class ShareConsumerCore(DriverIO):
         self._unsent = collections.deque()     # (OutgoingRequest, expiry): group requests without a node yet
         self._events: list = []
         self._errors: list = []
+        self._topic_error = None               # subscribed topics refused (ConsumerCore's)
         self._assigned_ids: Dict[object, frozenset] = {}
         self._commits: list = []
         self.data_ready = False
@@ -94,6 +96,12 @@ class ShareConsumerCore(DriverIO):
     _group_done = ConsumerCore._group_done
     _close_coordinator_connection = ConsumerCore._close_coordinator_connection
     _on_coordinator_event = ConsumerCore._on_coordinator_event
+    # Subscribed topics the broker refuses (no DESCRIBE ACL): named from the
+    # metadata answers, raised by the next poll, as the consumer does.
+    _note_unauthorized = ConsumerCore._note_unauthorized
+
+    def _topics_in_use(self):
+        return self.membership.subscription
 
     # == application inputs =====================================================================
     def subscribe(self, topics, now) -> None:
@@ -106,6 +114,7 @@ class ShareConsumerCore(DriverIO):
             validate_topic_name(t)
         for t in topics:
             self.cluster.add_topic(t, now)
+        self._topic_error = None                 # about the topics used before
         self.membership.subscribe(topics, now)
         self.cluster.request_update()
 
@@ -116,6 +125,7 @@ class ShareConsumerCore(DriverIO):
         self._check_open()
         self.membership.leave(now)
         self.membership.subscription = []
+        self._topic_error = None
         self._assigned_ids = {}
         self.fetcher.set_assignment(set())
 
@@ -145,6 +155,9 @@ class ShareConsumerCore(DriverIO):
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to ``max_records`` acquired records (ShareRecord); raises a
         pending error (group failure, authorization, corruption) once."""
+        if self._topic_error is not None:
+            err, self._topic_error = self._topic_error, None
+            raise err
         if self._errors:
             raise self._errors.pop(0)
         if self.membership.state is ShareMemberState.FAILED:
@@ -249,6 +262,8 @@ class ShareConsumerCore(DriverIO):
             elif isinstance(ev, ShareGroupFatalError):
                 self._errors.append(ev.error)
                 self.data_ready = True
+            elif isinstance(ev, GroupError):
+                self._note_unauthorized(ev.error)
 
     def _apply_assignment(self):
         names = {tid: name for name, tid in self.cluster.topic_ids.items()}
@@ -267,6 +282,8 @@ class ShareConsumerCore(DriverIO):
     def _on_metadata(self, now):
         if self._assigned_ids:
             self._apply_assignment()
+        if self.cluster.topic_errors:
+            self._note_unauthorized()
 
     def _share_requests(self, now):
         client, cluster = self.client, self.cluster

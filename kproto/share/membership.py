@@ -29,6 +29,7 @@ from kproto import error_codes
 from kproto.consumer import COORDINATOR, OutgoingRequest
 from kproto.backoff import RetryBackoff
 from kproto.consumer.coordinator import COORDINATOR_ERRORS, CoordinatorLookupFailed, GroupCoordinator
+from kproto.consumer.membership import GroupError
 from kproto.errors import KafkaError, UnsupportedVersionError
 from kproto.statemachine import checked_move
 
@@ -94,7 +95,7 @@ class ShareMembership:
     """Inputs: :meth:`subscribe`, :meth:`leave`, :meth:`poll`,
     :meth:`on_response`, :meth:`on_failure`. Outputs: requests from ``poll``,
     :meth:`next_deadline`, :meth:`events` (AssignmentChanged,
-    ShareGroupFatalError)."""
+    ShareGroupFatalError, GroupError)."""
 
     def __init__(self, coordinator: GroupCoordinator, group_id: str, *, member_id: Optional[str] = None,
                  rack_id: Optional[str] = None, retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
@@ -266,9 +267,16 @@ class ShareMembership:
             self._next_heartbeat_at = now
         elif err.retriable:
             self._retry(now)
+        elif code == E.TopicAuthorizationFailedError.code:
+            # A subscribed topic without a DESCRIBE ACL: as Java (4.x), the
+            # member stays and retries (an ACL added later lets it in); the
+            # application hears of it from poll meanwhile.
+            log.error("%s", err)
+            self._events.append(GroupError(err))
+            self._retry(now)
         else:
             # GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST,
-            # UNSUPPORTED_VERSION, a topic authorization error...: no retry helps.
+            # UNSUPPORTED_VERSION...: no retry helps.
             self._fail(err)
 
     def _move(self, new: ShareMemberState) -> None:
