@@ -256,6 +256,26 @@ def test_out_of_range_with_none_is_raised_once_per_offset_and_not_after_a_seek()
     assert f.drain() == []
 
 
+def test_a_refused_partitions_error_is_not_raised_once_it_is_unassigned():
+    """TOPIC_AUTHORIZATION_FAILED for t-0 answered twice (the partition
+    stays fetchable): raised once; if the application assigns something
+    else before it drains, nothing is raised (Java drops the answer of a
+    partition no longer assigned when it collects it)."""
+    pos, f = make("earliest")
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    for _ in range(2):
+        (req,) = requests(f)
+        f.on_fetch_response(req, response(req, {TP0: {"error_code": 29}}))
+    with pytest.raises(TopicAuthorizationFailedError, match="t-0"):
+        f.drain()
+    assert f.drain() == []
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"error_code": 29}}))
+    pos.remove([TP0])
+    assert f.drain() == []
+
+
 def test_seek_to_beginning_uses_earliest():
     pos, f = make("latest")
     pos.assign([TP0])

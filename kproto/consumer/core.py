@@ -217,6 +217,7 @@ class ConsumerCore(DriverIO):
         # refused: one error, replaced by each answer, raised once by the next
         # drain (Java's Metadata.maybeThrowAnyException).
         self._topic_error = None
+        self._auth_fallback = None               # a heartbeat's refusal waiting for metadata to name topics
         self._revoked_states = {}              # revoked, listener not run yet: tp -> PartitionState
         self._revocation_pending = False
         self._committed_fetches = []           # (FetchHandle, set of tps)
@@ -312,7 +313,7 @@ class ConsumerCore(DriverIO):
         broker allow it); an assign() of a missing topic must not create
         it, and a pattern subscription asks for every topic anyway."""
         self.mode = mode
-        self._topic_error = None                 # about the topics used before
+        self._topic_error = self._auth_fallback = None     # about the topics used before
         self.cluster.allow_auto_topic_creation = (
             mode == "subscribe" and bool(self.config.allow_auto_create_topics))
 
@@ -628,9 +629,17 @@ class ConsumerCore(DriverIO):
         topics in use the last metadata answer refused (else ``fallback``,
         if given); the application is woken for it."""
         names = self.cluster.unauthorized_topics(self._topics_in_use())
-        err = topic_authorization_error(names) if names else fallback
-        if err is not None:
-            self._topic_error = err
+        if names:
+            self._topic_error, self._auth_fallback = topic_authorization_error(names), None
+            self.data_ready = True
+        elif fallback is not None:
+            # A heartbeat said a subscribed topic is refused before a metadata
+            # answer named it (Java's heartbeat error names none): ask the
+            # metadata, which names it; this error goes out if it does not.
+            self._auth_fallback = fallback
+            self.cluster.request_update()
+        elif self._auth_fallback is not None:
+            self._topic_error, self._auth_fallback = self._auth_fallback, None
             self.data_ready = True
 
     def _on_metadata(self, now):
@@ -638,7 +647,7 @@ class ConsumerCore(DriverIO):
             counts = {t: len(p) for t, p in self.cluster.partitions.items() if p}
             internal = self.cluster.internal_topics if self.config.exclude_internal_topics else ()
             self.membership.update_metadata(counts, now, internal, topic_ids=self.cluster.topic_ids)
-        if self.cluster.topic_errors:
+        if self.cluster.topic_errors or self._auth_fallback is not None:
             # Java's poll raises TopicAuthorizationException: not a silent wait.
             self._note_unauthorized()
 

@@ -217,16 +217,16 @@ class Fetcher:
             try:
                 batches = read_batches(records, check_crc=self.check_crcs)
             except DecodeError as exc:
-                self._errors.append(exc)
+                self._partition_error(exc, tp, fetch_offset)
                 return
             if not batches:
                 # Only part of one batch came back: it is bigger than the fetch
                 # size allows (brokers since KIP-74 send at least one whole batch,
                 # so this means a very old broker or a tiny setting).
-                self._errors.append(RecordTooLargeForFetchError(
+                self._partition_error(RecordTooLargeForFetchError(
                     f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
                     f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
-                    f"({len(records)} bytes returned); raise it to consume this partition"))
+                    f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
                 return
             aborted = p.get("aborted_transactions") if self.isolation == READ_COMMITTED else None
             self._buffered.append(_Buffered(tp, batches, aborted))
@@ -247,16 +247,27 @@ class Fetcher:
                 # One pending error per partition and offset: the partition
                 # stays fetchable (as in Java), so fetches at the same
                 # position keep answering this until the application seeks.
-                if not any(getattr(e, "partitions", None) == {tp: fetch_offset} for e in self._errors):
-                    err = OffsetOutOfRangeError(
-                        f"offset {fetch_offset} is out of range for {tp.topic}-{tp.partition} "
-                        f"and auto.offset.reset is 'none'")
-                    err.partitions = {tp: fetch_offset}     # Java's offsetOutOfRangePartitions()
-                    self._errors.append(err)
+                err = OffsetOutOfRangeError(
+                    f"offset {fetch_offset} is out of range for {tp.topic}-{tp.partition} "
+                    f"and auto.offset.reset is 'none'")
+                err.partitions = {tp: fetch_offset}     # Java's offsetOutOfRangePartitions()
+                self._partition_error(err, tp, fetch_offset)
             else:
                 self.positions.request_reset(tp)
         else:
-            self._errors.append(err)
+            self._partition_error(err, tp, fetch_offset)
+
+    def _partition_error(self, err, tp, fetch_offset):
+        """Keep a partition's fetch error for the next drain: once per
+        partition, offset and kind (the partition stays fetchable, as in
+        Java, so later fetches at the same position answer the same until
+        the application acts), and dropped by :meth:`_stale` if the
+        application moved on before draining."""
+        for e in self._errors:
+            if type(e) is type(err) and getattr(e, "_fetched_at", None) == (tp, fetch_offset):
+                return
+        err._fetched_at = (tp, fetch_offset)
+        self._errors.append(err)
 
     # -- handing out records -----------------------------------------------------
     def has_buffered(self) -> bool:
@@ -289,14 +300,16 @@ class Fetcher:
             raise err
 
     def _stale(self, err) -> bool:
-        """An out-of-range error for a position the application has left
-        since (a seek, or the partition was unassigned) is not raised: Java
-        checks the fetch offset against the position when it collects the
-        answer, and drops it the same way."""
-        for tp, offset in (getattr(err, "partitions", None) or {}).items():
-            if not self.positions.is_assigned(tp) or self.positions.state(tp).position != offset:
-                return True
-        return False
+        """A partition's fetch error for a position the application has left
+        since (a seek, or the partition was unassigned: a refused partition
+        swapped for another) is not raised: Java checks the fetch offset
+        against the position when it collects the answer, and drops it the
+        same way."""
+        at = getattr(err, "_fetched_at", None)
+        if at is None:
+            return False
+        tp, offset = at
+        return not self.positions.is_assigned(tp) or self.positions.state(tp).position != offset
 
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to max_records (default max.poll.records) records, advancing positions.

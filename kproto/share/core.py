@@ -79,6 +79,7 @@ class ShareConsumerCore(DriverIO):
         self._events: list = []
         self._errors: list = []
         self._topic_error = None               # subscribed topics refused (ConsumerCore's)
+        self._auth_fallback = None
         self._assigned_ids: Dict[object, frozenset] = {}
         self._commits: list = []
         self.data_ready = False
@@ -114,7 +115,7 @@ class ShareConsumerCore(DriverIO):
             validate_topic_name(t)
         for t in topics:
             self.cluster.add_topic(t, now)
-        self._topic_error = None                 # about the topics used before
+        self._topic_error = self._auth_fallback = None     # about the topics used before
         self.membership.subscribe(topics, now)
         self.cluster.request_update()
 
@@ -282,7 +283,7 @@ class ShareConsumerCore(DriverIO):
     def _on_metadata(self, now):
         if self._assigned_ids:
             self._apply_assignment()
-        if self.cluster.topic_errors:
+        if self.cluster.topic_errors or self._auth_fallback is not None:
             self._note_unauthorized()
 
     def _share_requests(self, now):
