@@ -1,5 +1,6 @@
 """Issue 23 (5, 6): what retrying cannot fix fails at once, with a hint that
 names the cause; a dead cluster is visible (WARNING logs, ``error_cb``)."""
+import logging
 import socket
 import ssl
 import threading
@@ -140,3 +141,129 @@ def test_tls_certificate_for_another_host_fails_at_once_naming_the_host(secured_
             assert took < 2, (name, took)
     finally:
         server.close()
+
+
+# -- a dead cluster is visible: WARNING logs and error_cb ----------------------------------------
+
+def _refused(client, node, now):
+    assert not client.ready(node, now)
+    client.poll(now)
+    client.disconnected(node, now, ConnectionRefusedError(111, "ECONNREFUSED"))
+
+
+def test_connect_failures_warn_rate_limited_and_all_brokers_down_once(caplog):
+    from kproto.error_codes import SaslAuthenticationFailedError
+    from kproto.errors import AllBrokersDownError
+    caplog.set_level(logging.WARNING, logger="kproto.client")
+    client = NetworkClient(ClusterMetadata([("127.0.0.1", 9), ("127.0.0.1", 10)]), reconnect_backoff_ms=1,
+                           reconnect_backoff_max_ms=1000)
+    nodes = client.cluster.candidate_nodes()
+    _refused(client, nodes[0], 0)
+    assert client.take_errors() == []                 # the other broker was not tried yet
+    _refused(client, nodes[1], 1)
+    (err,) = client.take_errors()
+    assert isinstance(err, AllBrokersDownError) and "2/2 brokers are down" in str(err)
+    for t in (5, 10, 500):                            # within reconnect.backoff.max.ms: no more lines
+        _refused(client, nodes[0], t)
+    assert client.take_errors() == []                 # told once, until a connection succeeds
+    _refused(client, nodes[0], 1100)
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 3, lines                     # node a at 0 and 1100, node b at 1
+    assert lines[0].startswith(f"Connection to node {nodes[0]} (127.0.0.1/127.0.0.1:") and \
+        "could not be established. Node may not be available." in lines[0]
+
+    # an authentication failure is told once (until a connection authenticates)
+    wrong = SaslAuthenticationFailedError("wrong password")
+    client._handle([ConnectionClosed(nodes[0], "authentication failed", wrong)] * 2)
+    assert client.take_errors() == [wrong]
+
+
+def test_error_cb_is_a_documented_common_setting():
+    from kproto.config import COMMON
+    (s,) = [s for s in COMMON if s.name == "error.cb"]
+    assert "AllBrokersDownError" in s.doc
+    with pytest.raises(Exception, match="error_cb must be a callable"):
+        Consumer(bootstrap_servers="127.0.0.1:9", error_cb=3)
+
+
+DEAD = "127.0.0.1:9"           # nothing listens on the discard port
+
+
+def test_a_dead_cluster_warns_and_calls_error_cb_threading(caplog):
+    from kio.errors import AllBrokersDownError
+    caplog.set_level(logging.WARNING)
+    got = []
+    start = time.monotonic()
+    with Consumer(bootstrap_servers=DEAD, group_id="g", reconnect_backoff_max_ms=1000,
+                  error_cb=lambda e: got.append((time.monotonic() - start, threading.current_thread(), e))) as c:
+        c.subscribe(["t"])
+        while time.monotonic() - start < 3.5:
+            assert c.poll(0.5) == []                  # poll stays quiet, as Java's
+    took, thread, err = got[0]
+    assert isinstance(err, AllBrokersDownError) and "1/1 brokers are down" in str(err) and DEAD in str(err)
+    assert took < 2 and thread is not threading.main_thread()       # on the network thread
+    assert len(got) == 1
+    lines = [r.getMessage() for r in caplog.records
+             if r.levelno >= logging.WARNING and "could not be established" in r.getMessage()]
+    assert 2 <= len(lines) <= 6, lines                # about one per reconnect.backoff.max.ms
+    assert lines[0] == ("Connection to node -1 (127.0.0.1/127.0.0.1:9) could not be established. Node may not "
+                        "be available. [connect failed: [Errno 111] connect failed: ECONNREFUSED]")
+
+    for make in (lambda cb: Producer(bootstrap_servers=DEAD, error_cb=cb),
+                 lambda cb: Admin(bootstrap_servers=DEAD, error_cb=cb)):
+        got = []
+        start = time.monotonic()
+        with make(got.append) as client:
+            with pytest.raises(Exception):
+                if isinstance(client, Producer):
+                    client.partitions_for("t", timeout=1.5)
+                else:
+                    client.list_topics(timeout=1.5)
+        assert got and isinstance(got[0], AllBrokersDownError), (make, got)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("coroutine", [False, True])
+def test_a_dead_cluster_calls_error_cb_async(backend, coroutine):
+    from kio.errors import AllBrokersDownError
+    got = []
+
+    async def main(mod, sleep):
+        if coroutine:
+            async def cb(e):
+                await sleep(0)
+                got.append(e)
+        else:
+            cb = got.append
+        start = time.monotonic()
+        async with mod.Consumer(bootstrap_servers=DEAD, group_id="g", error_cb=cb) as c:
+            c.subscribe(["t"])
+            while not got and time.monotonic() - start < 5:
+                assert await c.poll(0.2) == []
+        return time.monotonic() - start
+
+    if backend == "asyncio":
+        import asyncio
+
+        import kio.aio
+        took = asyncio.run(main(kio.aio, asyncio.sleep))
+    else:
+        import trio
+
+        import kio.trio
+        took = trio.run(main, kio.trio, trio.sleep)
+    assert got and isinstance(got[0], AllBrokersDownError) and took < 2
+
+
+def test_authentication_failure_reaches_error_cb(secured_kafka):
+    from kio.errors import AuthenticationError
+    got = []
+    config = dict(secured_kafka.client_config("alice", listener="SASL_PLAINTEXT"), sasl_password="wrong")
+    start = time.monotonic()
+    with Consumer(group_id="ok-ff", error_cb=got.append, **config) as c:
+        c.subscribe(["ok-ff"])
+        with pytest.raises(AuthenticationError, match="invalid credentials"):
+            while time.monotonic() - start < 10:
+                c.poll(0.2)
+    assert time.monotonic() - start < 2
+    assert got and isinstance(got[0], AuthenticationError)
