@@ -12,7 +12,7 @@ from kio import Admin, Consumer, Producer, TopicPartition as TP
 from kio._tls import tls_error
 from kproto.client import NetworkClient
 from kproto.cluster import ClusterMetadata
-from kproto.connection import Connection, ConnectionClosed, tls_record_start
+from kproto.connection import Connection, ConnectionClosed
 from kproto.errors import SslAuthenticationError
 
 TLS_ALERT = b"\x15\x03\x03\x00\x02\x02\x50"      # what Kafka's TLS port answers a plaintext request
@@ -21,6 +21,7 @@ TLS_ALERT = b"\x15\x03\x03\x00\x02\x02\x50"      # what Kafka's TLS port answers
 # -- network-free ---------------------------------------------------------------------------------
 
 def test_tls_record_start():
+    from kproto.connection import tls_record_start
     assert tls_record_start(TLS_ALERT) == "alert"
     assert tls_record_start(b"\x16\x03\x01\x00") == "handshake"
     assert tls_record_start(b"\x00\x00\x00\x10") is None and tls_record_start(b"\x15") is None
