@@ -21,10 +21,11 @@ retries, timeouts or protocol decisions live here: those are the core's.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import ssl
 
-from kio._common import connect_error, now_ms, open_socket, sleep_time
+from kio._common import call_error_cb, connect_error, error_callbacks, now_ms, open_socket, sleep_time
 from kio._tls import context_for, tls_error
 from kproto.client import Close, Connect
 
@@ -112,6 +113,13 @@ class Engine:
                         conn.want_write.set()
                 if self.after_poll is not None and self.after_poll():
                     self.notify()
+                for cb, error in error_callbacks(core):
+                    result = call_error_cb(cb, error)
+                    if inspect.isawaitable(result):
+                        try:
+                            await result
+                        except Exception:  # noqa: BLE001 - the application's callback
+                            log.exception("error_cb raised for %r", error)
                 if self.stopping:
                     break
                 deadline = core.next_deadline(now)

@@ -152,8 +152,6 @@ class ClientOps(ClosedChecks):
                 if self._wakeup:
                     self._wakeup = False
                     raise WakeupError("poll() was interrupted by wakeup()")
-                if self._core.client.auth_error is not None:
-                    raise self._core.client.auth_error     # as Java's poll(): not a silent retry loop
                 pending = bool(self._app_events or self._callbacks)
                 if not pending:
                     out = take(self._core)

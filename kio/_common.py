@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import errno
+import inspect
+import logging
 import math
 import socket
 import time
@@ -9,7 +11,8 @@ from typing import Any, Generator, Optional, TypeVar
 
 from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 
-__all__ = ["INF", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error"]
+__all__ = ["INF", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error",
+           "error_callbacks", "call_error_cb"]
 
 #: a wait without a deadline (a step of a blocking operation, see kio._consumer_ops)
 INF = math.inf
@@ -133,3 +136,29 @@ def connect_error(sock):
     """After the socket became writable: the connect's error, or None."""
     err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     return OSError(err, f"connect failed: {errno.errorcode.get(err, err)}") if err else None
+
+
+def error_callbacks(core) -> list:
+    """The ``error_cb`` calls due (network side, the driver's lock held): one
+    ``(error_cb, error)`` per error the core's NetworkClient reported
+    (``take_errors``); empty without ``error_cb``."""
+    errors = core.client.take_errors()
+    cb = getattr(core.config, "error_cb", None)
+    return [(cb, e) for e in errors] if cb is not None else []
+
+
+def call_error_cb(cb, error, can_await=True):
+    """Call ``error_cb(error)`` (without the lock): what it returns (an
+    awaitable for the async drivers to await); what it raises is logged, it
+    must not break the network side."""
+    try:
+        result = cb(error)
+    except Exception:  # noqa: BLE001 - the application's callback
+        logging.getLogger("kio").exception("error_cb raised for %r", error)
+        return None
+    if not can_await and inspect.isawaitable(result):
+        getattr(result, "close", lambda: None)()
+        logging.getLogger("kio").warning("error_cb %r returned an awaitable: a threading client cannot "
+                                         "await it; use kio.aio or kio.trio for coroutine functions", cb)
+        return None
+    return result

@@ -24,7 +24,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
-from kio._common import Steps, Stepper, now_ms, sleep_time
+from kio._common import Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
 from kio._network import SocketLoop
 from kproto.errors import KafkaError
 
@@ -155,8 +155,11 @@ class ThreadDriver:
                     work = self._after_round(timer)
                     deadline = core.next_deadline(now)
                     net.update_interest()
+                    errors = error_callbacks(core)
                 if work is not None:
                     self._outside_lock(work)
+                for cb, error in errors:
+                    call_error_cb(cb, error, can_await=False)
                 if self._stop:
                     break
                 events = net.select(sleep_time(deadline, now_ms()))

@@ -33,12 +33,21 @@ def context_for(cfg) -> Optional[ssl.SSLContext]:
     return ctx
 
 
+# OpenSSL's X509_V_ERR_* codes (x509_vfy.h)
+_HOST_MISMATCH = (62, 63, 64)           # HOSTNAME_MISMATCH, EMAIL_MISMATCH, IP_ADDRESS_MISMATCH
+_UNKNOWN_CA = (2, 18, 19, 20, 21)       # no issuer / self-signed / self-signed in chain / no local issuer / leaf
+
+
 def tls_error(exc: ssl.SSLError, host, port) -> SslAuthenticationError:
     """What a failed TLS exchange with host:port means, in one line."""
     if isinstance(exc, ssl.SSLCertVerificationError):
-        hint = (" - is ssl.cafile the CA that signed the broker's certificate?"
-                if "certificate" in (exc.verify_message or "") and "hostname" not in (exc.verify_message or "")
-                else "")
+        if exc.verify_code in _HOST_MISMATCH:
+            hint = (f" - the certificate is for another host: connect by a name it lists (not {host!r}), or "
+                    f"turn the check off with ssl.endpoint.identification.algorithm=''")
+        elif exc.verify_code in _UNKNOWN_CA:
+            hint = " - unknown CA: is ssl.cafile the CA that signed the broker's certificate?"
+        else:
+            hint = ""
         return SslAuthenticationError(f"TLS with {host}:{port}: the broker's certificate did not verify: "
                                       f"{exc.verify_message}{hint}")
     reason = getattr(exc, "reason", None) or str(exc)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Optional
 
 from kio._admin_ops import AdminClosedError, AdminOps
 from kio._common import now_ms as _now_ms  # the cores' one clock
-from kio._common import sleep_time
+from kio._common import call_error_cb, error_callbacks, sleep_time
 from kio._network import SocketLoop
 from kproto.admin import AdminCore, ConfigResource, NewPartitions, NewTopic, OffsetSpec
 from kproto.config import Config
@@ -84,6 +84,8 @@ class Admin(AdminOps):
                     net.apply(core.poll(now), now)
                     net.write_all(now)
                     core.events()
+                    for cb, error in error_callbacks(core):
+                        call_error_cb(cb, error, can_await=False)
                     if handle.done:
                         return handle
                     deadline = core.next_deadline(now)

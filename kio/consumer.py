@@ -86,7 +86,12 @@ class Consumer(PolledThreadDriver, ConsumerOps):
         """Records fetched so far (up to ``max_records``, default
         max.poll.records), waiting up to ``timeout`` seconds for some
         (None: until there are). Rebalance listeners and commit callbacks
-        run inside poll, on this thread."""
+        run inside poll, on this thread.
+
+        A dead or unreachable cluster is no error here: poll returns ``[]``
+        and the client keeps reconnecting (Java's poll does the same); the
+        ``error_cb`` setting hears ``AllBrokersDownError`` and a WARNING is
+        logged per failed connection. Authentication and TLS failures raise."""
         return self._run(self._poll_records_steps(timeout, max_records))
 
     def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,

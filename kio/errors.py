@@ -43,6 +43,7 @@ from kproto.errors import (
     CorruptRecordError, DecodeError, EncodeError, FrameError, KafkaError, KafkaTimeoutError,
     NotReadyError, ProtocolError, RequestTimedOutError, SslAuthenticationError, UnknownBrokerError,
     UnsupportedCodecError, UnsupportedVersionError,
+    AllBrokersDownError,            # every known broker failed to connect (told to error_cb)
     IllegalStateTransitionError,    # a core state machine refused a move (a bug: see kproto.statemachine)
 )
 from kproto.producer.accumulator import RecordTooLargeError
@@ -59,7 +60,7 @@ __all__ = [
     "KafkaError", "KafkaTimeoutError", "RequestTimedOutError", "DecodeError", "FrameError",
     "CorruptRecordError", "EncodeError", "UnsupportedVersionError", "UnsupportedCodecError",
     "ProtocolError", "ConnectionClosedError", "ConfigError", "NotReadyError", "SslAuthenticationError",
-    "IllegalStateTransitionError",
+    "IllegalStateTransitionError", "AllBrokersDownError",
     # producer
     "ProducerClosedError", "SerializationError", "RecordTooLargeError", "InvalidPartitionError",
     "DeliveryTimeoutError", "TransactionStateError", "TransactionAbortedError",

@@ -24,15 +24,18 @@ Every input returns nothing; effects come out of the next ``poll``
 """
 from __future__ import annotations
 
+import logging
 import random
 from typing import Callable, NamedTuple, Optional
 
 from kproto.cluster import ClusterMetadata
 from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState
-from kproto.errors import AuthenticationError
+from kproto.errors import AllBrokersDownError, AuthenticationError
 from kproto.sasl import authenticator_for
 
 __all__ = ["NetworkClient", "Connect", "Close"]
+
+log = logging.getLogger("kproto.client")
 
 
 class Connect(NamedTuple):
@@ -58,6 +61,12 @@ class NetworkClient:
         # cores fail what waits on the broker with it instead of retrying until
         # their timeouts (wrong credentials do not fix themselves).
         self.auth_error = None
+        # What the application hears of through error_cb (the drivers take
+        # them with take_errors): every broker down, authentication failures,
+        # fatal errors. Bounded: a driver without error_cb still drains it.
+        self._errors: list = []
+        self._all_down = False              # AllBrokersDownError told, no connection ready since
+        self._warned_at: dict = {}          # node -> when its last connect failure was logged
         self.client_id = client_id
         self.conn_config = dict(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                 max_in_flight=max_in_flight, reconnect_backoff_ms=reconnect_backoff_ms,
@@ -264,7 +273,11 @@ class NetworkClient:
         for ev in events:
             if isinstance(ev, ConnectionClosed):
                 if isinstance(ev.error, AuthenticationError):
+                    if self.auth_error is None:
+                        self.report_error(ev.error)
                     self.auth_error = ev.error
+                elif not self.closing:
+                    self._connect_failed(ev.node_id)
                 if ev.node_id == getattr(self._metadata_in_flight, "node_id", None):
                     self._metadata_in_flight = None
                 self.cluster.request_update()
@@ -272,8 +285,45 @@ class NetworkClient:
                     self._actions.append(Close(ev.node_id, ev.reason))
             elif isinstance(ev, ConnectionReady):
                 self.auth_error = None
+                self._all_down = False
                 if self.on_ready is not None:
                     self.on_ready(ev.node_id)
+
+    # -- what the application must hear of ------------------------------------------------------
+    def report_error(self, exc) -> None:
+        """Queue ``exc`` for the application's error_cb (see :meth:`take_errors`)."""
+        if len(self._errors) < 100:
+            self._errors.append(exc)
+
+    def take_errors(self) -> list:
+        """The errors reported since the last call, oldest first (drivers hand
+        them to the ``error_cb`` setting)."""
+        errors, self._errors = self._errors, []
+        return errors
+
+    def _connect_failed(self, node) -> None:
+        """A connection that never got ready failed: a WARNING (Java's text, at
+        most one per node per reconnect.backoff.max.ms) and, once every known
+        broker failed so, AllBrokersDownError (librdkafka's _ALL_BROKERS_DOWN)."""
+        c = self.connections.get(node)
+        if c is None or not c.connect_failed:
+            return
+        now = c.last_connect_attempt
+        last = self._warned_at.get(node)
+        if last is None or now - last >= self.conn_config["reconnect_backoff_max_ms"]:
+            self._warned_at[node] = now
+            log.warning("Connection to node %s (%s/%s:%s) could not be established. Node may not be "
+                        "available. [%s]", node, c.host, c.host, c.port, c.last_close_reason)
+        if self._all_down:
+            return
+        nodes = self.cluster.candidate_nodes()
+        for n in nodes:
+            other = self.connections.get(n)
+            if other is None or not other.connect_failed or other.state is not ConnectionState.DISCONNECTED:
+                return
+        self._all_down = True
+        self.report_error(AllBrokersDownError(
+            f"{len(nodes)}/{len(nodes)} brokers are down: {self.connection_trouble()}"))
 
     # -- the loop ----------------------------------------------------------------------------
     def poll(self, now) -> list:

@@ -266,6 +266,12 @@ COMMON = [
     Setting("sasl.password", STR, None, doc="SASL password (PLAIN, SCRAM)", sensitive=True),
     Setting("sasl.jaas.config", STR, None, doc="Java form of the credentials: "
             "...PlainLoginModule required username=\"u\" password=\"p\";", sensitive=True),
+    Setting("error.cb", ANY, None, convert=callable_or_none("error_cb"),
+            doc="callable (error) told what the client cannot fix by retrying or cannot reach: "
+                "kproto.errors.AllBrokersDownError when every known broker failed to connect, "
+                "authentication / TLS failures, fatal errors (librdkafka's error_cb). It runs on the "
+                "driver's side: the network thread (threading), the network task (asyncio, trio: a "
+                "coroutine function is awaited); what it raises is logged"),
     Setting("sasl.oauthbearer.token.provider", ANY, None, convert=callable_or_none("the token provider"),
             doc="OAUTHBEARER: a callable returning the token (or (token, extensions))"),
 ]

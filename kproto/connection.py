@@ -90,6 +90,7 @@ from kproto.errors import (
     NotReadyError,
     ProtocolError,
     RequestTimedOutError,
+    SslAuthenticationError,
     UnsupportedVersionError,
 )
 from kproto.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
@@ -165,6 +166,17 @@ class RequestFailed(NamedTuple):
 class ConnectionReady(NamedTuple):
     node_id: Any
     versions: Any
+
+
+def tls_record_start(data) -> Optional[str]:
+    """"alert" or "handshake" if ``data`` starts like a TLS record of that
+    type (content type 0x15 / 0x16, then major version 3), else None: what a
+    TLS port sends back to a plaintext client (its size prefix would read as
+    a frame of hundreds of megabytes)."""
+    head = bytes(data[:2])
+    if len(head) == 2 and head[1] == 0x03 and head[0] in (0x15, 0x16):
+        return "alert" if head[0] == 0x15 else "handshake"
+    return None
 
 
 class ConnectionClosed(NamedTuple):
@@ -650,6 +662,14 @@ class Connection:
         try:
             frames = self._decoder.feed(data)
         except DecodeError as e:
+            tls = self._decoder.frames_decoded == 0 and tls_record_start(data)
+            if tls:
+                # A TLS port answers a plaintext request with a TLS alert:
+                # retrying cannot fix it, so it fails like a TLS handshake.
+                where = f"{self.host}:{self.port}" if self.host is not None else f"node {self.node_id}"
+                e = SslAuthenticationError(
+                    f"{where} answered with a TLS {tls} record: the broker port speaks TLS: "
+                    f"set security.protocol=SSL (or SASL_SSL with SASL) and ssl.cafile")
             self._fail_connection(f"bad framing from node {self.node_id}: {e}", e, now, events, done)
             self._run_callbacks(done)
             return events

@@ -53,6 +53,13 @@ class ConnectionClosedError(KafkaError):
     retriable = True
 
 
+class AllBrokersDownError(KafkaError):
+    """Every known broker failed to connect (librdkafka's ``_ALL_BROKERS_DOWN``):
+    told to ``error_cb``; the client keeps reconnecting."""
+
+    retriable = True
+
+
 class KafkaTimeoutError(KafkaError, TimeoutError):
     """Something did not complete in time: the one base of every timeout.
 

@@ -33,6 +33,7 @@ EXPECTED_BLOCKS = [
     "share-groups-queues-kip-932-apache-kafka-4-1",
     "asyncio-and-trio",
     "admin-blocking-driver",
+    "errors-and-types",
     "pyspark",
     "minimal-blocking-driver",
     "security-tls-and-sasl",

@@ -504,6 +504,8 @@ class ConsumerCore(DriverIO):
             self.committer.poll_called(now)
 
     def _raise_error(self):
+        if self.client.auth_error is not None:
+            raise self.client.auth_error     # wrong credentials or TLS: retrying cannot fix it (Java's poll)
         if self._topic_error is not None:
             err, self._topic_error = self._topic_error, None
             raise err
@@ -611,6 +613,7 @@ class ConsumerCore(DriverIO):
             elif isinstance(ev, GroupFatalError):
                 self._events.append(ev)
                 self._errors.append(ev.error)
+                self.client.report_error(ev.error)      # error_cb
             elif isinstance(ev, GroupError):
                 # TOPIC_AUTHORIZATION_FAILED from a ConsumerGroupHeartbeat: the
                 # member stays and retries; the application hears of it from

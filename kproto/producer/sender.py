@@ -81,8 +81,7 @@ class Sender:
                 self._abort_undrained()
             next_at = txn.poll(self.client, self.cluster, now, len(self.acc.incomplete))
             if txn.state.name == "FATAL_ERROR" and self.fatal_error is None:
-                self.fatal_error = txn.error
-                self._fail_all(txn.error)
+                self._fatal(txn.error)
         elif self.idem is not None and not self._maybe_init_producer_id(now):
             # No producer id yet: nothing may be drained, but deadlines still run.
             self._expire(now)
@@ -132,10 +131,10 @@ class Sender:
             return False
         version = self.client.api_version(node, "InitProducerId")
         if version is None:
-            self.fatal_error = idem.fatal_error = KafkaError(
+            idem.fatal_error = KafkaError(
                 f"broker {node} does not support InitProducerId: idempotence is not possible; "
                 f"set enable.idempotence=false")
-            self._fail_all(self.fatal_error)
+            self._fatal(idem.fatal_error)
             return False
         body = idem.init_request_body(version)
         self._init_in_flight = True
@@ -146,8 +145,7 @@ class Sender:
         self._init_in_flight = False
         err = self.idem.on_init_response(req.result, req.error, list(self.acc.queued_batches()))
         if err is not None:
-            self.fatal_error = err
-            self._fail_all(err)
+            self._fatal(err)
         elif self.idem.ready:
             self._init_failures = 0
         else:
@@ -386,6 +384,13 @@ class Sender:
                 if self.idem is not None:
                     self.idem._forget(b)
                 self._finish(b, err, -1, -1)
+
+    def _fatal(self, err):
+        """The producer cannot go on: fail every queued batch with ``err``
+        and tell error_cb."""
+        self.fatal_error = err
+        self.client.report_error(err)
+        self._fail_all(err)
 
     def _fail_all(self, err):
         # Every queue emptied, so no batch is left open: the per-record fast

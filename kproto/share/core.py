@@ -155,7 +155,10 @@ class ShareConsumerCore(DriverIO):
 
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to ``max_records`` acquired records (ShareRecord); raises a
-        pending error (group failure, authorization, corruption) once."""
+        pending error (group failure, authorization, corruption) once; an
+        authentication or TLS failure every time until a connection succeeds."""
+        if self.client.auth_error is not None:
+            raise self.client.auth_error     # retrying cannot fix it
         if self._topic_error is not None:
             err, self._topic_error = self._topic_error, None
             raise err
@@ -262,6 +265,7 @@ class ShareConsumerCore(DriverIO):
                 log.info("share group %r: assigned %s", self.group_id, sorted(self.fetcher.assigned))
             elif isinstance(ev, ShareGroupFatalError):
                 self._errors.append(ev.error)
+                self.client.report_error(ev.error)      # error_cb
                 self.data_ready = True
             elif isinstance(ev, GroupError):
                 self._note_unauthorized(ev.error)
