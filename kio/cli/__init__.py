@@ -15,6 +15,8 @@ shut down cleanly. Exit codes: see :data:`kio.cli.common.EXIT_CODES_HELP`.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 
@@ -70,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="kio", description="Kafka tools built on kproto/kio",
                             epilog=EXIT_CODES_HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks on errors, and the client's log from WARNING up as it happens")
     sub = parser.add_subparsers(dest="command", required=True)
     common = _common_options()
     produce.add_parser(sub, common)
@@ -99,9 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _configure_logging(debug: bool) -> None:
+    """A command that fails prints one line naming what the client saw
+    (e.g. "no broker answered: 127.0.0.1:1: ... ECONNREFUSED"), so the
+    client's WARNING lines (a failed connection, once a second) would only
+    repeat it before it comes: they show with --debug, or at the level
+    KIO_LOG_LEVEL names (WARNING, INFO, DEBUG). Errors always show."""
+    if logging.getLogger().handlers:
+        return                              # called from a program whose logging is set up
+    level = os.environ.get("KIO_LOG_LEVEL") or ("WARNING" if debug else "ERROR")
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _configure_logging(getattr(args, "debug", False))
     interrupts.install()
     name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
