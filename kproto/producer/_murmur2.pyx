@@ -151,14 +151,6 @@ def all_bytes_or_none(seq):
     return True
 
 
-cdef inline Py_ssize_t _length(object v) except -1:
-    if v is None:
-        return 0
-    if PyBytes_CheckExact(v):
-        return PyBytes_GET_SIZE(v)
-    return len(v)
-
-
 def first_row_over(keys, values, Py_ssize_t start, Py_ssize_t limit):
     """The index of the first row from ``start`` on whose key and value
     together take more than ``limit`` bytes, or -1. send_many's size check
@@ -168,9 +160,9 @@ def first_row_over(keys, values, Py_ssize_t start, Py_ssize_t limit):
     cdef object kseq = None if keys is None else PySequence_Fast(keys, "keys must be a sequence")
     cdef Py_ssize_t r, n = PySequence_Fast_GET_SIZE(vseq), size
     for r in range(start, n):
-        size = _length(<object>PySequence_Fast_GET_ITEM(vseq, r))
+        size = _size(<object>PySequence_Fast_GET_ITEM(vseq, r))
         if kseq is not None:
-            size += _length(<object>PySequence_Fast_GET_ITEM(kseq, r))
+            size += _size(<object>PySequence_Fast_GET_ITEM(kseq, r))
         if size > limit:
             return r
     return -1
