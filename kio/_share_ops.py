@@ -33,7 +33,7 @@ log = logging.getLogger("kio.share_consumer")
 #: acknowledgements the leader answered ({TopicPartition: [offsets]}), and
 #: None or the error they failed with. In kio.aio and kio.trio it may be a
 #: coroutine function.
-AcknowledgementCallback = Callable[[Dict[TopicPartition, List[int]], Optional[BaseException]], Any]
+AcknowledgementCallback = Callable[[Dict[TopicPartition, List[int]], Optional[Exception]], Any]
 
 
 def ack_callback_calls(events: Iterable[Any]) -> List[Any]:

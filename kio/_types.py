@@ -15,16 +15,16 @@ HeaderValue = Union[bytes, bytearray, memoryview, str, None]
 #: a record's headers: (key, value) pairs, or a dict
 Headers = Union[Sequence[Tuple[str, HeaderValue]], Mapping[str, HeaderValue]]
 #: ``on_delivery(error, metadata)``: error None and metadata set, or the reverse
-DeliveryCallback = Callable[[Optional[BaseException], Optional[RecordMetadata]], Any]
+DeliveryCallback = Callable[[Optional[Exception], Optional[RecordMetadata]], Any]
 #: ``on_delivery(error, result)`` of ``send_many``: result is a BulkResult
-BulkCallback = Callable[[Optional[BaseException], Any], Any]
+BulkCallback = Callable[[Optional[Exception], Any], Any]
 #: a rebalance listener, called with the partitions assigned, revoked or lost
 RebalanceListener = Callable[[List[TopicPartition]], Any]
 #: the async clients' listeners may also be coroutine functions
 AsyncRebalanceListener = Callable[[List[TopicPartition]], Union[Awaitable[Any], Any]]
 #: ``callback(offsets, error)`` of an asynchronous commit
-CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], Optional[BaseException]], Any]
-AsyncCommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], Optional[BaseException]],
+CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], Optional[Exception]], Any]
+AsyncCommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], Optional[Exception]],
                                Union[Awaitable[Any], Any]]
 #: offsets to commit: {partition: next offset to consume, or OffsetAndMetadata}
 Offsets = Mapping[TopicPartition, Union[int, OffsetAndMetadata]]

@@ -29,8 +29,9 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from kio._common import runs_body_of
 from kio._producer_ops import ProducerOps
 from kio._thread_driver import ThreadDriver
 from kio._types import BulkCallback, DeliveryCallback, Headers
@@ -243,15 +244,25 @@ class Producer(ProducerOps, ThreadDriver):
         self._start_network(core, f"kio-producer-network-thread | {core.config.client_id}")
 
     # -- the public surface: ProducerOps' bodies, run on this thread ----------------------------
-    if TYPE_CHECKING:
-        def send(self, topic: str, value: object = None, key: object = None, partition: Optional[int] = None,
-                 headers: Optional[Headers] = None, timestamp_ms: Optional[int] = None,
-                 on_delivery: Optional[DeliveryCallback] = None) -> concurrent.futures.Future[RecordMetadata]:
-            """Queue one record (see ProducerOps._send)."""
-    else:
-        # No wrapper frame on the per-record path: send() is the shared body
-        # itself (a wait, rare, runs through _blocking).
-        send = ProducerOps._send
+    # No wrapper frame on the per-record path: send() runs the shared body
+    # itself (a wait, rare, runs through _blocking).
+    @runs_body_of(ProducerOps._send)
+    def send(self, topic: str, value: object = None, key: object = None, partition: Optional[int] = None,
+             headers: Optional[Headers] = None, timestamp_ms: Optional[int] = None,
+             on_delivery: Optional[DeliveryCallback] = None) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue one record; returns a Future resolving to its
+        :class:`RecordMetadata` (or raising the delivery error).
+
+        ``value`` and ``key`` are bytes, str (UTF-8) or None, or anything the
+        configured serializers take; ``partition`` None lets the partitioner
+        choose (by key); ``headers`` are (str, bytes) pairs or a dict;
+        ``timestamp_ms`` defaults to now. ``on_delivery(error, metadata)``
+        runs on the network thread once the record is acknowledged or failed
+        (error None and metadata set, or the reverse). Blocks only while the
+        topic's metadata is unknown or buffer.memory is full, up to
+        max.block.ms, then raises :class:`KafkaTimeoutError`; a record larger
+        than max.request.size raises :class:`RecordTooLargeError` at once."""
+        raise AssertionError("replaced by ProducerOps._send")  # pragma: no cover
 
     def send_many(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
                   partition: Optional[int] = None, headers: Optional[Sequence[Optional[Headers]]] = None,

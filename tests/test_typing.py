@@ -236,6 +236,58 @@ def test_mypy_strict_rejects_an_untyped_call(tmp_path):
     assert r.returncode == 1 and "[no-untyped-call]" in r.stdout, r.stdout + r.stderr
 
 
+AS_A_USER_WRITES = '''
+from typing import Mapping, Optional
+
+import kio
+
+
+def delivered(err: Optional[Exception], md: Optional[kio.RecordMetadata]) -> None:
+    print(err if err is not None else md)
+
+
+def committed(offsets: Mapping[kio.TopicPartition, kio.OffsetAndMetadata], err: Optional[Exception]) -> None:
+    print(offsets, err)
+
+
+def main() -> None:
+    with kio.Producer({"bootstrap.servers": "localhost:9092"}) as producer:
+        producer.send("t", b"v", on_delivery=delivered)
+    consumer = kio.Consumer({"bootstrap.servers": "localhost:9092", "group.id": "g"})
+    consumer.subscribe(["t"])
+    for record in consumer.poll(1.0):
+        print(record.value)
+    consumer.commit(asynchronous=True, callback=committed)
+    consumer.close()
+'''
+
+
+def test_mypy_finds_kio_as_installed_and_accepts_callbacks_typed_as_java_types_them(tmp_path):
+    """A user's program type-checks against the editable install the README
+    makes (tools/dev.sh installs in setuptools' compat mode: the default
+    mode's import hook is invisible to mypy), with no MYPYPATH, from a folder
+    outside the checkout; callbacks take ``Optional[Exception]`` (what the
+    clients pass, Java's ``Exception``), not only ``BaseException``."""
+    (tmp_path / "app.py").write_text(AS_A_USER_WRITES)
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".cache"),
+                        "--no-color-output", "app.py"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "Success" in r.stdout, r.stdout + r.stderr
+
+
+def test_help_shows_the_real_signature_and_doc_of_send():
+    """send() runs the shared body with no wrapper frame, yet help() shows
+    Producer.send with its precise types and its own docstring."""
+    import pydoc
+    text = pydoc.render_doc(kio.Producer.send, renderer=pydoc.plaintext)
+    assert "function send in module kio.producer" in text, text
+    assert "on_delivery: 'Optional[DeliveryCallback]'" in text, text
+    assert "-> 'concurrent.futures.Future[RecordMetadata]'" in text, text
+    assert "Queue one record" in text and "max.block.ms" in text, text
+    assert inspect.signature(kio.Producer.send).parameters["on_delivery"].default is None
+
+
 def _public_methods(cls):
     for name in sorted(dir(cls)):
         if name.startswith("_") and name not in ("__iter__", "__aiter__", "__await__"):

@@ -49,8 +49,17 @@ ensure_venv() {
 }
 
 install_project() {
-    # Editable install: compiles kproto's Cython modules in place.
-    "$VENV/bin/python" -m pip install -q -e ".[$1]"
+    # Editable install: compiles kproto's Cython modules in place. The compat
+    # mode puts the checkout itself on sys.path (a .pth line) instead of an
+    # import hook, so type checkers (mypy, pyright) find kio and kproto in a
+    # user's program too; the default mode's hook is invisible to them.
+    # (setuptools calls that mode transitional and warns at length: the
+    # output shows only when the install fails.)
+    local out
+    if ! out=$("$VENV/bin/python" -m pip install -q -e ".[$1]" --config-settings editable_mode=compat 2>&1); then
+        printf '%s\n' "$out" >&2
+        return 1
+    fi
 }
 
 cmd=${1:-}
