@@ -159,24 +159,50 @@ def test_sigterm_flushes_and_reports_undelivered(bootstrap):
     assert out.splitlines() == [f"r{i}" for i in range(delivered)]
 
 
-@pytest.mark.parametrize("kind", ["tansu", "kafka"])
-def test_broker_command_serves_until_sigterm(kind):
+def _serve_broker(flags, path=None):
+    """Runs ``kio broker`` on a free port; returns (kind line, stderr so far, port) once it serves
+    (a topic created through it), then stops it with SIGTERM and checks it went away."""
     from kio.broker import free_port
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    flags = ["--kafka"] if kind == "kafka" else []
+    env = dict(os.environ, PYTHONPATH=ROOT, **({"PATH": path} if path is not None else {}))
     proc = subprocess.Popen([sys.executable, "-m", "kio", "broker", "--port", str(port), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         first = proc.stdout.readline().decode()
-        assert first.startswith(f"{kind} broker ready on 127.0.0.1:{port}"), first
         assert ok(kio("topics", "create", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "b1",
                       "--partitions", "1")) == "created topic b1\n"
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        _, err = proc.communicate(timeout=30)
     res = kio("topics", "list", "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "1")
     assert res.returncode == 1                       # the broker went away with the command
+    return first, err.decode(), port
+
+
+@pytest.mark.parametrize("flags, kind", [([], "kafka"), (["--kafka"], "kafka"), (["--tansu"], "tansu")],
+                         ids=["default-with-java", "kafka", "tansu"])
+def test_broker_command_serves_until_sigterm(flags, kind):
+    """``kio broker`` runs Apache Kafka where Java and Maven are (this
+    machine), Tansu with --tansu, with a warning naming its deviations."""
+    first, err, port = _serve_broker(flags)
+    assert first.startswith(f"{kind} broker ready on 127.0.0.1:{port}"), first + err
+    if kind == "tansu":
+        assert "Tansu is not Apache Kafka" in err and "LATEST" in err, err
+    else:
+        assert "starting Apache Kafka (Java found" in err and "Tansu is not" not in err, err
+
+
+def test_broker_command_without_java_runs_tansu_and_says_why(tmp_path):
+    """No java/mvn on the PATH: the default falls back to Tansu with the
+    warning; --kafka is a usage error that says what is missing."""
+    first, err, port = _serve_broker([], path=str(tmp_path))
+    assert first.startswith(f"tansu broker ready on 127.0.0.1:{port}"), first + err
+    assert "Tansu is not Apache Kafka" in err, err
+    env = dict(os.environ, PYTHONPATH=ROOT, PATH=str(tmp_path))
+    res = subprocess.run([sys.executable, "-m", "kio", "broker", "--kafka"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res
+    assert "--kafka needs Java 17+ and Maven on the PATH" in res.stderr, res.stderr
 
 
 def test_progress_line_only_on_a_terminal():

@@ -5,7 +5,7 @@
     kio topics   create|list|describe|delete
     kio groups   list|describe            (describe shows the lag per partition)
     kio perf     produce|consume          throughput and latency percentiles
-    kio broker                            the local development broker, in the foreground
+    kio broker                            a local broker in the foreground (Apache Kafka where Java is, else Tansu)
     kio demo                              the round trip of the README (starts its own broker)
 
 Errors are printed as one line (the traceback only with ``--debug``); long
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 import time
 
@@ -29,13 +30,34 @@ from kproto.errors import ConfigError, KafkaError
 __all__ = ["main", "build_parser"]
 
 
+#: what a user of the Tansu broker should know before trusting what it shows
+TANSU_WARNING = ("warning: Tansu is not Apache Kafka: ListOffsets LATEST can be below the high "
+                 "watermark (reads that end at 'latest' may miss records), aborted transactions "
+                 "and some group APIs differ; install Java 17 and Maven (or pass --kafka) for "
+                 "the genuine broker")
+
+
+def _broker_kind(args) -> str:
+    """Apache Kafka where Java and Maven are there (the reference: what users
+    run), Tansu with ``--tansu`` or where they are not."""
+    if args.tansu:
+        return "tansu"
+    has_jvm = shutil.which("java") is not None and shutil.which("mvn") is not None
+    if args.kafka and not has_jvm:
+        raise UsageError("--kafka needs Java 17+ and Maven on the PATH (Debian: apt-get install "
+                         "openjdk-17-jre-headless maven); without them, kio broker runs Tansu")
+    return "kafka" if has_jvm else "tansu"
+
+
 def _cmd_broker(args) -> int:
     from kio.broker import start_broker
 
-    kind = "kafka" if args.kafka else "tansu"
+    kind = _broker_kind(args)
     if kind == "kafka":
-        print("starting Apache Kafka (the first start fetches its jars with Maven)...",
-              file=sys.stderr, flush=True)
+        print("starting Apache Kafka (Java found; the first start fetches its jars with Maven; "
+              "--tansu runs the light broker instead)...", file=sys.stderr, flush=True)
+    else:
+        print(TANSU_WARNING, file=sys.stderr, flush=True)
     broker = start_broker(kind, host=args.host, port=args.port)
     storage = "a temporary log folder" if kind == "kafka" else "memory storage"
     print(f"{kind} broker ready on {broker.bootstrap_servers} ({storage}; Ctrl-C stops it)",
@@ -91,13 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("broker", help="run a local development broker in the foreground: Tansu "
-                                      "(no Java) or, with --kafka, Apache Kafka")
+    p = sub.add_parser("broker", help="run a local broker in the foreground: Apache Kafka where "
+                                      "Java and Maven are installed, Tansu otherwise or with --tansu")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9092)
-    p.add_argument("--kafka", action="store_true",
-                   help="run the genuine Apache Kafka broker (needs Java 17+ and Maven; "
-                        "the jars are fetched from Maven Central on first use)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--kafka", action="store_true",
+                       help="insist on the genuine Apache Kafka broker (needs Java 17+ and Maven; "
+                            "the jars are fetched from Maven Central on first use)")
+    which.add_argument("--tansu", action="store_true",
+                       help="run Tansu, the light Java-free broker (memory storage; it deviates "
+                            "from Apache Kafka in places, see the docs)")
     p.set_defaults(func=_cmd_broker)
     return parser
 
