@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-from kio.broker import BROKER_KINDS, start_broker
+# The suite is built on kio.testing, the plugin users get for their own suites
+# (its kafka_broker fixture is one broker; this suite runs the matrix of both).
+from kio.testing import BROKER_KINDS, new_topic, start_broker, wait_for_leaders  # noqa: F401
 
 
 def broker_kinds():
@@ -79,40 +81,12 @@ def bootstrap(broker):
     return broker.bootstrap_servers
 
 
-def wait_for_leaders(client, topic, partitions, timeout=15.0):
-    """Kafka answers CreateTopics once the controller has the topic; a broker's
-    metadata shows its leaders a moment later. Tests that talk to partition
-    leaders directly wait for that (bounded), as a client's metadata refresh does."""
-    import time
-    end = time.monotonic() + timeout
-    while True:
-        leaders = client.leaders(topic)
-        if len(leaders) == partitions and all(n >= 0 for n in leaders.values()):
-            return leaders
-        if time.monotonic() > end:
-            raise AssertionError(f"topic {topic}: leaders {leaders} after {timeout} s")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def make_topic(bootstrap):
-    """make_topic(partitions=1, prefix="t", configs=None) -> the name of a new topic."""
-    import uuid
-
-    from kio.blocking import BlockingClient
-    from kproto.error_codes import raise_for_code
-
+    """make_topic(partitions=1, prefix="t", configs=None) -> the name of a new topic
+    (kio.testing.new_topic, what users' suites get as the kafka_topic fixture)."""
     def make(partitions=1, prefix="t", configs=None):
-        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        with BlockingClient(bootstrap) as client:
-            r = client.request("CreateTopics", {"topics": [{
-                "name": name, "num_partitions": partitions, "replication_factor": 1,
-                "assignments": [],
-                "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()]}],
-                "timeout_ms": 10000})
-            raise_for_code(r["topics"][0]["error_code"], r["topics"][0].get("error_message"))
-            wait_for_leaders(client, name, partitions)
-        return name
+        return new_topic(bootstrap, partitions, prefix=prefix, configs=configs, replication_factor=1)
     return make
 
 
