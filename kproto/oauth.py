@@ -201,9 +201,9 @@ def refresh_at_ms(token: AccessToken, now_ms: float, settings: OAuthSettings, rn
     buffer_ms = 1000 * settings.refresh_buffer_seconds
     if now_ms + min_period_ms + buffer_ms > expires:
         # A token living shorter than both buffers: they are ignored.
-        return now_ms + (expires - now_ms) * pct
+        return now_ms + int((expires - now_ms) * pct)      # Java: (long) (... * pct)
     start = token.issued_at_ms if token.issued_at_ms is not None else now_ms
-    proposed = start + (expires - start) * pct
+    proposed = start + int((expires - start) * pct)
     if proposed > expires - buffer_ms:
         return expires - buffer_ms
     if proposed < now_ms + min_period_ms:
