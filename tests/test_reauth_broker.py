@@ -113,3 +113,24 @@ def test_confluent_kafka_in_the_same_case(reauth_kafka):
                if b["nodeid"] >= 0}
     print(f"confluent-kafka SCRAM-SHA-512: {n} records; (connects, disconnects) per broker: {brokers}")
     assert all(disconnects == 0 for _, disconnects in brokers.values()), brokers
+
+
+def test_the_minimal_blocking_driver_reauthenticates_too(reauth_kafka):
+    """kio.blocking drives the socket only inside a call: a re-authentication
+    that came due between calls runs before the next request."""
+    from kio.blocking import BlockingClient
+    from kproto.connection import SaslAuthenticator
+    from kproto.sasl import ScramMechanism
+
+    broker, _ = reauth_kafka
+    auth = SaslAuthenticator(lambda: ScramMechanism("alice", broker.users["alice"], "sha512"))
+    with BlockingClient(f"{broker.host}:{broker.port}", authenticator=auth) as client:
+        start = time.monotonic()
+        answers = 0
+        while time.monotonic() - start < 12:
+            client.request("Metadata", {"topics": []})
+            answers += 1
+            time.sleep(0.7)         # idle between calls, past the re-authentication time now and then
+        conn = client.any_connection().conn
+    assert answers >= 15 and conn.sessions_started == 1 and conn.reauthentications >= 2, \
+        (answers, conn.sessions_started, conn.reauthentications)
