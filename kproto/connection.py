@@ -45,6 +45,8 @@ Events (returned by every input method, a list, possibly empty; NamedTuples):
   undecodable response;
 * :class:`ConnectionReady` ``(node_id, versions)``: handshake done, ``send``
   may be used;
+* :class:`Reauthenticated` ``(node_id, session_lifetime_ms)``: a KIP-368
+  re-authentication finished on the same socket (see below);
 * :class:`ConnectionClosed` ``(node_id, reason, error)``: the state machine
   closed the connection (or was told it was lost): the driver must close the
   socket if it still has one. Failed requests are reported before it.
@@ -66,6 +68,15 @@ Semantics kept from Java:
   RequestTimedOutError;
 * reconnect backoff: ``reconnect_backoff_ms * 2**failures`` with +-20% jitter,
   capped at ``reconnect_backoff_max_ms``; the failure count resets on READY.
+
+KIP-368 re-authentication: when SaslAuthenticate (v1+) gives a
+``session_lifetime_ms`` (the broker's ``connections.max.reauth.ms``, or a
+token's expiry), the connection re-authenticates at a random 85-95% of it
+(Java's ``ReauthInfo``): ``check_timeouts`` at ``next_deadline`` sends
+SaslHandshake + SaslAuthenticate again behind the requests in flight, whose
+responses still arrive in order; ``can_send`` is false until it ends, the
+state stays READY, and a refusal closes the connection with the
+authentication error.
 
 Deliberate difference: Java allows a new request only once the previous one
 is completely written (its Selector holds one Send per channel);
