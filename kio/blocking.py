@@ -62,6 +62,14 @@ class BlockingConnection:
 
     def send(self, api, body, version=None, expect_response=True):
         """Queue a request; returns its handle (pipelining: call wait() later)."""
+        # KIP-368: a re-authentication that came due while nobody drove the
+        # socket runs first; the broker takes nothing else until it ends.
+        for ev in self.conn.check_timeouts(now_ms()):
+            if isinstance(ev, ConnectionClosed):
+                self._close_socket()
+                raise ev.error or ConnectionClosedError(f"connection to {self.host}:{self.port} closed")
+        if self.conn.reauthenticating:
+            self._run_until(lambda: not self.conn.reauthenticating)
         return self.conn.send(api, body, now_ms(), version=version, expect_response=expect_response)
 
     def wait(self, *requests):

@@ -46,6 +46,7 @@ from kproto.errors import (
     AllBrokersDownError,            # every known broker failed to connect (told to error_cb)
     IllegalStateTransitionError,    # a core state machine refused a move (a bug: see kproto.statemachine)
 )
+from kproto.oauth import OAuthTokenError
 from kproto.producer.accumulator import RecordTooLargeError
 from kproto.producer.core import ProducerClosedError, SerializationError
 from kproto.producer.partitioner import InvalidPartitionError
@@ -61,6 +62,8 @@ __all__ = [
     "CorruptRecordError", "EncodeError", "UnsupportedVersionError", "UnsupportedCodecError",
     "ProtocolError", "ConnectionClosedError", "ConfigError", "NotReadyError", "SslAuthenticationError",
     "IllegalStateTransitionError", "AllBrokersDownError",
+    # OAUTHBEARER with OIDC: the token endpoint refused or cannot be reached
+    "OAuthTokenError",
     # producer
     "ProducerClosedError", "SerializationError", "RecordTooLargeError", "InvalidPartitionError",
     "DeliveryTimeoutError", "TransactionStateError", "TransactionAbortedError",

@@ -13,6 +13,14 @@ KRaft node on loopback) with the listeners a secured cluster has:
   is also the inter-broker listener;
 * the controller listener, SASL_PLAINTEXT with PLAIN.
 
+Options: ``reauth_ms`` sets ``connections.max.reauth.ms`` (KIP-368: the
+broker cuts a connection whose session ran out unless the client
+re-authenticated); ``oauth_jwks_url`` also enables OAUTHBEARER on the
+``SASL_SSL`` listener, validated by Kafka's
+``OAuthBearerValidatorCallbackHandler`` against that JWKS (an OIDC issuer's;
+``iss`` must be ``oauth_issuer``, ``aud`` ``oauth_audience``), with Kafka 4.x's
+``org.apache.kafka.sasl.oauthbearer.allowed.urls`` system property allowing it.
+
 Kafka's ``StandardAuthorizer`` checks every request; ``admin`` (PLAIN) is the
 super user the broker itself, its controller and a test's admin connect as.
 The other users (``users``) get SCRAM-SHA-256 and SCRAM-SHA-512 credentials
@@ -111,9 +119,15 @@ class SecuredKafkaBroker(KafkaBroker):
 
     def __init__(self, users: Optional[dict] = None, certs: Optional[Certificates] = None,
                  host: str = "127.0.0.1", log_path: Optional[str] = None,
-                 config: Optional[dict] = None, heap: str = "320m"):
+                 config: Optional[dict] = None, heap: str = "320m", reauth_ms: Optional[int] = None,
+                 oauth_jwks_url: Optional[str] = None, oauth_issuer: Optional[str] = None,
+                 oauth_audience: str = "kafka"):
         super().__init__(host=host, log_path=log_path, config=config, heap=heap)
         self.users = dict(users or {})
+        self.reauth_ms = reauth_ms
+        self.oauth_jwks_url = oauth_jwks_url
+        self.oauth_issuer = oauth_issuer
+        self.oauth_audience = oauth_audience
         self.certs = certs
         self.sasl_ssl_port = free_port(host)
         self.ssl_port = free_port(host)
@@ -156,8 +170,30 @@ class SecuredKafkaBroker(KafkaBroker):
             props[f"listener.name.{listener}.plain.sasl.jaas.config"] = _jaas_plain(everyone)
             for mech in MECHANISMS[1:]:
                 props[f"listener.name.{listener}.{mech.lower()}.sasl.jaas.config"] = _JAAS_SCRAM
+        if self.reauth_ms is not None:
+            props["connections.max.reauth.ms"] = self.reauth_ms
+        if self.oauth_jwks_url is not None:
+            oauth = "org.apache.kafka.common.security.oauthbearer"
+            props.update({
+                "listener.name.secure.sasl.enabled.mechanisms": ",".join(MECHANISMS + ("OAUTHBEARER",)),
+                "listener.name.secure.oauthbearer.sasl.jaas.config": f"{oauth}.OAuthBearerLoginModule required;",
+                "listener.name.secure.oauthbearer.sasl.server.callback.handler.class":
+                    f"{oauth}.OAuthBearerValidatorCallbackHandler",
+                "sasl.oauthbearer.jwks.endpoint.url": self.oauth_jwks_url,
+                "sasl.oauthbearer.expected.audience": self.oauth_audience,
+                # Kafka 4.4 wants the issuer checked (or explicitly not).
+                **({"sasl.oauthbearer.expected.issuer": self.oauth_issuer} if self.oauth_issuer
+                   else {"sasl.oauthbearer.allow.unverified.issuer": "true"}),
+            })
         props.update(self.extra_config)
         return props
+
+    def _jvm_options(self, heap: str) -> list[str]:
+        options = super()._jvm_options(heap)
+        if self.oauth_jwks_url is not None:
+            # Kafka 4.x refuses OAuth URLs not listed here (CVE-2025-27817).
+            options.append(f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.oauth_jwks_url}")
+        return options
 
     def _prepare(self) -> None:
         if self.certs is None:

@@ -374,6 +374,10 @@ class NetworkClient:
         self.closing = True
         for node, c in self.connections.items():
             self._handle(c.close("client closed", now, permanent=True))
+        # An OIDC login refreshes its token in a thread of its own: stop it.
+        stop = getattr(self.authenticator_factory, "close", None)
+        if stop is not None:
+            stop()
         actions, self._actions = self._actions, []
         return actions
 

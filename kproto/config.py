@@ -274,6 +274,35 @@ COMMON = [
                 "coroutine function is awaited); what it raises is logged"),
     Setting("sasl.oauthbearer.token.provider", ANY, None, convert=callable_or_none("the token provider"),
             doc="OAUTHBEARER: a callable returning the token (or (token, extensions))"),
+    # OAUTHBEARER with OIDC (KIP-768): the client-credentials grant, built in
+    # (kproto.oauth). Java 4.x names; the client id/secret and scope may also
+    # come from sasl.jaas.config (clientId="..." clientSecret="..." scope="...").
+    Setting("sasl.oauthbearer.token.endpoint.url", STR, None,
+            doc="OAUTHBEARER: the OAuth/OIDC token endpoint (http:// or https://) to get tokens from "
+                "with the client-credentials grant"),
+    Setting("sasl.oauthbearer.client.credentials.client.id", STR, None,
+            doc="OAUTHBEARER: client id for the client-credentials grant"),
+    Setting("sasl.oauthbearer.client.credentials.client.secret", STR, None, sensitive=True,
+            doc="OAUTHBEARER: client secret for the client-credentials grant"),
+    Setting("sasl.oauthbearer.scope", STR, None, doc="OAUTHBEARER: the scope asked for (optional)"),
+    Setting("sasl.oauthbearer.scope.claim.name", STR, "scope", doc="OAUTHBEARER: the JWT claim of the scope"),
+    Setting("sasl.oauthbearer.sub.claim.name", STR, "sub", doc="OAUTHBEARER: the JWT claim of the principal"),
+    Setting("sasl.login.refresh.window.factor", FLOAT, 0.8, in_range(0.5, 1.0),
+            "refresh the token once this fraction of its lifetime has passed"),
+    Setting("sasl.login.refresh.window.jitter", FLOAT, 0.05, in_range(0.0, 0.25),
+            "random fraction of the lifetime added to the refresh time"),
+    Setting("sasl.login.refresh.min.period.seconds", INT, 60, in_range(0, 900),
+            "least time between two token refreshes"),
+    Setting("sasl.login.refresh.buffer.seconds", INT, 300, in_range(0, 3600),
+            "refresh at least this long before the token expires"),
+    Setting("sasl.login.connect.timeout.ms", INT, 10000, in_range(1),
+            "connect timeout of the token endpoint request"),
+    Setting("sasl.login.read.timeout.ms", INT, 10000, in_range(1),
+            "read timeout of the token endpoint request"),
+    Setting("sasl.login.retry.backoff.ms", INT, 100, in_range(0),
+            "first wait before retrying a failed token request (doubles each time)"),
+    Setting("sasl.login.retry.backoff.max.ms", INT, 10000, in_range(0),
+            "how long token requests are retried in all before the failure is reported"),
 ]
 
 

@@ -45,6 +45,8 @@ Events (returned by every input method, a list, possibly empty; NamedTuples):
   undecodable response;
 * :class:`ConnectionReady` ``(node_id, versions)``: handshake done, ``send``
   may be used;
+* :class:`Reauthenticated` ``(node_id, session_lifetime_ms)``: a KIP-368
+  re-authentication finished on the same socket (see below);
 * :class:`ConnectionClosed` ``(node_id, reason, error)``: the state machine
   closed the connection (or was told it was lost): the driver must close the
   socket if it still has one. Failed requests are reported before it.
@@ -67,6 +69,15 @@ Semantics kept from Java:
 * reconnect backoff: ``reconnect_backoff_ms * 2**failures`` with +-20% jitter,
   capped at ``reconnect_backoff_max_ms``; the failure count resets on READY.
 
+KIP-368 re-authentication: when SaslAuthenticate (v1+) gives a
+``session_lifetime_ms`` (the broker's ``connections.max.reauth.ms``, or a
+token's expiry), the connection re-authenticates at a random 85-95% of it
+(Java's ``ReauthInfo``): ``check_timeouts`` at ``next_deadline`` sends
+SaslHandshake + SaslAuthenticate again behind the requests in flight, whose
+responses still arrive in order; ``can_send`` is false until it ends, the
+state stays READY, and a refusal closes the connection with the
+authentication error.
+
 Deliberate difference: Java allows a new request only once the previous one
 is completely written (its Selector holds one Send per channel);
 here requests queue in ``data_to_send`` and only ``max_in_flight`` limits them.
@@ -78,6 +89,7 @@ passed, as Java's ``NetworkClient.maybeThrottle`` mutes the node.
 """
 import collections
 import enum
+import random
 from typing import Any, NamedTuple, Optional
 
 from kproto import error_codes, messages, versions
@@ -98,7 +110,7 @@ from kproto.statemachine import checked_move
 
 __all__ = [
     "ConnectionState", "Connection", "InFlightRequest", "ReconnectBackoff",
-    "RequestCompleted", "RequestFailed", "ConnectionReady", "ConnectionClosed",
+    "RequestCompleted", "RequestFailed", "ConnectionReady", "ConnectionClosed", "Reauthenticated",
     "Authenticator", "SaslMechanism", "SaslAuthenticator", "client_software_version",
 ]
 
@@ -183,6 +195,30 @@ class ConnectionClosed(NamedTuple):
     node_id: Any
     reason: str
     error: Optional[BaseException]
+
+
+class Reauthenticated(NamedTuple):
+    """KIP-368: the connection authenticated again in place (same socket);
+    ``session_lifetime_ms`` is the new session's (0: no further re-authentication)."""
+    node_id: Any
+    session_lifetime_ms: int
+
+
+#: KIP-368 re-authentication time, as Java's SaslClientAuthenticator.ReauthInfo:
+#: a random point between 85% and 95% of the session lifetime after the
+#: authentication ended - early enough for network latency and clock drift,
+#: spread so that many connections do not re-authenticate at once.
+REAUTH_WINDOW_FACTOR = 0.85
+REAUTH_WINDOW_JITTER = 0.10
+
+
+def reauthentication_delay_ms(session_lifetime_ms, rng) -> Optional[float]:
+    """Milliseconds after authentication at which to re-authenticate a
+    session of ``session_lifetime_ms`` (None when the broker gave no lifetime:
+    ``connections.max.reauth.ms`` unset)."""
+    if not session_lifetime_ms or session_lifetime_ms <= 0:
+        return None
+    return int(session_lifetime_ms * (REAUTH_WINDOW_FACTOR + REAUTH_WINDOW_JITTER * rng.random()))
 
 
 # --- request handle -----------------------------------------------------------
@@ -298,8 +334,10 @@ class SaslAuthenticator(Authenticator):
     """KIP-152 SASL: SaslHandshake (v1+), then SaslAuthenticate round trips.
 
     Drives a :class:`SaslMechanism`. The broker's ``session_lifetime_ms``
-    (SaslAuthenticate v1+, KIP-368 re-authentication) is kept in
-    ``session_lifetime_ms``; re-authentication itself is not done yet.
+    (SaslAuthenticate v1+, KIP-368) is kept in ``session_lifetime_ms``; the
+    connection re-authenticates before it runs out by calling ``start`` again
+    on the same socket (a fresh mechanism from the factory, so OAUTHBEARER
+    presents its current token).
     """
 
     def __init__(self, mechanism):
@@ -313,6 +351,7 @@ class SaslAuthenticator(Authenticator):
     def start(self, conn):
         if self._factory is not None:
             self.mechanism = self._factory()
+        self.session_lifetime_ms = 0
         # A broker without SaslAuthenticate (before KIP-152) takes SaslHandshake
         # v0 and then the raw tokens.
         self.raw = conn.versions.broker_range("SaslAuthenticate") is None
@@ -396,7 +435,8 @@ class Connection:
         self.authenticator = authenticator
         self.client_software_name = client_software_name
         self._client_software_version = client_software_version
-        self.backoff = ReconnectBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms, rng)
+        self._rng = rng if rng is not None else random.Random()
+        self.backoff = ReconnectBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms, self._rng)
 
         self.state = ConnectionState.DISCONNECTED   # changed only by _move (see TRANSITIONS)
         self.versions = None             # VersionTable once the handshake is done
@@ -413,6 +453,9 @@ class Connection:
         self.connect_failed = False      # the last attempt never got READY (not a close of ours)
         self.connect_started_at = None
         self.last_activity = None
+        # Counters for tests and stats: sockets opened, KIP-368 re-authentications done.
+        self.sessions_started = 0
+        self.reauthentications = 0
 
         self._next_correlation_id = initial_correlation_id & 0x7FFFFFFF
         self._seq = 0
@@ -431,6 +474,8 @@ class Connection:
         self._unwritten = collections.deque()  # requests not yet completely written
         self._noresp_in_flight = 0           # expect_response=False requests not yet written
         self._apiversions_attempts = 0
+        self._reauth_at = None               # KIP-368: when to re-authenticate (READY only)
+        self.reauthenticating = False        # SASL exchange under way on a READY connection
 
     # -- properties ------------------------------------------------------------
     @property
@@ -455,8 +500,11 @@ class Connection:
 
     def can_send(self, now=None):
         """READY and below max_in_flight: ``send`` will accept a request.
-        With ``now``, also false while the broker asked us to throttle."""
-        if self.state is not ConnectionState.READY or self.in_flight_count >= self.max_in_flight:
+        With ``now``, also false while the broker asked us to throttle.
+        False while re-authenticating (KIP-368: the broker takes nothing but
+        SASL requests until the new session is established)."""
+        if (self.state is not ConnectionState.READY or self.reauthenticating
+                or self.in_flight_count >= self.max_in_flight):
             return False
         return now is None or not self.is_throttled(now)
 
@@ -501,6 +549,7 @@ class Connection:
         self.versions = None
         self.api_versions_response = None
         self._move(ConnectionState.CONNECTING)
+        self.sessions_started += 1
         self.last_connect_attempt = now
         self.connect_started_at = now
         self.last_activity = now
@@ -541,6 +590,9 @@ class Connection:
         if self.state is not ConnectionState.READY:
             raise NotReadyError(
                 f"node {self.node_id} is not ready (state {self.state.name}); wait for ConnectionReady")
+        if self.reauthenticating:
+            raise NotReadyError(
+                f"node {self.node_id} is re-authenticating (KIP-368); check can_send()")
         if self.in_flight_count >= self.max_in_flight:
             raise NotReadyError(
                 f"node {self.node_id} has {self.in_flight_count} requests in flight "
@@ -773,7 +825,10 @@ class Connection:
 
     def _auth_step(self, next_request, now, events):
         if next_request is None:
-            self._become_ready(now, events)
+            if self.reauthenticating:
+                self._reauthenticated(now, events)
+            else:
+                self._become_ready(now, events)
             return
         if next_request[0] == RAW_SASL_TOKEN:
             self._send_raw_token(next_request[1], now)
@@ -806,7 +861,35 @@ class Connection:
         self.connect_failed = False
         self.failed_attempts = 0
         self.reconnect_backoff_current_ms = 0
+        self._schedule_reauthentication(now)
         events.append(ConnectionReady(self.node_id, self.versions))
+
+    # -- KIP-368 re-authentication ------------------------------------------------------
+    def _schedule_reauthentication(self, now):
+        delay = reauthentication_delay_ms(getattr(self.authenticator, "session_lifetime_ms", 0), self._rng)
+        self._reauth_at = None if delay is None else now + delay
+
+    def _maybe_reauthenticate(self, now, events):
+        """Start the SASL exchange again on this socket once its time came.
+
+        Requests already queued stay in flight: the broker handles one
+        request per connection at a time and answers in order, so their
+        responses arrive before the SaslHandshake's and match the FIFO as
+        usual. New requests wait (``can_send`` is false) until the exchange
+        ends, as Java's channel is not ready while it re-authenticates.
+        """
+        if (self._reauth_at is None or now < self._reauth_at or self.reauthenticating
+                or self.state is not ConnectionState.READY):
+            return
+        self._reauth_at = None
+        self.reauthenticating = True
+        self._auth_step(self.authenticator.start(self), now, events)
+
+    def _reauthenticated(self, now, events):
+        self.reauthenticating = False
+        self.reauthentications += 1
+        self._schedule_reauthentication(now)
+        events.append(Reauthenticated(self.node_id, self.authenticator.session_lifetime_ms))
 
     # -- completion helpers ----------------------------------------------------------
     def _complete(self, req, body, now, events, done):
@@ -927,6 +1010,12 @@ class Connection:
             self._fail_connection(str(err), err, now, events, done)
             return events
         expired = self._oldest_expired(now)
+        if expired is None:
+            try:
+                self._maybe_reauthenticate(now, events)
+            except KafkaError as e:
+                self._fail_connection(f"re-authentication with node {self.node_id} failed: {e}",
+                                      e, now, events, done)
         if expired is not None:
             err = RequestTimedOutError(
                 f"{expired.api.name} v{expired.version} (correlation id {expired.correlation_id}) "
@@ -948,14 +1037,14 @@ class Connection:
         """The earliest time ``check_timeouts`` has something to do, or None."""
         if self.state is ConnectionState.CONNECTING and self.connect_started_at is not None:
             return self.connect_started_at + self.connection_setup_timeout_ms
-        best = self._raw_deadline
+        candidates = [self._raw_deadline]
+        if not self.reauthenticating:
+            candidates.append(self._reauth_at)
         if now is not None and self.is_throttled(now):
-            best = self.throttled_until
+            candidates.append(self.throttled_until)
         for q in (self._awaiting, self._unwritten):
-            for req in q:
-                if best is None or req.deadline < best:
-                    best = req.deadline
-        return best
+            candidates.extend(req.deadline for req in q)
+        return min((t for t in candidates if t is not None), default=None)
 
     def is_idle(self, now):
         """READY, nothing in flight or queued, and no activity for connections_max_idle_ms."""

@@ -5,8 +5,9 @@ OAUTHBEARER (RFC 7628, token from a callback), at the token level of
 :class:`kproto.connection.SaslMechanism`. :func:`authenticator_for` builds
 the connection authenticator from a client config (``security.protocol``
 SASL_PLAINTEXT, ``sasl.mechanism``, ``sasl.username`` / ``sasl.password``
-or ``sasl.jaas.config``, ``sasl.oauthbearer.token.provider``); each
-connection attempt gets a fresh mechanism.
+or ``sasl.jaas.config``, ``sasl.oauthbearer.token.provider`` or the OIDC
+client-credentials settings of :mod:`kproto.oauth`); each connection attempt
+and each KIP-368 re-authentication gets a fresh mechanism.
 
 Credentials never appear in reprs, logs or error texts: mechanisms keep them
 in private attributes, and failures name the mechanism and the user only.
@@ -24,7 +25,7 @@ from typing import Callable, Optional
 from kproto.connection import SaslAuthenticator, SaslMechanism
 from kproto.errors import AuthenticationError, ConfigError
 
-__all__ = ["PlainMechanism", "ScramMechanism", "OAuthBearerMechanism", "authenticator_for",
+__all__ = ["PlainMechanism", "ScramMechanism", "OAuthBearerMechanism", "OidcAuthenticatorFactory", "authenticator_for",
            "parse_jaas_config", "MECHANISMS"]
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -176,6 +177,23 @@ def parse_jaas_config(text: str) -> dict:
     return {k: v.replace('\\"', '"') for k, v in _JAAS.findall(text)}
 
 
+class OidcAuthenticatorFactory:
+    """Connection authenticators presenting the client's current OIDC token
+    (:class:`kproto.oauth_login.OAuthBearerLogin`: the first token is fetched
+    here, when the client is built, and refreshed in the background until
+    :meth:`close`)."""
+
+    def __init__(self, settings):
+        from kproto.oauth_login import OAuthBearerLogin
+        self.login = OAuthBearerLogin(settings).login()
+
+    def __call__(self) -> SaslAuthenticator:
+        return SaslAuthenticator(lambda: OAuthBearerMechanism(self.login.token))
+
+    def close(self) -> None:
+        self.login.close()
+
+
 def authenticator_for(cfg) -> Optional[Callable]:
     """A factory of connection authenticators for this config, or None (no SASL)."""
     if cfg.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
@@ -184,8 +202,13 @@ def authenticator_for(cfg) -> Optional[Callable]:
     if mech == "OAUTHBEARER":
         provider = cfg.sasl_oauthbearer_token_provider
         if provider is None:
-            raise ConfigError("sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token.provider "
-                              "(a callable returning the token)")
+            from kproto.oauth import OAuthSettings
+            settings = OAuthSettings.from_config(cfg)
+            if settings is None:
+                raise ConfigError("sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token.endpoint.url "
+                                  "(OIDC client credentials) or sasl.oauthbearer.token.provider "
+                                  "(a callable returning the token)")
+            return OidcAuthenticatorFactory(settings)
         return lambda: SaslAuthenticator(lambda: OAuthBearerMechanism(provider))
     user, password = cfg.sasl_username, cfg.sasl_password
     if cfg.sasl_jaas_config:

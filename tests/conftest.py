@@ -71,6 +71,45 @@ def secured_kafka(tmp_path_factory):
         b.stop()
 
 
+#: OIDC clients of the reauth_kafka fixture's issuer (client id -> secret); the
+#: principal is the client id (the token's ``sub``).
+OIDC_CLIENTS = {"kio-app": "kio-app-secret"}
+#: The reauth_kafka broker's connections.max.reauth.ms (KIP-368).
+REAUTH_MS = 5000
+
+
+@pytest.fixture(scope="session")
+def reauth_kafka(tmp_path_factory):
+    """(broker, issuer): a second secured Apache Kafka with
+    ``connections.max.reauth.ms`` = REAUTH_MS and OAUTHBEARER on its SASL_SSL
+    listener, validated against the JWKS of ``issuer`` (tests/oidc_issuer.py,
+    a local OIDC issuer started here; its tokens live an hour unless a test
+    changes ``issuer.lifetime_s``). ``alice`` (PLAIN, SCRAM) and ``kio-app``
+    (OIDC) may do everything on topics and groups named ``ok-*``."""
+    if "kafka" not in broker_kinds():
+        pytest.skip("the secured broker is Apache Kafka (KIO_TEST_BROKERS leaves it out)")
+    from kio.secured_kafka import SecuredKafkaBroker, make_certificates
+    try:
+        from oidc_issuer import OidcIssuer
+    except ImportError:  # tests/ as a package
+        from tests.oidc_issuer import OidcIssuer
+
+    folder = tmp_path_factory.mktemp("reauth-kafka")
+    issuer = OidcIssuer(OIDC_CLIENTS).start()
+    b = SecuredKafkaBroker(users=SECURED_USERS, certs=make_certificates(folder),
+                           log_path=str(folder / "kafka.log"), reauth_ms=REAUTH_MS,
+                           oauth_jwks_url=issuer.jwks_url, oauth_issuer=issuer.issuer)
+    try:
+        b.start()
+        for principal in ("User:alice", *(f"User:{c}" for c in OIDC_CLIENTS)):
+            b.allow(principal, "TOPIC", "ok-", ["ALL"], "PREFIXED")
+            b.allow(principal, "GROUP", "ok-", ["ALL"], "PREFIXED")
+        yield b, issuer
+    finally:
+        b.stop()
+        issuer.stop()
+
+
 @pytest.fixture
 def broker_kind(broker):
     return broker.kind
@@ -95,8 +134,10 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        for name in ("broker", "secured_kafka"):
+        for name in ("broker", "secured_kafka", "reauth_kafka"):
             b = item.funcargs.get(name) if name in getattr(item, "fixturenames", ()) else None
+            if isinstance(b, tuple):          # reauth_kafka: (broker, issuer)
+                b = b[0]
             if b is not None:
                 report.sections.append((f"{b.kind} broker log (tail)", b.log_tail()))
 
@@ -105,7 +146,7 @@ def pytest_collection_modifyitems(config, items):
     # Tests that use a real broker get the `broker` marker, so `-m "not broker"`
     # selects the pure sans-IO unit tests.
     for item in items:
-        if {"broker", "bootstrap", "secured_kafka"} & set(getattr(item, "fixturenames", ())):
+        if {"broker", "bootstrap", "secured_kafka", "reauth_kafka"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
 
 
