@@ -180,6 +180,45 @@ def test_fencing_is_fatal():
         sim.send(b"more")
 
 
+def test_a_leaders_invalid_producer_epoch_is_abortable_as_in_java():
+    """INVALID_PRODUCER_EPOCH on a Produce answer (a leader that saw a newer
+    epoch) makes the transaction abortable, not the producer unusable: Java's
+    TransactionManager keeps fatal for a batch only PRODUCER_FENCED, the
+    authorization errors, UNSUPPORTED_VERSION and INVALID_PRODUCER_ID_MAPPING."""
+    from kproto.error_codes import InvalidProducerEpochError
+    core, kafka, sim = txn_producer(linger_ms=0)
+    core.begin_transaction()
+    kafka.inject("t", 0, 47)                             # INVALID_PRODUCER_EPOCH
+    h = sim.send(b"v")
+    sim.run_until(lambda: h.done)
+    assert isinstance(h.error, InvalidProducerEpochError)
+    with pytest.raises(TransactionStateError, match="call abort_transaction"):
+        core.commit_transaction()
+    res = core.abort_transaction()
+    sim.run_until(lambda: res.done)
+    assert res.error is None and kafka.txn_log[-1] == ("EndTxn", False)
+    core.begin_transaction()                             # the producer goes on
+    h = sim.send(b"again")
+    res = core.commit_transaction()
+    sim.run_until(lambda: res.done)
+    assert res.error is None and h.error is None
+
+
+def test_the_coordinators_invalid_producer_epoch_is_fatal():
+    """From the transaction coordinator (an older one's way of saying fenced)
+    it stays fatal, as Java treats it like PRODUCER_FENCED there."""
+    from kproto.error_codes import InvalidProducerEpochError
+    core, kafka, sim = txn_producer(linger_ms=0)
+    kafka.txn_errors["EndTxn"] = [47]
+    core.begin_transaction()
+    h = sim.send(b"v")
+    res = core.commit_transaction()
+    sim.run_until(lambda: res.done)
+    assert h.error is None and isinstance(res.error, InvalidProducerEpochError)
+    with pytest.raises(InvalidProducerEpochError):
+        sim.send(b"more")
+
+
 def test_send_offsets_to_transaction():
     core, kafka, sim = txn_producer(linger_ms=0)
     core.begin_transaction()

@@ -11,9 +11,12 @@ until every batch of the transaction is resolved, then send EndTxn.
 coordinator followed by TxnOffsetCommit to the group coordinator.
 
 Errors: fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE, ...) is fatal - the
-producer must be closed; a batch that fails inside a transaction makes the
-transaction *abortable*: commit raises that error, abort works. Coordinator
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE, ...) from the
+coordinator is fatal - the producer must be closed; a batch that fails inside a
+transaction makes the transaction *abortable* (commit raises that error, abort
+works) unless its error is one Java's producer treats as fatal there
+(PRODUCER_FENCED, the authorization errors, UNSUPPORTED_VERSION,
+INVALID_PRODUCER_ID_MAPPING): a leader's INVALID_PRODUCER_EPOCH is abortable. Coordinator
 errors (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ..._LOAD_IN_PROGRESS) look
 the coordinator up again; CONCURRENT_TRANSACTIONS retries.
 
@@ -81,10 +84,21 @@ class TxnResult:
 
 
 def _is_fatal(err):
+    """A transaction coordinator's answer the producer cannot go on after
+    (an old coordinator's INVALID_PRODUCER_EPOCH means fenced, as in Java)."""
     return getattr(err, "name", "") in (
         "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
         "INVALID_TXN_STATE", "INVALID_PRODUCER_ID_MAPPING", "CLUSTER_AUTHORIZATION_FAILED",
         "UNSUPPORTED_VERSION", "UNSUPPORTED_FOR_MESSAGE_FORMAT", "TRANSACTIONAL_ID_NOT_FOUND")
+
+
+#: a failed *batch* (a partition leader's answer) is fatal only for these, as
+#: in Java's TransactionManager; anything else, INVALID_PRODUCER_EPOCH
+#: included (a leader that saw a newer epoch: KIP-588 makes it abortable),
+#: only makes the transaction abortable
+_FATAL_FOR_A_BATCH = frozenset((
+    "PRODUCER_FENCED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
+    "UNSUPPORTED_VERSION", "INVALID_PRODUCER_ID_MAPPING"))
 
 
 class _Step:
@@ -210,7 +224,7 @@ class TransactionManager:
     def on_batch_failed(self, error):
         if isinstance(error, TransactionAbortedError):
             return
-        if _is_fatal(error):
+        if getattr(error, "name", "") in _FATAL_FOR_A_BATCH:
             self._fatal(error)
         elif self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
             if self.state is TxnState.COMMITTING and self._end is not None:
