@@ -132,8 +132,11 @@ class ShareConsumerOps(ClientOps):
 
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Acknowledge a record of the last poll (explicit mode): ACCEPT
-        (done), RELEASE (deliver again, to anyone) or REJECT (archive). It
-        goes to the leader with the next fetch, or at once with commit_sync."""
+        (done), RELEASE (deliver again, to anyone), REJECT (archive) or RENEW
+        (still processing: extend the acquisition lock, KIP-1222; the record
+        comes back in a later poll once the leader renewed it, to be
+        acknowledged again). It goes to the leader with the next fetch (RENEW:
+        the next poll's ShareAcknowledge), or at once with commit_sync."""
         self._enter()
         with self._lock:
             self._check_usable()

@@ -164,7 +164,7 @@ def test_explicit_mode_rules(bootstrap, make_topic):
         c.acknowledge(records[0], AcknowledgeType.ACCEPT)
         with pytest.raises(ShareStateError, match="acknowledged already"):
             c.acknowledge(records[0], AcknowledgeType.ACCEPT)
-        with pytest.raises(ValueError, match="ACCEPT, RELEASE or REJECT"):
+        with pytest.raises(ValueError, match="ACCEPT, RELEASE, REJECT or RENEW"):
             c.acknowledge(records[1], 7)
         for r in records[1:]:
             c.acknowledge(r, AcknowledgeType.RELEASE)

@@ -8,7 +8,7 @@ from kproto import error_codes as E
 from kproto.cluster import TopicPartition as TP
 from kproto.consumer import COORDINATOR
 from kproto.consumer.coordinator import GroupCoordinator
-from kproto.errors import ConfigError
+from kproto.errors import ConfigError, UnsupportedVersionError
 from kproto.records import BatchBuilder, Record, build_control_batch
 from kproto.share import GAP, AcknowledgeType, ShareRecord, ShareStateError
 from kproto.share.acks import ack_batches
@@ -376,6 +376,62 @@ def test_closing_sends_epoch_minus_one_with_what_is_pending():
     assert fx.f.closed and fx.requests() == []
 
 
+def test_renew_goes_alone_in_a_share_acknowledge_and_the_records_come_back():
+    """RENEW (KIP-1222): never piggy-backed on a fetch, sent with is_renew_ack;
+    a renewed record is handed out again, to be acknowledged once more; one
+    whose renewal failed is not."""
+    RENEW = AcknowledgeType.RENEW
+    fx = Fetch()
+    req = fx.one()
+    fx.f.on_response(req, fetch_answer(batch(0, 3), [(0, 2, 1)]), 1)
+    recs = {r.offset: r for r in fx.f.drain()}
+    fx.f.acknowledge(TP(TOPIC, 0), 0, RENEW, recs[0])
+    fx.f.acknowledge(TP(TOPIC, 0), 1, RENEW, recs[1])
+    fx.f.acknowledge(TP(TOPIC, 0), 2, ACCEPT)
+    req = fx.one()
+    assert req.api == "ShareAcknowledge" and req.body["is_renew_ack"] is True
+    assert listed(req) == {0: [{"first_offset": 0, "last_offset": 1, "acknowledge_types": [4]},
+                               {"first_offset": 2, "last_offset": 2, "acknowledge_types": [1]}]}
+    assert fx.f.drain() == []                                  # not back before the leader answered
+    fx.f.on_response(req, ack_answer(), 2)
+    back = fx.f.drain()
+    assert [r.offset for r in back] == [0, 1] and back[0] is recs[0]
+    fx.f.acknowledge(TP(TOPIC, 0), 0, ACCEPT)                  # theirs again: acknowledged anew
+    fx.f.acknowledge(TP(TOPIC, 0), 1, RENEW, back[1])
+    req = fx.one()
+    assert req.body["is_renew_ack"] is True
+    fx.f.on_response(req, ack_answer(error=E.InvalidRecordStateError.code), 3)
+    assert fx.f.drain() == []                                  # renewal refused: not handed out again
+    evs = fx.f.events()
+    assert isinstance(evs[-1].results[TP(TOPIC, 0)][1], E.InvalidRecordStateError)
+
+
+def test_renew_to_a_leader_without_share_acknowledge_v2_fails_clearly():
+    fx = Fetch()
+    req = fx.one()
+    fx.f.on_response(req, fetch_answer(batch(0, 1), [(0, 0, 1)]), 1)
+    (rec,) = fx.f.drain()
+    fx.f.acknowledge(TP(TOPIC, 0), 0, AcknowledgeType.RENEW, rec)
+    reqs = fx.f.requests(lambda tp: 1, {TOPIC: TID}.get, lambda node: True, 0, lambda node: False)
+    assert all(not r.body.get("is_renew_ack") for r in reqs)
+    (ev,) = fx.f.events()
+    err = ev.results[TP(TOPIC, 0)][1]
+    assert isinstance(err, UnsupportedVersionError) and "KIP-1222" in str(err)
+    assert ev.results[TP(TOPIC, 0)][0] == [0]
+
+
+def test_close_releases_what_was_to_be_renewed():
+    fx = Fetch()
+    req = fx.one()
+    fx.f.on_response(req, fetch_answer(batch(0, 1), [(0, 0, 1)]), 1)
+    (rec,) = fx.f.drain()
+    fx.f.acknowledge(TP(TOPIC, 0), 0, AcknowledgeType.RENEW, rec)
+    fx.f.begin_close()
+    req = fx.one()
+    assert req.body["share_session_epoch"] == -1 and not req.body["is_renew_ack"]
+    assert listed(req) == {0: [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [2]}]}
+
+
 # == the core's acknowledgement modes ==============================================================
 
 def core_with_records(mode):
@@ -397,7 +453,7 @@ def test_explicit_mode_wants_every_record_acknowledged_before_the_next_poll():
         core.poll_started(1)
     core.acknowledge(recs[0], ACCEPT)
     core.acknowledge(recs[1], RELEASE)
-    with pytest.raises(ValueError, match="ACCEPT, RELEASE or REJECT"):
+    with pytest.raises(ValueError, match="ACCEPT, RELEASE, REJECT or RENEW"):
         core.acknowledge(recs[2], 9)
     core.acknowledge(recs[2], REJECT)
     core.poll_started(2)

@@ -42,6 +42,11 @@ class AcknowledgeType(enum.IntEnum):
     ACCEPT = 1       #: processed: never delivered again
     RELEASE = 2      #: not processed: deliver it again (to any member), delivery count + 1
     REJECT = 3       #: unprocessable: archive it, never deliver it again
+    #: still processing: extend this consumer's acquisition lock (KIP-1222,
+    #: Kafka 4.2+; the group needs ``share.renew.acknowledge.enable=true``).
+    #: The record comes back in a later poll once the leader renewed the
+    #: lock, and must then be acknowledged again (or renewed once more).
+    RENEW = 4
 
 
 #: What a share consumer's poll returns: a :class:`~kproto.records.Record`

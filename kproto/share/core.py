@@ -44,7 +44,7 @@ from kproto.share.membership import (
 __all__ = ["ShareConsumerCore"]
 
 log = logging.getLogger(__name__)
-_ACK_TYPES = frozenset(AcknowledgeType)      # 1, 2, 3 (an int or the enum)
+_ACK_TYPES = frozenset(AcknowledgeType)      # 1, 2, 3, 4 (an int or the enum)
 
 
 class ShareConsumerCore(DriverIO):
@@ -182,8 +182,8 @@ class ShareConsumerCore(DriverIO):
                 "acknowledge() needs share.acknowledgement.mode=explicit: in implicit mode the next poll "
                 "or commit accepts every record of the last poll")
         if kind not in _ACK_TYPES or isinstance(kind, (bool, float)):
-            raise ValueError(f"acknowledge type must be ACCEPT, RELEASE or REJECT, not {kind!r}")
-        self.fetcher.acknowledge((record.topic, record.partition), record.offset, kind)
+            raise ValueError(f"acknowledge type must be ACCEPT, RELEASE, REJECT or RENEW, not {kind!r}")
+        self.fetcher.acknowledge((record.topic, record.partition), record.offset, kind, record)
 
     def commit(self, now, timeout_ms: Optional[int] = None) -> CommitHandle:
         """Send the acknowledgements made so far (implicit mode: accept the
@@ -299,7 +299,11 @@ class ShareConsumerCore(DriverIO):
         def ready(node):
             return client.ready(node, now)
 
-        for req in self.fetcher.requests(leader_of, cluster.topic_ids.get, ready, now):
+        def renew_supported(node):        # ShareAcknowledge v2 carries RENEW (KIP-1222)
+            v = client.api_version(node, "ShareAcknowledge")
+            return v is None or v >= 2
+
+        for req in self.fetcher.requests(leader_of, cluster.topic_ids.get, ready, now, renew_supported):
             timeout = self.config.request_timeout_ms
             if req.api == "ShareFetch":
                 timeout += self.config.fetch_max_wait_ms       # the broker may hold it that long

@@ -13,6 +13,11 @@ this member's (a batch may hold records acquired by others), and an
 acquired offset without a record the application can see (a transaction
 marker, a compacted gap) is acknowledged as a GAP at once, as Java does.
 
+RENEW (KIP-1222) extends the lock of a record still being processed: it
+always leaves in a ShareAcknowledge with ``is_renew_ack`` (never on a fetch),
+and once the leader answered, the record is handed out again by the next
+drain, to be acknowledged once more, as Java's share consumer does.
+
 Acknowledgements wait in ``_pending[node]`` and leave with the next request
 to that leader: piggy-backed on its next ShareFetch, or in a
 ShareAcknowledge when a commit waits for them or no fetch can go (records
@@ -27,7 +32,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Set
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
-from kproto.errors import DecodeError, KafkaError
+from kproto.errors import DecodeError, KafkaError, UnsupportedVersionError
 from kproto.records import Record, read_batches
 from kproto.share import GAP, AcknowledgeType, ShareRecord, ShareStateError
 from kproto.share.acks import ack_batches
@@ -171,6 +176,11 @@ class ShareFetcher:
         self.metadata_refresh_needed = False
         self.lock_timeout_ms: Optional[int] = None      # the broker's acquisition lock, as last told
         self.closing = False
+        #: RENEW acknowledgements on their way: (topic, partition, offset) -> ((node, tp), record)
+        self._renewing: Dict[tuple, tuple] = {}
+        #: records whose lock the leader renewed, handed out again by the next drain
+        self._renewed: List[tuple] = []
+        self._renew_supported: Callable[[int], bool] = lambda node: True
 
     # -- assignment --------------------------------------------------------------------------
     def set_assignment(self, tps) -> None:
@@ -196,13 +206,17 @@ class ShareFetcher:
         return self._pending.setdefault(node, {}).setdefault(tp, {})
 
     # -- acknowledging -----------------------------------------------------------------------
-    def acknowledge(self, tp: TopicPartition, offset: int, kind: int) -> None:
-        entry = self.delivered.pop((tp[0], tp[1], offset), None)
+    def acknowledge(self, tp: TopicPartition, offset: int, kind: int, record: Optional[Record] = None) -> None:
+        """``record`` is needed for RENEW: it is handed out again once renewed."""
+        key = (tp[0], tp[1], offset)
+        entry = self.delivered.pop(key, None)
         if entry is None:
             raise ShareStateError(
                 f"{tp[0]}-{tp[1]} offset {offset}: not a record of the last poll that is still "
                 f"unacknowledged (acknowledged already, or not delivered to this consumer)")
         self._pending_for(*entry)[offset] = kind
+        if kind == AcknowledgeType.RENEW:
+            self._renewing[key] = (entry, record)
 
     def acknowledge_delivered(self, kind: int = AcknowledgeType.ACCEPT) -> int:
         """Acknowledge every record handed out and not acknowledged yet
@@ -239,8 +253,11 @@ class ShareFetcher:
 
     # -- requests ----------------------------------------------------------------------------
     def requests(self, leader_of: Callable[[TopicPartition], Optional[int]],
-                 topic_id_of: Callable[[str], object], ready: Callable[[int], bool], now) -> List[ShareRequest]:
-        """The requests to send now: at most one per session in flight."""
+                 topic_id_of: Callable[[str], object], ready: Callable[[int], bool], now,
+                 renew_supported: Callable[[int], bool] = lambda node: True) -> List[ShareRequest]:
+        """The requests to send now: at most one per session in flight.
+        ``renew_supported(node)``: the leader takes RENEW (ShareAcknowledge v2)."""
+        self._renew_supported = renew_supported
         wanted: Dict[int, Set[TopicPartition]] = {}
         if not self.closing:
             for tp in self.assigned:
@@ -274,6 +291,12 @@ class ShareFetcher:
             if not ready(node):
                 return None
             return self._acknowledge(node, s, pending, commits, FINAL_EPOCH, topic_id_of)
+        renew = any(k == AcknowledgeType.RENEW for a in pending.values() for k in a.values())
+        if renew and not self._renew_supported(node):
+            self._fail_renewals(node, pending, UnsupportedVersionError(
+                f"node {node} does not take RENEW acknowledgements (ShareAcknowledge v2, KIP-1222, "
+                f"Kafka 4.2+): the records' locks were not renewed"))
+            renew = False
         buffered = any(b.node == node for b in self._buffered)
         can_fetch = bool(want) and not buffered
         if can_fetch and s is not None and s.dry:
@@ -282,7 +305,7 @@ class ShareFetcher:
             else:
                 can_fetch = False
         if (s is not None and s.epoch != INITIAL_EPOCH and pending
-                and (commits or not can_fetch or any(tp not in want for tp in pending))):
+                and (commits or renew or not can_fetch or any(tp not in want for tp in pending))):
             if not ready(node):
                 return None
             return self._acknowledge(node, s, pending, commits, s.epoch, topic_id_of)
@@ -368,6 +391,7 @@ class ShareFetcher:
             topics.setdefault(tid, []).append({"partition_index": tp.partition,
                                                "acknowledgement_batches": ack_batches(pending[tp])})
         body = {"group_id": self.group_id, "member_id": self.member_id, "share_session_epoch": epoch,
+                "is_renew_ack": any(k == AcknowledgeType.RENEW for a in pending.values() for k in a.values()),
                 "topics": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()]}
         self._pending.pop(node, None)
         self._commits.pop(node, None)
@@ -375,7 +399,23 @@ class ShareFetcher:
         s.inflight = req
         return req
 
+    def _fail_renewals(self, node, pending, error):
+        """Drop the RENEW acknowledgements of ``pending`` (in place), reporting ``error``."""
+        failed = {}
+        for tp, acks in pending.items():
+            offs = [o for o, k in acks.items() if k == AcknowledgeType.RENEW]
+            for o in offs:
+                del acks[o]
+                self._renewing.pop((tp[0], tp[1], o), None)
+            if offs:
+                failed[tp] = (offs, error)
+        for tp in [tp for tp, a in pending.items() if not a]:
+            del pending[tp]
+        if failed:
+            self._events.append(AcknowledgementsDone(failed))
+
     def _fail_acks(self, node, pending, commits, error):
+        self._settle_renewals(pending, {tp: error for tp in pending})
         if pending:
             self._pending.pop(node, None)
             self._events.append(AcknowledgementsDone(
@@ -478,7 +518,22 @@ class ShareFetcher:
             return
         self._buffered.append(buf)
 
+    def _settle_renewals(self, acks, results):
+        """RENEW acknowledgements answered: a renewed record is handed out
+        again by the next drain; one whose renewal failed is dropped (its
+        lock runs out; the error reaches the acknowledgement callback)."""
+        if not self._renewing:
+            return
+        for tp, a in acks.items():
+            for off, kind in a.items():
+                if kind != AcknowledgeType.RENEW:
+                    continue
+                held = self._renewing.pop((tp[0], tp[1], off), None)
+                if held is not None and results.get(tp) is None and held[1] is not None:
+                    self._renewed.append(held)
+
     def _ack_results(self, req, results):
+        self._settle_renewals(req.acks, results)
         if req.acks:
             self._events.append(AcknowledgementsDone(
                 {tp: (sorted(req.acks[tp]), results.get(tp)) for tp in req.acks}))
@@ -503,6 +558,11 @@ class ShareFetcher:
             raise self._errors.pop(0)
         limit = max_records or self.max_records
         out: List[ShareRecord] = []
+        while self._renewed and len(out) < limit:         # renewed locks: the application's again
+            entry, rec = self._renewed.pop(0)
+            if entry[1] in self.assigned:
+                self.delivered[(rec.topic, rec.partition, rec.offset)] = entry
+                out.append(rec)
         while self._buffered and len(out) < limit:
             buf = self._buffered[0]
             self._drain_one(buf, out, limit, convert)
@@ -560,6 +620,14 @@ class ShareFetcher:
         self.assigned = set()
         self._buffered = []
         self.delivered = {}
+        # A lock renewal makes no sense any more: let the leaders release them.
+        for parts in self._pending.values():
+            for acks in parts.values():
+                for off, kind in acks.items():
+                    if kind == AcknowledgeType.RENEW:
+                        acks[off] = AcknowledgeType.RELEASE
+        self._renewing = {}
+        self._renewed = []
 
     @property
     def closed(self) -> bool:
