@@ -118,7 +118,10 @@ class ScramAdmin:
                       timeout_ms, single=wanted is None)
 
         def build(node, call=None):
-            return {"users": None if wanted is None else [{"name": u} for u in wanted]}
+            # "Every user" is an empty list, as Java sends it: Kafka 4.4 answers a
+            # null list it must refuse (no DESCRIBE on the cluster) with a
+            # NullPointerException and no response at all.
+            return {"users": [{"name": u} for u in wanted or ()]}
 
         def handle(call, body, now):
             code = body.get("error_code", 0)
@@ -153,7 +156,7 @@ class ScramAdmin:
         item per user (value None). Upsertions are salted here (see the
         module); the broker checks the iteration count (4096..16384, else
         UnacceptableCredentialError) and refuses two alterations of one
-        user and mechanism (DuplicateResourceError)."""
+        user in a request (DuplicateResourceError)."""
         from kproto.admin import _SelfCall
         deletions, upsertions, users = [], [], []
         for a in alterations:
