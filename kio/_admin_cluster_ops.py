@@ -57,7 +57,7 @@ class AdminClusterOps:
     def describe_acls(self, acl_filter: AclBindingFilter = ..., *, timeout: Optional[float] = ...,
             raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter.ANY, *,
+    def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter(), *,
                       timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         """The ACLs matching ``acl_filter`` (Java's semantics: ANY fields match
         everything; ``PatternType.MATCH`` finds the literal, wildcard and prefixed

@@ -22,6 +22,7 @@ import enum
 from typing import Iterable, List, NamedTuple, Optional
 
 from kproto import error_codes
+from kproto._admin_mixin import AdminMixin
 from kproto.errors import KafkaError
 
 __all__ = ["AclAdmin", "ResourceType", "PatternType", "AclOperation", "AclPermissionType",
@@ -193,8 +194,8 @@ class AccessControlEntryFilter(NamedTuple):
 
 
 class AclBindingFilter(NamedTuple):
-    """A filter over ACL bindings (Java's AclBindingFilter); ``AclBindingFilter.ANY``
-    (the default) selects every binding."""
+    """A filter over ACL bindings (Java's AclBindingFilter); ``AclBindingFilter()``
+    (also ``AclBindingFilter.ANY``) selects every binding."""
     pattern: ResourcePatternFilter = ResourcePatternFilter()
     entry: AccessControlEntryFilter = AccessControlEntryFilter()
 
@@ -209,7 +210,8 @@ class AclBindingFilter(NamedTuple):
                 raise ValueError(f"{what}: {self} has an UNKNOWN {type(value).__name__}")
 
 
-AclBindingFilter.ANY = AclBindingFilter()
+#: Java's ``AclBindingFilter.ANY``: every binding (the same as ``AclBindingFilter()``).
+AclBindingFilter.ANY = AclBindingFilter()  # type: ignore[attr-defined]
 
 
 def _filter_body(f: AclBindingFilter) -> dict:
@@ -238,7 +240,7 @@ def _as_filter(f) -> AclBindingFilter:
     return f
 
 
-class AclAdmin:
+class AclAdmin(AdminMixin):
     """The ACL operations of AdminCore (a mixin: it uses the core's ``_op``,
     ``_submit``, ``_complete``... machinery)."""
 
@@ -276,7 +278,7 @@ class AclAdmin:
             self._submit(_SelfCall(op, "CreateAcls", bindings, build, handle))
         return op
 
-    def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter.ANY, *, timeout_ms=None, now):
+    def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter(), *, timeout_ms=None, now):
         """[AclBinding] matching ``acl_filter`` (DescribeAcls; Java's filter
         semantics, see the module), sorted."""
         from kproto.admin import _SelfCall

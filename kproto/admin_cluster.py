@@ -19,6 +19,7 @@ import enum
 from typing import Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
 from kproto import error_codes
+from kproto._admin_mixin import AdminMixin
 from kproto.cluster import TopicPartition
 from kproto.errors import KafkaError
 
@@ -141,7 +142,7 @@ def _by_topic(tps):
     return sorted((t, sorted(ps)) for t, ps in by.items())
 
 
-class ClusterAdmin:
+class ClusterAdmin(AdminMixin):
     """The cluster operations of AdminCore (a mixin)."""
 
     # -- topics ------------------------------------------------------------------------------

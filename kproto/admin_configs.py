@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
 from kproto import error_codes
+from kproto._admin_mixin import AdminMixin
 from kproto.errors import ConfigError, UnsupportedVersionError
 
 __all__ = ["ConfigAdmin", "ClientQuotaEntity", "ClientQuotaFilterComponent", "ClientQuotaFilter",
@@ -30,15 +31,15 @@ _MATCH_EXACT, _MATCH_DEFAULT, _MATCH_ANY = 0, 1, 2
 _CLIENT_METRICS = 16
 
 
+#: Java's ClientQuotaEntity.USER, CLIENT_ID and IP: the entity types.
+QUOTA_USER, QUOTA_CLIENT_ID, QUOTA_IP = "user", "client-id", "ip"
+
+
 class ClientQuotaEntity(NamedTuple):
     """Whom a quota applies to: ``entries`` ((entity type, name), ...) sorted,
     the types "user", "client-id" and "ip"; a name None is the type's default
     entity. ``ClientQuotaEntity.of({"user": "alice"})``."""
     entries: Tuple[Tuple[str, Optional[str]], ...]
-
-    USER = "user"
-    CLIENT_ID = "client-id"
-    IP = "ip"
 
     @classmethod
     def of(cls, entries: Mapping[str, Optional[str]]) -> "ClientQuotaEntity":
@@ -120,7 +121,7 @@ def _entity(raw) -> ClientQuotaEntity:
     return ClientQuotaEntity(tuple(sorted((e["entity_type"], e.get("entity_name")) for e in raw)))
 
 
-class ConfigAdmin:
+class ConfigAdmin(AdminMixin):
     """The config and quota operations of AdminCore (a mixin)."""
 
     def _per_resource(self, op, api, resources, build, handle):

@@ -18,6 +18,7 @@ import secrets
 from typing import Iterable, NamedTuple, Optional, Tuple, Union
 
 from kproto import error_codes
+from kproto._admin_mixin import AdminMixin
 
 __all__ = ["ScramAdmin", "ScramMechanism", "ScramCredentialInfo", "UserScramCredentialsDescription",
            "UserScramCredentialUpsertion", "UserScramCredentialDeletion", "salted_password"]
@@ -102,7 +103,7 @@ def random_salt() -> bytes:
     return (out or "0").encode()
 
 
-class ScramAdmin:
+class ScramAdmin(AdminMixin):
     """The SCRAM operations of AdminCore (a mixin)."""
 
     def describe_user_scram_credentials(self, users: Optional[Iterable[str]] = None, *, timeout_ms=None, now):
