@@ -24,7 +24,9 @@ from kio.admin import (
     PatternType, ResourcePattern, ResourcePatternFilter, ResourceType, ScramMechanism, UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from kio.admin import ConfigResource, ElectionType
 from kproto import error_codes
+from kproto.cluster import TopicPartition
 from kproto.admin_scram import ScramCredentialInfo
 from kproto.errors import AuthenticationError
 
@@ -125,6 +127,18 @@ def test_acls_need_cluster_alter_and_describe(secured_kafka):
             alice.delete_acls([binding.to_filter()])
         with pytest.raises(error_codes.ClusterAuthorizationFailedError):
             alice.describe_user_scram_credentials()
+        with pytest.raises(error_codes.ClusterAuthorizationFailedError):
+            alice.alter_user_scram_credentials([UserScramCredentialUpsertion("alice", "SCRAM-SHA-256", "x")])
+        with pytest.raises(error_codes.ClusterAuthorizationFailedError):
+            alice.describe_client_quotas()
+        with pytest.raises(error_codes.ClusterAuthorizationFailedError):
+            alice.describe_log_dirs([alice.describe_cluster().nodes[0].id])
+        with pytest.raises(error_codes.ClusterAuthorizationFailedError):
+            alice.elect_leaders(ElectionType.PREFERRED, [TopicPartition("x", 0)])
+        with pytest.raises(error_codes.ClusterAuthorizationFailedError):
+            alice.list_partition_reassignments()
+        with pytest.raises(error_codes.TopicAuthorizationFailedError):
+            alice.alter_configs({ConfigResource.topic("x"): {"retention.ms": 1000}})
 
 
 def test_acl_operations_in_the_async_admins(secured_kafka):

@@ -174,3 +174,33 @@ def test_describe_topics_pages_through_describe_topic_partitions():
     later = [r.body for _, r in sim.requests("DescribeTopicPartitions")][1:]
     assert all(b["cursor"] is not None for b in later)
     assert [t["name"] for t in later[-1]["topics"]] == ["c", "ghost"]    # by name, after the cursor
+
+
+# --- config routing ----------------------------------------------------------------------------------
+
+def test_config_requests_go_to_the_broker_they_describe():
+    """A broker's (or broker logger's) settings go to that broker; the cluster
+    default (empty name) and other resources to any broker, in one request."""
+    from kproto.admin import ConfigResource
+    from kproto.errors import ConfigError
+    fc = FakeCluster(nodes=(1, 2))
+
+    def alter(req):
+        return {"responses": [{"error_code": 0, "resource_type": r["resource_type"],
+                               "resource_name": r["resource_name"]} for r in req.body["resources"]]}
+    fc.on_all("AlterConfigs", alter)
+    sim = Sim(fc)
+    default, b2, logger2, topic = (ConfigResource(4, ""), ConfigResource.broker(2), ConfigResource.broker_logger(2),
+                                   ConfigResource.topic("t"))
+    h = sim.core.alter_configs({default: {"a": 1}, b2: {"b": True}, logger2: {}, topic: {"c": None},
+                                ConfigResource(4, "x"): {}}, now=0)
+    sim.run(h)
+    assert h.values() == {default: None, b2: None, logger2: None, topic: None}
+    assert isinstance(h.items[ConfigResource(4, "x")].error, ConfigError)
+    sent = {(n, tuple(sorted((r["resource_type"], r["resource_name"]) for r in req.body["resources"])))
+            for n, req in sim.requests("AlterConfigs")}
+    anywhere = [s for s in sent if s[1] == ((2, "t"), (4, ""))]
+    assert len(anywhere) == 1 and {(2, ((4, "2"),)), (2, ((8, "2"),))} <= sent and len(sent) == 3
+    body = next(req.body for n, req in sim.requests("AlterConfigs") if n == 2 and
+                req.body["resources"][0]["resource_name"] == "2" and req.body["resources"][0]["resource_type"] == 4)
+    assert body["resources"][0]["configs"] == [{"name": "b", "value": "true"}]
