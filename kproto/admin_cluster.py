@@ -211,7 +211,9 @@ class ClusterAdmin(AdminMixin):
                     core._retry(call, error_codes.error_for_code(_LEADER_NOT_AVAILABLE, None, "describe topics"),
                                 now, keys=again)
 
+            @staticmethod
             def on_moved(call, now2):
+                # (the engine calls call.on_moved(call, now): a static method)
                 # A page's broker went away: start the remaining topics over anywhere.
                 for n in call.keys:
                     gathered.pop(n, None)

@@ -204,3 +204,29 @@ def test_config_requests_go_to_the_broker_they_describe():
     body = next(req.body for n, req in sim.requests("AlterConfigs") if n == 2 and
                 req.body["resources"][0]["resource_name"] == "2" and req.body["resources"][0]["resource_type"] == 4)
     assert body["resources"][0]["configs"] == [{"name": "b", "value": "true"}]
+
+
+def test_describe_topics_starts_over_when_a_page_is_lost():
+    """The broker of a page stops answering (a request timeout): the topics
+    not done yet are asked again from the first page, none twice in the result."""
+    try:
+        from scripted_broker import NO_RESPONSE
+    except ImportError:  # tests/ as a package
+        from tests.scripted_broker import NO_RESPONSE
+    fc = FakeCluster(nodes=(1,), topics={"a": 3, "b": 3})
+    _paging_broker(fc)
+    pager = fc.brokers[1].handlers["DescribeTopicPartitions"]
+    lost = []
+
+    def once_silent(req):
+        if req.body.get("cursor") and not lost:
+            lost.append(req.body["cursor"])
+            return NO_RESPONSE
+        return pager(req)
+    fc.on_all("DescribeTopicPartitions", once_silent)
+    sim = Sim(fc)
+    h = sim.core.describe_topics(["a", "b"], partition_size_limit_per_response=2, now=0)
+    sim.run(h)
+    assert lost == [{"topic_name": "a", "partition_index": 2}]
+    assert {n: [p.partition for p in d.partitions] for n, d in h.result().items()} == {"a": [0, 1, 2], "b": [0, 1, 2]}
+    assert [r.body["cursor"] for _, r in sim.requests("DescribeTopicPartitions")][2] is None   # from the start
