@@ -14,7 +14,7 @@ from kproto.admin import AdminHandle, ConfigResource
 from kproto.admin_acls import AclBinding, AclBindingFilter
 from kproto.admin_cluster import (
     ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo,
-    TopicPartitionReplica,
+    ReplicaLogDirInfo, TopicPartitionReplica,
 )
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
 from kproto.admin_scram import (
@@ -207,6 +207,24 @@ raise_errors: bool = True) -> Any:
         """{broker: {log dir: LogDirDescription(error, replica_infos, total_bytes,
         usable_bytes)}}."""
         return self._call("describe_log_dirs", list(broker_ids), timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *,
+                                  timeout: Optional[float] = ...,
+                                  raise_errors: Literal[True] = ...
+                                  ) -> Dict[TopicPartitionReplica, ReplicaLogDirInfo]: ...
+
+    @overload
+    def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *,
+                                  timeout: Optional[float] = ...,
+                                  raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *,
+                                  timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """{TopicPartitionReplica: ReplicaLogDirInfo(current dir, its lag, future
+        dir, its lag)}: where each replica lives on its broker, and where it
+        is moving to (None, -1 when not)."""
+        return self._call("describe_replica_log_dirs", list(replicas), timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def alter_replica_log_dirs(self, assignments: Mapping[TopicPartitionReplica, str], *,

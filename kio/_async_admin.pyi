@@ -13,7 +13,7 @@ import uuid
 from kio._async_clients import _Client
 from kproto.admin import AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing
 from kproto.admin_acls import AclBinding, AclBindingFilter
-from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo, TopicPartitionReplica
+from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo, ReplicaLogDirInfo, TopicPartitionReplica
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
 from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
 from kproto.cluster import TopicPartition
@@ -264,6 +264,14 @@ class AsyncAdmin(_Client):
 
     @overload
     async def describe_log_dirs(self, broker_ids: Iterable[int], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartitionReplica, ReplicaLogDirInfo]:
+        ...
+
+    @overload
+    async def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload

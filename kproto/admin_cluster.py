@@ -24,7 +24,8 @@ from kproto.cluster import TopicPartition
 from kproto.errors import KafkaError
 
 __all__ = ["ClusterAdmin", "ElectionType", "TopicPartitionReplica", "ReplicaInfo", "LogDirDescription",
-           "PartitionReassignment", "FinalizedVersionRange", "SupportedVersionRange", "FeatureMetadata",
+           "PartitionReassignment", "ReplicaLogDirInfo",
+           "FinalizedVersionRange", "SupportedVersionRange", "FeatureMetadata",
            "FeatureUpdate", "UpgradeType", "QuorumInfo", "ReplicaState"]
 
 #: Java's default DescribeTopicPartitions page size (DescribeTopicsOptions.partitionSizeLimitPerResponse).
@@ -63,6 +64,16 @@ class LogDirDescription(NamedTuple):
     replica_infos: Dict[TopicPartition, ReplicaInfo]
     total_bytes: Optional[int]            # None: the broker did not say (before v4)
     usable_bytes: Optional[int]
+
+
+class ReplicaLogDirInfo(NamedTuple):
+    """Where a replica lives on its broker (Java's ReplicaLogDirInfo): its log
+    dir and lag, and, while it moves, the future dir and that copy's lag.
+    None/-1: not there (e.g. no such replica on that broker)."""
+    current_replica_log_dir: Optional[str]
+    current_replica_offset_lag: int
+    future_replica_log_dir: Optional[str]
+    future_replica_offset_lag: int
 
 
 class PartitionReassignment(NamedTuple):
@@ -266,6 +277,45 @@ class ClusterAdmin(AdminMixin):
 
         for b in brokers:
             self._submit(_SelfCall(op, "DescribeLogDirs", [b], build, handle, target=NODE, node=b))
+        return op
+
+    def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *, timeout_ms=None, now):
+        """{TopicPartitionReplica: ReplicaLogDirInfo}: the log dir of each
+        replica on its broker, and the future one while it moves
+        (DescribeLogDirs for those partitions, to each broker)."""
+        from kproto.admin import NODE, _no_dups, _SelfCall
+        wanted = [TopicPartitionReplica(*r) for r in replicas]
+        _no_dups(wanted, "describe_replica_log_dirs")
+        op = self._op("describe_replica_log_dirs", wanted, now, timeout_ms)
+        by_broker: Dict[int, list] = {}
+        for r in wanted:
+            by_broker.setdefault(r.broker_id, []).append(r)
+
+        def build(node, call=None):
+            return {"topics": [{"topic": t, "partitions": ps} for t, ps in
+                               _by_topic(TopicPartition(r.topic, r.partition) for r in call.keys)]}
+
+        def handle(call, body, now):
+            code = body.get("error_code", 0)
+            if code:
+                self._fail_call(call, error_codes.error_for_code(code, None,
+                                                                 f"describe log dirs of broker {call.node}"))
+                return
+            found: Dict[TopicPartitionReplica, dict] = {r: {} for r in call.keys}
+            for d in body.get("results") or []:
+                if d.get("error_code", 0):
+                    continue                     # an offline log dir holds nothing we can report
+                for t in d.get("topics") or []:
+                    for p in t.get("partitions") or []:
+                        r = TopicPartitionReplica(t["name"], p["partition_index"], call.node)
+                        if r in found:
+                            found[r]["future" if p["is_future_key"] else "current"] = (d["log_dir"], p["offset_lag"])
+            for r, where in found.items():
+                cur, fut = where.get("current", (None, -1)), where.get("future", (None, -1))
+                self._complete(op, r, value=ReplicaLogDirInfo(cur[0], cur[1], fut[0], fut[1]))
+
+        for b, rs in sorted(by_broker.items()):
+            self._submit(_SelfCall(op, "DescribeLogDirs", rs, build, handle, target=NODE, node=b))
         return op
 
     def alter_replica_log_dirs(self, assignments: Mapping[TopicPartitionReplica, str], *, timeout_ms=None, now):

@@ -22,7 +22,7 @@ from kio.admin import (
 )
 from kproto import error_codes
 from kproto.admin_acls import AccessControlEntry, AclBinding, ResourcePattern
-from kproto.admin_cluster import FeatureMetadata, PartitionReassignment
+from kproto.admin_cluster import FeatureMetadata, PartitionReassignment, ReplicaLogDirInfo
 from kproto.admin_configs import ConfigResourceListing
 from kproto.cluster import TopicPartition as TP
 from kproto.errors import DecodeError, UnsupportedVersionError
@@ -148,8 +148,9 @@ def test_client_quotas(admin):
     assert both == {alice: got[alice], alice_app: {"request_percentage": 50.0}}
     assert alice in admin.describe_client_quotas()
     admin.alter_client_quotas([ClientQuotaAlteration(alice, {"consumer_byte_rate": None})])
-    assert eventually(lambda: admin.describe_client_quotas(only_user),
-                      lambda v: "consumer_byte_rate" not in v.get(alice, {}))[alice] == {"producer_byte_rate": 1048576.0}
+    left = eventually(lambda: admin.describe_client_quotas(only_user),
+                      lambda v: "consumer_byte_rate" not in v.get(alice, {}))
+    assert left[alice] == {"producer_byte_rate": 1048576.0}
     with pytest.raises(error_codes.InvalidRequestError):
         admin.alter_client_quotas([ClientQuotaAlteration(alice, {"no_such_quota": 1})])
     admin.alter_client_quotas([ClientQuotaAlteration(alice, {"producer_byte_rate": None}),
@@ -168,6 +169,9 @@ def test_log_dirs(admin):
     assert {TP(topic, 0), TP(topic, 1)} <= set(d.replica_infos)
     assert d.replica_infos[TP(topic, 0)].is_future is False
     replica = TopicPartitionReplica(topic, 0, node)
+    where = admin.describe_replica_log_dirs([replica, TopicPartitionReplica(topic, 7, node)])
+    assert where == {replica: ReplicaLogDirInfo(path, 0, None, -1),
+                     TopicPartitionReplica(topic, 7, node): ReplicaLogDirInfo(None, -1, None, -1)}
     assert admin.alter_replica_log_dirs({replica: path}) == {replica: None}       # already there
     with pytest.raises(error_codes.LogDirNotFoundError):
         admin.alter_replica_log_dirs({replica: "/no/such/log/dir"})
