@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
+from kio._admin_cluster_ops import AdminClusterOps
 from kio._client_ops import ClosedChecks
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
@@ -36,7 +37,7 @@ class AdminClosedError(KafkaError):
 AdminClosedError.__module__ = "kio.admin"
 
 
-class AdminOps(ClosedChecks):
+class AdminOps(ClosedChecks, AdminClusterOps):
     """The admin operations, shared by every driver (see the module docstring).
 
     Every operation takes ``timeout`` (seconds; default
@@ -106,19 +107,25 @@ class AdminOps(ClosedChecks):
                         raise_errors=raise_errors)
 
     @overload
-    def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = ...,
+                        timeout: Optional[float] = ...,
                         raise_errors: Literal[True] = ...) -> Dict[str, TopicDescription]: ...
 
     @overload
-    def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = ...,
+                        timeout: Optional[float] = ...,
                         raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float] = None,
-                        raise_errors: bool = True) -> Any:
+    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = 2000,
+                        timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         """{name: TopicDescription(name, topic_id, internal, partitions)}, the
         partitions as PartitionInfo (leader, replicas, isr, ...); a missing
-        topic fails with UnknownTopicOrPartitionError."""
-        return self._call("describe_topics", topics, timeout=timeout, raise_errors=raise_errors)
+        topic fails with UnknownTopicOrPartitionError. Asked with
+        DescribeTopicPartitions (KIP-966), ``partition_size_limit_per_response``
+        partitions a request, where the broker has it; else Metadata."""
+        return self._call("describe_topics", topics,
+                          partition_size_limit_per_response=partition_size_limit_per_response,
+                          timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def describe_cluster(self, *, timeout: Optional[float] = ...,

@@ -12,6 +12,10 @@ the same operations as ``async def``, generated from AdminOps by
 import uuid
 from kio._async_clients import _Client
 from kproto.admin import AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing, ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing
+from kproto.admin_acls import AclBinding, AclBindingFilter
+from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo, ReplicaLogDirInfo, TopicPartitionReplica
+from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
+from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
@@ -55,11 +59,11 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, TopicDescription]:
+    async def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, TopicDescription]:
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -172,4 +176,156 @@ class AsyncAdmin(_Client):
 
     @overload
     async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def create_acls(self, bindings: Iterable[AclBinding], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[AclBinding, None]:
+        ...
+
+    @overload
+    async def create_acls(self, bindings: Iterable[AclBinding], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_acls(self, acl_filter: AclBindingFilter=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> List[AclBinding]:
+        ...
+
+    @overload
+    async def describe_acls(self, acl_filter: AclBindingFilter=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def delete_acls(self, filters: Iterable[AclBindingFilter], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[AclBindingFilter, List[AclBinding]]:
+        ...
+
+    @overload
+    async def delete_acls(self, filters: Iterable[AclBindingFilter], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, Any]], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[ConfigResource, None]:
+        ...
+
+    @overload
+    async def alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, Any]], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_client_quotas(self, quota_filter: ClientQuotaFilter=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[ClientQuotaEntity, Dict[str, float]]:
+        ...
+
+    @overload
+    async def describe_client_quotas(self, quota_filter: ClientQuotaFilter=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_client_quotas(self, entries: Iterable[ClientQuotaAlteration], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[ClientQuotaEntity, None]:
+        ...
+
+    @overload
+    async def alter_client_quotas(self, entries: Iterable[ClientQuotaAlteration], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_user_scram_credentials(self, users: Optional[Iterable[str]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, UserScramCredentialsDescription]:
+        ...
+
+    @overload
+    async def describe_user_scram_credentials(self, users: Optional[Iterable[str]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_user_scram_credentials(self, alterations: Iterable[Union[UserScramCredentialUpsertion, UserScramCredentialDeletion]], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, None]:
+        ...
+
+    @overload
+    async def alter_user_scram_credentials(self, alterations: Iterable[Union[UserScramCredentialUpsertion, UserScramCredentialDeletion]], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def list_config_resources(self, resource_types: Iterable[int]=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> List[ConfigResourceListing]:
+        ...
+
+    @overload
+    async def list_config_resources(self, resource_types: Iterable[int]=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def list_client_metrics_resources(self, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> List[ConfigResourceListing]:
+        ...
+
+    @overload
+    async def list_client_metrics_resources(self, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_log_dirs(self, broker_ids: Iterable[int], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[int, Dict[str, LogDirDescription]]:
+        ...
+
+    @overload
+    async def describe_log_dirs(self, broker_ids: Iterable[int], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartitionReplica, ReplicaLogDirInfo]:
+        ...
+
+    @overload
+    async def describe_replica_log_dirs(self, replicas: Iterable[TopicPartitionReplica], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_replica_log_dirs(self, assignments: Mapping[TopicPartitionReplica, str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartitionReplica, None]:
+        ...
+
+    @overload
+    async def alter_replica_log_dirs(self, assignments: Mapping[TopicPartitionReplica, str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def elect_leaders(self, election_type: ElectionType=..., partitions: Optional[Iterable[TopicPartition]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, Optional[BaseException]]:
+        ...
+
+    @overload
+    async def elect_leaders(self, election_type: ElectionType=..., partitions: Optional[Iterable[TopicPartition]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, Optional[Iterable[int]]], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, None]:
+        ...
+
+    @overload
+    async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, Optional[Iterable[int]]], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def list_partition_reassignments(self, partitions: Optional[Iterable[TopicPartition]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, PartitionReassignment]:
+        ...
+
+    @overload
+    async def list_partition_reassignments(self, partitions: Optional[Iterable[TopicPartition]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_features(self, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> FeatureMetadata:
+        ...
+
+    @overload
+    async def describe_features(self, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def update_features(self, updates: Mapping[str, FeatureUpdate], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, None]:
+        ...
+
+    @overload
+    async def update_features(self, updates: Mapping[str, FeatureUpdate], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_metadata_quorum(self, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> QuorumInfo:
+        ...
+
+    @overload
+    async def describe_metadata_quorum(self, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...

@@ -27,9 +27,22 @@ from kio._common import now_ms as _now_ms  # the cores' one clock
 from kio._common import call_error_cb, error_callbacks, sleep_time
 from kio._network import SocketLoop
 from kproto.admin import AdminCore, ConfigResource, NewPartitions, NewTopic, OffsetSpec
+from kproto.admin_acls import (
+    AccessControlEntry, AccessControlEntryFilter, AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+    PatternType, ResourcePattern, ResourcePatternFilter, ResourceType,
+)
+from kproto.admin_cluster import ElectionType, FeatureUpdate, TopicPartitionReplica, UpgradeType
+from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
+from kproto.admin_scram import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
 from kproto.config import Config
 
-__all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec"]
+__all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec",
+           # ACLs, quotas, SCRAM and cluster operations' inputs (kproto.admin_* have the results' types)
+           "AclBinding", "AclBindingFilter", "ResourcePattern", "ResourcePatternFilter", "AccessControlEntry",
+           "AccessControlEntryFilter", "ResourceType", "PatternType", "AclOperation", "AclPermissionType",
+           "ClientQuotaEntity", "ClientQuotaFilter", "ClientQuotaFilterComponent", "ClientQuotaAlteration",
+           "ScramMechanism", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
+           "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica"]
 
 log = logging.getLogger("kio.admin")
 

@@ -47,6 +47,10 @@ from kproto.config import (
 )
 from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupAdmin
+from kproto.admin_acls import AclAdmin
+from kproto.admin_cluster import ClusterAdmin
+from kproto.admin_configs import ConfigAdmin
+from kproto.admin_scram import ScramAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.requests import find_coordinator_body, offset_fetch_body
 from kproto.errors import (
@@ -97,13 +101,24 @@ class NewPartitions(NamedTuple):
 
 
 class ConfigResource(NamedTuple):
-    type: int                             # ConfigResource.TOPIC (2), BROKER (4) or GROUP (32)
-    name: str
+    type: int                             # ConfigResource.TOPIC (2), BROKER (4), GROUP (32)...
+    name: str                             # a BROKER's "": the cluster-wide default
 
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
     GROUP = 32
+
+    @classmethod
+    def broker_logger(cls, node_id: int) -> "ConfigResource":
+        """The log levels of broker ``node_id`` (its loggers' names as settings)."""
+        return cls(8, str(node_id))
+
+    @classmethod
+    def client_metrics(cls, name: str) -> "ConfigResource":
+        """A KIP-714 client metrics subscription (``metrics``, ``interval.ms``, ``match``)."""
+        return cls(16, name)
 
     @classmethod
     def group(cls, group_id: str) -> "ConfigResource":
@@ -365,7 +380,7 @@ class _Call:
         return f"{self.what} to {where}"
 
 
-class AdminCore(DriverIO, ShareGroupAdmin):
+class AdminCore(DriverIO, ShareGroupAdmin, AclAdmin, ConfigAdmin, ScramAdmin, ClusterAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
@@ -736,49 +751,6 @@ class AdminCore(DriverIO, ShareGroupAdmin):
         self._submit(_SelfCall(op, "Metadata", op.items, build, handle))
         return op
 
-    def describe_topics(self, topics, *, timeout_ms=None, now) -> AdminHandle:
-        """{name: TopicDescription}; one item per topic (UNKNOWN_TOPIC_OR_PARTITION fails it)."""
-        topics = list(topics)
-        _no_dups(topics, "describe_topics")
-        op = self._op("describe_topics", topics, now, timeout_ms)
-
-        def build(node, call=None):
-            return {"topics": [{"name": n} for n in call.keys], "allow_auto_topic_creation": False}
-
-        def handle(call, body, now):
-            self._seen_metadata(body, now)
-            again = []
-            seen = set()
-            for t in body.get("topics") or []:
-                n = t.get("name")
-                if n not in call.keys:
-                    continue
-                seen.add(n)
-                code = t.get("error_code", 0)
-                if code == 5:                               # LEADER_NOT_AVAILABLE: being created
-                    again.append(n)
-                    continue
-                if code:
-                    self._complete(op, n, error=error_codes.error_for_code(
-                        code, None, f"describe topic {n!r}"))
-                    continue
-                parts = tuple(PartitionInfo(
-                    p["partition_index"], p["leader_id"] if p["leader_id"] >= 0 else None,
-                    tuple(p.get("replica_nodes") or ()), tuple(p.get("isr_nodes") or ()),
-                    tuple(p.get("offline_replicas") or ()), p.get("leader_epoch", -1))
-                    for p in sorted(t.get("partitions") or [], key=lambda p: p["partition_index"]))
-                self._complete(op, n, value=TopicDescription(n, _topic_id(t.get("topic_id")),
-                                                             bool(t.get("is_internal")), parts))
-            for n in call.keys:
-                if n not in seen and not op.items[n].done:
-                    self._complete(op, n, error=error_codes.error_for_code(
-                        3, "the broker did not describe it", f"describe topic {n!r}"))
-            if again:
-                self._retry(call, error_codes.error_for_code(5, None, "describe topics"), now, keys=again)
-
-        self._submit(_SelfCall(op, "Metadata", op.items, build, handle))
-        return op
-
     # -- cluster and configs ------------------------------------------------------------------
     def describe_cluster(self, *, timeout_ms=None, now) -> AdminHandle:
         """ClusterDescription (DescribeCluster when the broker has it, else Metadata)."""
@@ -850,17 +822,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                 if not op.items[k].done:
                     self._complete(op, k, error=KafkaError(f"describe_configs: the broker did not answer for {k}"))
 
-        anyres = [r for r in resources if r.type != ConfigResource.BROKER and r.type != ConfigResource.BROKER_LOGGER]
-        if anyres:
-            self._submit(_SelfCall(op, "DescribeConfigs", anyres, build, handle))
-        for r in resources:
-            if r not in anyres:
-                try:
-                    node = int(r.name)
-                except ValueError:
-                    self._complete(op, r, error=ConfigError(f"broker resource name {r.name!r} is not a broker id"))
-                    continue
-                self._submit(_SelfCall(op, "DescribeConfigs", [r], build, handle, target=NODE, node=node))
+        self._per_resource(op, "DescribeConfigs", resources, build, handle)
         return op
 
     # -- groups -----------------------------------------------------------------------------

@@ -133,7 +133,8 @@ CLIENT_THROTTLES_FROM = {
     "DescribeGroups": 2, "ListGroups": 2, "ApiVersions": 2, "CreateTopics": 3, "DeleteTopics": 2,
     "DeleteRecords": 1, "InitProducerId": 1, "AddPartitionsToTxn": 1, "AddOffsetsToTxn": 1, "EndTxn": 1,
     "TxnOffsetCommit": 1, "DescribeConfigs": 2, "CreatePartitions": 1, "DeleteGroups": 1,
-    "DescribeCluster": 0, "CreateAcls": 1,
+    "DescribeCluster": 0, "CreateAcls": 1, "DescribeAcls": 1, "DeleteAcls": 1, "AlterConfigs": 1,
+    "DescribeLogDirs": 1, "AlterReplicaLogDirs": 1,
 }
 
 

@@ -1484,6 +1484,616 @@ class CreateAclsResponse(TypedDict, total=False):
     results: List[CreateAclsResponseAclCreationResult]  # v0+
 
 
+class DescribeAclsRequest(TypedDict, total=False):
+    """The body of the DescribeAcls request (api key 29)."""
+    resource_type_filter: int  # v0+
+    resource_name_filter: Optional[str]  # v0+
+    pattern_type_filter: int  # v1+
+    principal_filter: Optional[str]  # v0+
+    host_filter: Optional[str]  # v0+
+    operation: int  # v0+
+    permission_type: int  # v0+
+
+
+class DescribeAclsResponseAclDescription(TypedDict, total=False):
+    """DescribeAclsResponseAclDescription: a struct in DescribeAclsResponse."""
+    principal: str  # v0+
+    host: str  # v0+
+    operation: int  # v0+
+    permission_type: int  # v0+
+
+
+class DescribeAclsResponseDescribeAclsResource(TypedDict, total=False):
+    """DescribeAclsResponseDescribeAclsResource: a struct in DescribeAclsResponse."""
+    resource_type: int  # v0+
+    resource_name: str  # v0+
+    pattern_type: int  # v1+
+    acls: List[DescribeAclsResponseAclDescription]  # v0+
+
+
+class DescribeAclsResponse(TypedDict, total=False):
+    """The body of the DescribeAcls response (api key 29)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    resources: List[DescribeAclsResponseDescribeAclsResource]  # v0+
+
+
+class DeleteAclsRequestDeleteAclsFilter(TypedDict, total=False):
+    """DeleteAclsRequestDeleteAclsFilter: a struct in DeleteAclsRequest."""
+    resource_type_filter: int  # v0+
+    resource_name_filter: Optional[str]  # v0+
+    pattern_type_filter: int  # v1+
+    principal_filter: Optional[str]  # v0+
+    host_filter: Optional[str]  # v0+
+    operation: int  # v0+
+    permission_type: int  # v0+
+
+
+class DeleteAclsRequest(TypedDict, total=False):
+    """The body of the DeleteAcls request (api key 31)."""
+    filters: List[DeleteAclsRequestDeleteAclsFilter]  # v0+
+
+
+class DeleteAclsResponseDeleteAclsMatchingAcl(TypedDict, total=False):
+    """DeleteAclsResponseDeleteAclsMatchingAcl: a struct in DeleteAclsResponse."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    resource_type: int  # v0+
+    resource_name: str  # v0+
+    pattern_type: int  # v1+
+    principal: str  # v0+
+    host: str  # v0+
+    operation: int  # v0+
+    permission_type: int  # v0+
+
+
+class DeleteAclsResponseDeleteAclsFilterResult(TypedDict, total=False):
+    """DeleteAclsResponseDeleteAclsFilterResult: a struct in DeleteAclsResponse."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    matching_acls: List[DeleteAclsResponseDeleteAclsMatchingAcl]  # v0+
+
+
+class DeleteAclsResponse(TypedDict, total=False):
+    """The body of the DeleteAcls response (api key 31)."""
+    throttle_time_ms: int  # v0+
+    filter_results: List[DeleteAclsResponseDeleteAclsFilterResult]  # v0+
+
+
+class AlterConfigsRequestAlterableConfig(TypedDict, total=False):
+    """AlterConfigsRequestAlterableConfig: a struct in AlterConfigsRequest."""
+    name: str  # v0+
+    value: Optional[str]  # v0+
+
+
+class AlterConfigsRequestAlterConfigsResource(TypedDict, total=False):
+    """AlterConfigsRequestAlterConfigsResource: a struct in AlterConfigsRequest."""
+    resource_type: int  # v0+
+    resource_name: str  # v0+
+    configs: List[AlterConfigsRequestAlterableConfig]  # v0+
+
+
+class AlterConfigsRequest(TypedDict, total=False):
+    """The body of the AlterConfigs request (api key 33)."""
+    resources: List[AlterConfigsRequestAlterConfigsResource]  # v0+
+    validate_only: bool  # v0+
+
+
+class AlterConfigsResponseAlterConfigsResourceResponse(TypedDict, total=False):
+    """AlterConfigsResponseAlterConfigsResourceResponse: a struct in AlterConfigsResponse."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    resource_type: int  # v0+
+    resource_name: str  # v0+
+
+
+class AlterConfigsResponse(TypedDict, total=False):
+    """The body of the AlterConfigs response (api key 33)."""
+    throttle_time_ms: int  # v0+
+    responses: List[AlterConfigsResponseAlterConfigsResourceResponse]  # v0+
+
+
+class DescribeClientQuotasRequestComponentData(TypedDict, total=False):
+    """DescribeClientQuotasRequestComponentData: a struct in DescribeClientQuotasRequest."""
+    entity_type: str  # v0+
+    match_type: int  # v0+
+    match: Optional[str]  # v0+
+
+
+class DescribeClientQuotasRequest(TypedDict, total=False):
+    """The body of the DescribeClientQuotas request (api key 48)."""
+    components: List[DescribeClientQuotasRequestComponentData]  # v0+
+    strict: bool  # v0+
+
+
+class DescribeClientQuotasResponseEntityData(TypedDict, total=False):
+    """DescribeClientQuotasResponseEntityData: a struct in DescribeClientQuotasResponse."""
+    entity_type: str  # v0+
+    entity_name: Optional[str]  # v0+
+
+
+class DescribeClientQuotasResponseValueData(TypedDict, total=False):
+    """DescribeClientQuotasResponseValueData: a struct in DescribeClientQuotasResponse."""
+    key: str  # v0+
+    value: float  # v0+
+
+
+class DescribeClientQuotasResponseEntryData(TypedDict, total=False):
+    """DescribeClientQuotasResponseEntryData: a struct in DescribeClientQuotasResponse."""
+    entity: List[DescribeClientQuotasResponseEntityData]  # v0+
+    values: List[DescribeClientQuotasResponseValueData]  # v0+
+
+
+class DescribeClientQuotasResponse(TypedDict, total=False):
+    """The body of the DescribeClientQuotas response (api key 48)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    entries: Optional[List[DescribeClientQuotasResponseEntryData]]  # v0+
+
+
+class AlterClientQuotasRequestEntityData(TypedDict, total=False):
+    """AlterClientQuotasRequestEntityData: a struct in AlterClientQuotasRequest."""
+    entity_type: str  # v0+
+    entity_name: Optional[str]  # v0+
+
+
+class AlterClientQuotasRequestOpData(TypedDict, total=False):
+    """AlterClientQuotasRequestOpData: a struct in AlterClientQuotasRequest."""
+    key: str  # v0+
+    value: float  # v0+
+    remove: bool  # v0+
+
+
+class AlterClientQuotasRequestEntryData(TypedDict, total=False):
+    """AlterClientQuotasRequestEntryData: a struct in AlterClientQuotasRequest."""
+    entity: List[AlterClientQuotasRequestEntityData]  # v0+
+    ops: List[AlterClientQuotasRequestOpData]  # v0+
+
+
+class AlterClientQuotasRequest(TypedDict, total=False):
+    """The body of the AlterClientQuotas request (api key 49)."""
+    entries: List[AlterClientQuotasRequestEntryData]  # v0+
+    validate_only: bool  # v0+
+
+
+class AlterClientQuotasResponseEntityData(TypedDict, total=False):
+    """AlterClientQuotasResponseEntityData: a struct in AlterClientQuotasResponse."""
+    entity_type: str  # v0+
+    entity_name: Optional[str]  # v0+
+
+
+class AlterClientQuotasResponseEntryData(TypedDict, total=False):
+    """AlterClientQuotasResponseEntryData: a struct in AlterClientQuotasResponse."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    entity: List[AlterClientQuotasResponseEntityData]  # v0+
+
+
+class AlterClientQuotasResponse(TypedDict, total=False):
+    """The body of the AlterClientQuotas response (api key 49)."""
+    throttle_time_ms: int  # v0+
+    entries: List[AlterClientQuotasResponseEntryData]  # v0+
+
+
+class DescribeUserScramCredentialsRequestUserName(TypedDict, total=False):
+    """DescribeUserScramCredentialsRequestUserName: a struct in DescribeUserScramCredentialsRequest."""
+    name: str  # v0+
+
+
+class DescribeUserScramCredentialsRequest(TypedDict, total=False):
+    """The body of the DescribeUserScramCredentials request (api key 50)."""
+    users: Optional[List[DescribeUserScramCredentialsRequestUserName]]  # v0+
+
+
+class DescribeUserScramCredentialsResponseCredentialInfo(TypedDict, total=False):
+    """DescribeUserScramCredentialsResponseCredentialInfo: a struct in DescribeUserScramCredentialsResponse."""
+    mechanism: int  # v0+
+    iterations: int  # v0+
+
+
+class DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult(TypedDict, total=False):
+    """DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult: a struct in DescribeUserScramCredentialsResponse."""
+    user: str  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    credential_infos: List[DescribeUserScramCredentialsResponseCredentialInfo]  # v0+
+
+
+class DescribeUserScramCredentialsResponse(TypedDict, total=False):
+    """The body of the DescribeUserScramCredentials response (api key 50)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    results: List[DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult]  # v0+
+
+
+class AlterUserScramCredentialsRequestScramCredentialDeletion(TypedDict, total=False):
+    """AlterUserScramCredentialsRequestScramCredentialDeletion: a struct in AlterUserScramCredentialsRequest."""
+    name: str  # v0+
+    mechanism: int  # v0+
+
+
+class AlterUserScramCredentialsRequestScramCredentialUpsertion(TypedDict, total=False):
+    """AlterUserScramCredentialsRequestScramCredentialUpsertion: a struct in AlterUserScramCredentialsRequest."""
+    name: str  # v0+
+    mechanism: int  # v0+
+    iterations: int  # v0+
+    salt: bytes  # v0+
+    salted_password: bytes  # v0+
+
+
+class AlterUserScramCredentialsRequest(TypedDict, total=False):
+    """The body of the AlterUserScramCredentials request (api key 51)."""
+    deletions: List[AlterUserScramCredentialsRequestScramCredentialDeletion]  # v0+
+    upsertions: List[AlterUserScramCredentialsRequestScramCredentialUpsertion]  # v0+
+
+
+class AlterUserScramCredentialsResponseAlterUserScramCredentialsResult(TypedDict, total=False):
+    """AlterUserScramCredentialsResponseAlterUserScramCredentialsResult: a struct in AlterUserScramCredentialsResponse."""
+    user: str  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class AlterUserScramCredentialsResponse(TypedDict, total=False):
+    """The body of the AlterUserScramCredentials response (api key 51)."""
+    throttle_time_ms: int  # v0+
+    results: List[AlterUserScramCredentialsResponseAlterUserScramCredentialsResult]  # v0+
+
+
+class DescribeLogDirsRequestDescribableLogDirTopic(TypedDict, total=False):
+    """DescribeLogDirsRequestDescribableLogDirTopic: a struct in DescribeLogDirsRequest."""
+    topic: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class DescribeLogDirsRequest(TypedDict, total=False):
+    """The body of the DescribeLogDirs request (api key 35)."""
+    topics: Optional[List[DescribeLogDirsRequestDescribableLogDirTopic]]  # v0+
+
+
+class DescribeLogDirsResponseDescribeLogDirsPartition(TypedDict, total=False):
+    """DescribeLogDirsResponseDescribeLogDirsPartition: a struct in DescribeLogDirsResponse."""
+    partition_index: int  # v0+
+    partition_size: int  # v0+
+    offset_lag: int  # v0+
+    is_future_key: bool  # v0+
+
+
+class DescribeLogDirsResponseDescribeLogDirsTopic(TypedDict, total=False):
+    """DescribeLogDirsResponseDescribeLogDirsTopic: a struct in DescribeLogDirsResponse."""
+    name: str  # v0+
+    partitions: List[DescribeLogDirsResponseDescribeLogDirsPartition]  # v0+
+
+
+class DescribeLogDirsResponseDescribeLogDirsResult(TypedDict, total=False):
+    """DescribeLogDirsResponseDescribeLogDirsResult: a struct in DescribeLogDirsResponse."""
+    error_code: int  # v0+
+    log_dir: str  # v0+
+    topics: List[DescribeLogDirsResponseDescribeLogDirsTopic]  # v0+
+    total_bytes: int  # v4+
+    usable_bytes: int  # v4+
+    is_cordoned: bool  # v5+
+
+
+class DescribeLogDirsResponse(TypedDict, total=False):
+    """The body of the DescribeLogDirs response (api key 35)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v3+
+    results: List[DescribeLogDirsResponseDescribeLogDirsResult]  # v0+
+
+
+class AlterReplicaLogDirsRequestAlterReplicaLogDirTopic(TypedDict, total=False):
+    """AlterReplicaLogDirsRequestAlterReplicaLogDirTopic: a struct in AlterReplicaLogDirsRequest."""
+    name: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class AlterReplicaLogDirsRequestAlterReplicaLogDir(TypedDict, total=False):
+    """AlterReplicaLogDirsRequestAlterReplicaLogDir: a struct in AlterReplicaLogDirsRequest."""
+    path: str  # v0+
+    topics: List[AlterReplicaLogDirsRequestAlterReplicaLogDirTopic]  # v0+
+
+
+class AlterReplicaLogDirsRequest(TypedDict, total=False):
+    """The body of the AlterReplicaLogDirs request (api key 34)."""
+    dirs: List[AlterReplicaLogDirsRequestAlterReplicaLogDir]  # v0+
+
+
+class AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult(TypedDict, total=False):
+    """AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult: a struct in AlterReplicaLogDirsResponse."""
+    partition_index: int  # v0+
+    error_code: int  # v0+
+
+
+class AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult(TypedDict, total=False):
+    """AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult: a struct in AlterReplicaLogDirsResponse."""
+    topic_name: str  # v0+
+    partitions: List[AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult]  # v0+
+
+
+class AlterReplicaLogDirsResponse(TypedDict, total=False):
+    """The body of the AlterReplicaLogDirs response (api key 34)."""
+    throttle_time_ms: int  # v0+
+    results: List[AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult]  # v0+
+
+
+class ElectLeadersRequestTopicPartitions(TypedDict, total=False):
+    """ElectLeadersRequestTopicPartitions: a struct in ElectLeadersRequest."""
+    topic: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class ElectLeadersRequest(TypedDict, total=False):
+    """The body of the ElectLeaders request (api key 43)."""
+    election_type: int  # v1+
+    topic_partitions: Optional[List[ElectLeadersRequestTopicPartitions]]  # v0+
+    timeout_ms: int  # v0+
+
+
+class ElectLeadersResponsePartitionResult(TypedDict, total=False):
+    """ElectLeadersResponsePartitionResult: a struct in ElectLeadersResponse."""
+    partition_id: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class ElectLeadersResponseReplicaElectionResult(TypedDict, total=False):
+    """ElectLeadersResponseReplicaElectionResult: a struct in ElectLeadersResponse."""
+    topic: str  # v0+
+    partition_result: List[ElectLeadersResponsePartitionResult]  # v0+
+
+
+class ElectLeadersResponse(TypedDict, total=False):
+    """The body of the ElectLeaders response (api key 43)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v1+
+    replica_election_results: List[ElectLeadersResponseReplicaElectionResult]  # v0+
+
+
+class AlterPartitionReassignmentsRequestReassignablePartition(TypedDict, total=False):
+    """AlterPartitionReassignmentsRequestReassignablePartition: a struct in AlterPartitionReassignmentsRequest."""
+    partition_index: int  # v0+
+    replicas: Optional[List[int]]  # v0+
+
+
+class AlterPartitionReassignmentsRequestReassignableTopic(TypedDict, total=False):
+    """AlterPartitionReassignmentsRequestReassignableTopic: a struct in AlterPartitionReassignmentsRequest."""
+    name: str  # v0+
+    partitions: List[AlterPartitionReassignmentsRequestReassignablePartition]  # v0+
+
+
+class AlterPartitionReassignmentsRequest(TypedDict, total=False):
+    """The body of the AlterPartitionReassignments request (api key 45)."""
+    timeout_ms: int  # v0+
+    allow_replication_factor_change: bool  # v1+
+    topics: List[AlterPartitionReassignmentsRequestReassignableTopic]  # v0+
+
+
+class AlterPartitionReassignmentsResponseReassignablePartitionResponse(TypedDict, total=False):
+    """AlterPartitionReassignmentsResponseReassignablePartitionResponse: a struct in AlterPartitionReassignmentsResponse."""
+    partition_index: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class AlterPartitionReassignmentsResponseReassignableTopicResponse(TypedDict, total=False):
+    """AlterPartitionReassignmentsResponseReassignableTopicResponse: a struct in AlterPartitionReassignmentsResponse."""
+    name: str  # v0+
+    partitions: List[AlterPartitionReassignmentsResponseReassignablePartitionResponse]  # v0+
+
+
+class AlterPartitionReassignmentsResponse(TypedDict, total=False):
+    """The body of the AlterPartitionReassignments response (api key 45)."""
+    throttle_time_ms: int  # v0+
+    allow_replication_factor_change: bool  # v1+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    responses: List[AlterPartitionReassignmentsResponseReassignableTopicResponse]  # v0+
+
+
+class ListPartitionReassignmentsRequestListPartitionReassignmentsTopics(TypedDict, total=False):
+    """ListPartitionReassignmentsRequestListPartitionReassignmentsTopics: a struct in ListPartitionReassignmentsRequest."""
+    name: str  # v0+
+    partition_indexes: List[int]  # v0+
+
+
+class ListPartitionReassignmentsRequest(TypedDict, total=False):
+    """The body of the ListPartitionReassignments request (api key 46)."""
+    timeout_ms: int  # v0+
+    topics: Optional[List[ListPartitionReassignmentsRequestListPartitionReassignmentsTopics]]  # v0+
+
+
+class ListPartitionReassignmentsResponseOngoingPartitionReassignment(TypedDict, total=False):
+    """ListPartitionReassignmentsResponseOngoingPartitionReassignment: a struct in ListPartitionReassignmentsResponse."""
+    partition_index: int  # v0+
+    replicas: List[int]  # v0+
+    adding_replicas: List[int]  # v0+
+    removing_replicas: List[int]  # v0+
+
+
+class ListPartitionReassignmentsResponseOngoingTopicReassignment(TypedDict, total=False):
+    """ListPartitionReassignmentsResponseOngoingTopicReassignment: a struct in ListPartitionReassignmentsResponse."""
+    name: str  # v0+
+    partitions: List[ListPartitionReassignmentsResponseOngoingPartitionReassignment]  # v0+
+
+
+class ListPartitionReassignmentsResponse(TypedDict, total=False):
+    """The body of the ListPartitionReassignments response (api key 46)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    topics: List[ListPartitionReassignmentsResponseOngoingTopicReassignment]  # v0+
+
+
+class DescribeQuorumRequestPartitionData(TypedDict, total=False):
+    """DescribeQuorumRequestPartitionData: a struct in DescribeQuorumRequest."""
+    partition_index: int  # v0+
+
+
+class DescribeQuorumRequestTopicData(TypedDict, total=False):
+    """DescribeQuorumRequestTopicData: a struct in DescribeQuorumRequest."""
+    topic_name: str  # v0+
+    partitions: List[DescribeQuorumRequestPartitionData]  # v0+
+
+
+class DescribeQuorumRequest(TypedDict, total=False):
+    """The body of the DescribeQuorum request (api key 55)."""
+    topics: List[DescribeQuorumRequestTopicData]  # v0+
+
+
+class DescribeQuorumResponseReplicaState(TypedDict, total=False):
+    """DescribeQuorumResponseReplicaState: a struct in DescribeQuorumResponse."""
+    replica_id: int  # v0+
+    replica_directory_id: uuid.UUID  # v2+
+    log_end_offset: int  # v0+
+    last_fetch_timestamp: int  # v1+
+    last_caught_up_timestamp: int  # v1+
+
+
+class DescribeQuorumResponsePartitionData(TypedDict, total=False):
+    """DescribeQuorumResponsePartitionData: a struct in DescribeQuorumResponse."""
+    partition_index: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v2+
+    leader_id: int  # v0+
+    leader_epoch: int  # v0+
+    high_watermark: int  # v0+
+    current_voters: List[DescribeQuorumResponseReplicaState]  # v0+
+    observers: List[DescribeQuorumResponseReplicaState]  # v0+
+
+
+class DescribeQuorumResponseTopicData(TypedDict, total=False):
+    """DescribeQuorumResponseTopicData: a struct in DescribeQuorumResponse."""
+    topic_name: str  # v0+
+    partitions: List[DescribeQuorumResponsePartitionData]  # v0+
+
+
+class DescribeQuorumResponseListener(TypedDict, total=False):
+    """DescribeQuorumResponseListener: a struct in DescribeQuorumResponse."""
+    name: str  # v2+
+    host: str  # v2+
+    port: int  # v2+
+
+
+class DescribeQuorumResponseNode(TypedDict, total=False):
+    """DescribeQuorumResponseNode: a struct in DescribeQuorumResponse."""
+    node_id: int  # v2+
+    listeners: List[DescribeQuorumResponseListener]  # v2+
+
+
+class DescribeQuorumResponse(TypedDict, total=False):
+    """The body of the DescribeQuorum response (api key 55)."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v2+
+    topics: List[DescribeQuorumResponseTopicData]  # v0+
+    nodes: List[DescribeQuorumResponseNode]  # v2+
+
+
+class UpdateFeaturesRequestFeatureUpdateKey(TypedDict, total=False):
+    """UpdateFeaturesRequestFeatureUpdateKey: a struct in UpdateFeaturesRequest."""
+    feature: str  # v0+
+    max_version_level: int  # v0+
+    allow_downgrade: bool  # v0-v0
+    upgrade_type: int  # v1+
+
+
+class UpdateFeaturesRequest(TypedDict, total=False):
+    """The body of the UpdateFeatures request (api key 57)."""
+    timeout_ms: int  # v0+
+    feature_updates: List[UpdateFeaturesRequestFeatureUpdateKey]  # v0+
+    validate_only: bool  # v1+
+
+
+class UpdateFeaturesResponseUpdatableFeatureResult(TypedDict, total=False):
+    """UpdateFeaturesResponseUpdatableFeatureResult: a struct in UpdateFeaturesResponse."""
+    feature: str  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class UpdateFeaturesResponse(TypedDict, total=False):
+    """The body of the UpdateFeatures response (api key 57)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    results: List[UpdateFeaturesResponseUpdatableFeatureResult]  # v0-v1
+
+
+class DescribeTopicPartitionsRequestTopicRequest(TypedDict, total=False):
+    """DescribeTopicPartitionsRequestTopicRequest: a struct in DescribeTopicPartitionsRequest."""
+    name: str  # v0+
+
+
+class DescribeTopicPartitionsRequestCursor(TypedDict, total=False):
+    """DescribeTopicPartitionsRequestCursor: a struct in DescribeTopicPartitionsRequest."""
+    topic_name: str  # v0+
+    partition_index: int  # v0+
+
+
+class DescribeTopicPartitionsRequest(TypedDict, total=False):
+    """The body of the DescribeTopicPartitions request (api key 75)."""
+    topics: List[DescribeTopicPartitionsRequestTopicRequest]  # v0+
+    response_partition_limit: int  # v0+
+    cursor: Optional[DescribeTopicPartitionsRequestCursor]  # v0+
+
+
+class DescribeTopicPartitionsResponsePartition(TypedDict, total=False):
+    """DescribeTopicPartitionsResponsePartition: a struct in DescribeTopicPartitionsResponse."""
+    error_code: int  # v0+
+    partition_index: int  # v0+
+    leader_id: int  # v0+
+    leader_epoch: int  # v0+
+    replica_nodes: List[int]  # v0+
+    isr_nodes: List[int]  # v0+
+    eligible_leader_replicas: Optional[List[int]]  # v0+
+    last_known_elr: Optional[List[int]]  # v0+
+    offline_replicas: List[int]  # v0+
+
+
+class DescribeTopicPartitionsResponseTopic(TypedDict, total=False):
+    """DescribeTopicPartitionsResponseTopic: a struct in DescribeTopicPartitionsResponse."""
+    error_code: int  # v0+
+    name: Optional[str]  # v0+
+    topic_id: uuid.UUID  # v0+
+    is_internal: bool  # v0+
+    partitions: List[DescribeTopicPartitionsResponsePartition]  # v0+
+    topic_authorized_operations: int  # v0+
+
+
+class DescribeTopicPartitionsResponseCursor(TypedDict, total=False):
+    """DescribeTopicPartitionsResponseCursor: a struct in DescribeTopicPartitionsResponse."""
+    topic_name: str  # v0+
+    partition_index: int  # v0+
+
+
+class DescribeTopicPartitionsResponse(TypedDict, total=False):
+    """The body of the DescribeTopicPartitions response (api key 75)."""
+    throttle_time_ms: int  # v0+
+    topics: List[DescribeTopicPartitionsResponseTopic]  # v0+
+    next_cursor: Optional[DescribeTopicPartitionsResponseCursor]  # v0+
+
+
+class ListConfigResourcesRequest(TypedDict, total=False):
+    """The body of the ListConfigResources request (api key 74)."""
+    resource_types: List[int]  # v1+
+
+
+class ListConfigResourcesResponseConfigResource(TypedDict, total=False):
+    """ListConfigResourcesResponseConfigResource: a struct in ListConfigResourcesResponse."""
+    resource_name: str  # v0+
+    resource_type: int  # v1+
+
+
+class ListConfigResourcesResponse(TypedDict, total=False):
+    """The body of the ListConfigResources response (api key 74)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    config_resources: List[ListConfigResourcesResponseConfigResource]  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -1599,6 +2209,38 @@ __all__ = [
     "DescribeShareGroupOffsetsResponse",
     "CreateAclsRequest",
     "CreateAclsResponse",
+    "DescribeAclsRequest",
+    "DescribeAclsResponse",
+    "DeleteAclsRequest",
+    "DeleteAclsResponse",
+    "AlterConfigsRequest",
+    "AlterConfigsResponse",
+    "DescribeClientQuotasRequest",
+    "DescribeClientQuotasResponse",
+    "AlterClientQuotasRequest",
+    "AlterClientQuotasResponse",
+    "DescribeUserScramCredentialsRequest",
+    "DescribeUserScramCredentialsResponse",
+    "AlterUserScramCredentialsRequest",
+    "AlterUserScramCredentialsResponse",
+    "DescribeLogDirsRequest",
+    "DescribeLogDirsResponse",
+    "AlterReplicaLogDirsRequest",
+    "AlterReplicaLogDirsResponse",
+    "ElectLeadersRequest",
+    "ElectLeadersResponse",
+    "AlterPartitionReassignmentsRequest",
+    "AlterPartitionReassignmentsResponse",
+    "ListPartitionReassignmentsRequest",
+    "ListPartitionReassignmentsResponse",
+    "DescribeQuorumRequest",
+    "DescribeQuorumResponse",
+    "UpdateFeaturesRequest",
+    "UpdateFeaturesResponse",
+    "DescribeTopicPartitionsRequest",
+    "DescribeTopicPartitionsResponse",
+    "ListConfigResourcesRequest",
+    "ListConfigResourcesResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",

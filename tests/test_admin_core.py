@@ -270,6 +270,8 @@ def test_list_topics_hides_internal_topics_unless_asked():
 def test_describe_topics_partitions_and_errors():
     fc = FakeCluster(nodes=(1, 2), topics={"t": 2, "fresh": 1}, leaders={("t", 1): 2})
     fc.topic_codes["fresh"] = 5                        # LEADER_NOT_AVAILABLE while being created
+    for b in fc.brokers.values():                      # a broker without KIP-966: Metadata
+        del b.versions["DescribeTopicPartitions"]
     sim = Sim(fc)
     h = sim.core.describe_topics(["t", "ghost", "fresh"], now=0)
     while sim.step():

@@ -311,7 +311,7 @@ def test_api_objects():
     assert sasl.flexible_from is None and sasl.request_header_version(1) == 1
     dc = m.api("DescribeCluster")
     assert dc.request_header_version(0) == 2 and dc.response_header_version(0) == 1
-    assert len(m.APIS_BY_KEY) == 37
+    assert len(m.APIS_BY_KEY) == 53
 
 
 def test_plans_are_cached():

@@ -33,6 +33,7 @@ EXPECTED_BLOCKS = [
     "share-groups-queues-kip-932-apache-kafka-4-1",
     "asyncio-and-trio",
     "admin-blocking-driver",
+    "admin-blocking-driver-2",
     "errors-and-types",
     "pyspark",
     "minimal-blocking-driver",
@@ -48,6 +49,7 @@ EXPECTED_OUTPUT = {
     "asyncio-and-trio": "RecordMetadata(topic='payments'",
     "share-groups-queues-kip-932-apache-kafka-4-1": "b'job-7' 2",
     "admin-blocking-driver": "PartitionInfo(",
+    "admin-blocking-driver-2": "metadata.version",
     "pyspark": "rows streamed",
     "minimal-blocking-driver": "b'key' b'value' [('h', b'v')]",
 }
@@ -56,6 +58,7 @@ EXPECTED_OUTPUT = {
 # (Tansu has no share groups), not hang or pass by accident.
 KAFKA_ONLY = {
     "share-groups-queues-kip-932-apache-kafka-4-1": "does not support",
+    "admin-blocking-driver-2": "does not support DescribeQuorum",
 }
 
 TIMEOUT = 120           # seconds per block

@@ -56,6 +56,10 @@ EXPECTED_APIS = {
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "ShareGroupHeartbeat",
     "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge",
     "IncrementalAlterConfigs", "DescribeShareGroupOffsets", "CreateAcls",
+    "DescribeAcls", "DeleteAcls", "AlterConfigs", "DescribeClientQuotas", "AlterClientQuotas",
+    "DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeLogDirs", "AlterReplicaLogDirs",
+    "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeQuorum",
+    "UpdateFeatures", "DescribeTopicPartitions", "ListConfigResources",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
               "bool", "string", "bytes", "records", "uuid"}

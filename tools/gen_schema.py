@@ -72,6 +72,23 @@ APIS = [
     ("DescribeShareGroupOffsets", "describe_share_group_offsets"),
     # ACLs: what the suite's secured broker (kio.secured_kafka) is given.
     ("CreateAcls", "create_acls"),
+    # Security, configs and cluster administration (Java's Admin).
+    ("DescribeAcls", "describe_acls"),
+    ("DeleteAcls", "delete_acls"),
+    ("AlterConfigs", "alter_configs"),
+    ("DescribeClientQuotas", "describe_client_quotas"),
+    ("AlterClientQuotas", "alter_client_quotas"),
+    ("DescribeUserScramCredentials", "describe_user_scram_credentials"),
+    ("AlterUserScramCredentials", "alter_user_scram_credentials"),
+    ("DescribeLogDirs", "describe_log_dirs"),
+    ("AlterReplicaLogDirs", "alter_replica_log_dirs"),
+    ("ElectLeaders", "elect_leaders"),
+    ("AlterPartitionReassignments", "alter_partition_reassignments"),
+    ("ListPartitionReassignments", "list_partition_reassignments"),
+    ("DescribeQuorum", "describe_quorum"),
+    ("UpdateFeatures", "update_features"),
+    ("DescribeTopicPartitions", "describe_topic_partitions"),
+    ("ListConfigResources", "list_config_resources"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

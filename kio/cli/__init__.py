@@ -21,7 +21,7 @@ import shutil
 import sys
 import time
 
-from kio.cli import admin, consume, perf, produce
+from kio.cli import admin, consume, perf, produce, security
 from kio.cli.common import (
     EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, UsageError, interrupts,
 )
@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_parser(sub, common)
     consume.add_parser(sub, common)
     admin.add_parsers(sub, common)
+    security.add_parsers(sub, common)
     perf.add_parsers(sub, common)
 
     p = sub.add_parser("demo", help="produce and consume records against a broker "

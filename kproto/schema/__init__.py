@@ -46,6 +46,22 @@ from kproto.schema import share_acknowledge
 from kproto.schema import incremental_alter_configs
 from kproto.schema import describe_share_group_offsets
 from kproto.schema import create_acls
+from kproto.schema import describe_acls
+from kproto.schema import delete_acls
+from kproto.schema import alter_configs
+from kproto.schema import describe_client_quotas
+from kproto.schema import alter_client_quotas
+from kproto.schema import describe_user_scram_credentials
+from kproto.schema import alter_user_scram_credentials
+from kproto.schema import describe_log_dirs
+from kproto.schema import alter_replica_log_dirs
+from kproto.schema import elect_leaders
+from kproto.schema import alter_partition_reassignments
+from kproto.schema import list_partition_reassignments
+from kproto.schema import describe_quorum
+from kproto.schema import update_features
+from kproto.schema import describe_topic_partitions
+from kproto.schema import list_config_resources
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -86,4 +102,20 @@ API_MODULES = (
     incremental_alter_configs,
     describe_share_group_offsets,
     create_acls,
+    describe_acls,
+    delete_acls,
+    alter_configs,
+    describe_client_quotas,
+    alter_client_quotas,
+    describe_user_scram_credentials,
+    alter_user_scram_credentials,
+    describe_log_dirs,
+    alter_replica_log_dirs,
+    elect_leaders,
+    alter_partition_reassignments,
+    list_partition_reassignments,
+    describe_quorum,
+    update_features,
+    describe_topic_partitions,
+    list_config_resources,
 )

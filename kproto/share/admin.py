@@ -195,7 +195,7 @@ class ShareGroupAdmin:
         default}}``; one item per resource. Broker resources go to that
         broker; topics and groups (``ConfigResource.group(g)``: a share or
         consumer group's settings) to any broker."""
-        from kproto.admin import NODE, ConfigError, ConfigResource, _no_dups, _SelfCall
+        from kproto.admin import ConfigError, ConfigResource, _no_dups
         resources = [r if isinstance(r, ConfigResource) else ConfigResource(*r) for r in changes]
         _no_dups(resources, "incremental_alter_configs")
         settings = {r: dict(changes[k]) for r, k in zip(resources, changes)}
@@ -226,16 +226,5 @@ class ShareGroupAdmin:
                     code, res.get("error_message"), f"alter configs of {key}") if code else None)
             self._unanswered(call, op, "IncrementalAlterConfigs")
 
-        anyres = [r for r in resources if r.type not in (ConfigResource.BROKER, ConfigResource.BROKER_LOGGER)]
-        if anyres:
-            self._submit(_SelfCall(op, "IncrementalAlterConfigs", anyres, build, handle))
-        for r in resources:
-            if r in anyres:
-                continue
-            try:
-                node = int(r.name)
-            except ValueError:
-                self._complete(op, r, error=ConfigError(f"broker resource name {r.name!r} is not a broker id"))
-                continue
-            self._submit(_SelfCall(op, "IncrementalAlterConfigs", [r], build, handle, target=NODE, node=node))
+        self._per_resource(op, "IncrementalAlterConfigs", resources, build, handle)
         return op
