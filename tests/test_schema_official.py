@@ -56,6 +56,8 @@ EXPECTED_APIS = {
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "ShareGroupHeartbeat",
     "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge",
     "IncrementalAlterConfigs", "DescribeShareGroupOffsets", "CreateAcls",
+    "OffsetDelete", "AlterShareGroupOffsets", "DeleteShareGroupOffsets", "DescribeProducers",
+    "DescribeTransactions", "ListTransactions", "WriteTxnMarkers",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
               "bool", "string", "bytes", "records", "uuid"}

@@ -46,6 +46,13 @@ from kproto.schema import share_acknowledge
 from kproto.schema import incremental_alter_configs
 from kproto.schema import describe_share_group_offsets
 from kproto.schema import create_acls
+from kproto.schema import offset_delete
+from kproto.schema import alter_share_group_offsets
+from kproto.schema import delete_share_group_offsets
+from kproto.schema import describe_producers
+from kproto.schema import describe_transactions
+from kproto.schema import list_transactions
+from kproto.schema import write_txn_markers
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -86,4 +93,11 @@ API_MODULES = (
     incremental_alter_configs,
     describe_share_group_offsets,
     create_acls,
+    offset_delete,
+    alter_share_group_offsets,
+    delete_share_group_offsets,
+    describe_producers,
+    describe_transactions,
+    list_transactions,
+    write_txn_markers,
 )
