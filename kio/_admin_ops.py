@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
+from kio._admin_group_ops import AdminGroupOps
 from kio._client_ops import ClosedChecks
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
@@ -36,7 +37,7 @@ class AdminClosedError(KafkaError):
 AdminClosedError.__module__ = "kio.admin"
 
 
-class AdminOps(ClosedChecks):
+class AdminOps(AdminGroupOps, ClosedChecks):
     """The admin operations, shared by every driver (see the module docstring).
 
     Every operation takes ``timeout`` (seconds; default

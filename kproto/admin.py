@@ -47,6 +47,8 @@ from kproto.config import (
 )
 from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupAdmin
+from kproto.admin_groups import GroupAdmin
+from kproto.admin_transactions import TransactionAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.requests import find_coordinator_body, offset_fetch_body
 from kproto.errors import (
@@ -365,7 +367,7 @@ class _Call:
         return f"{self.what} to {where}"
 
 
-class AdminCore(DriverIO, ShareGroupAdmin):
+class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
@@ -864,14 +866,17 @@ class AdminCore(DriverIO, ShareGroupAdmin):
         return op
 
     # -- groups -----------------------------------------------------------------------------
-    def _group_call(self, op, group, api, build, handle):
+    def _group_call(self, op, group, api, build, handle, key_type=0, keys=None):
         """FindCoordinator for ``group`` (any broker), then ``api`` to the coordinator;
-        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / connection loss look it up again."""
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / connection loss look it up again.
+        ``key_type`` 1: ``group`` is a transactional id (its transaction coordinator);
+        ``keys``: the items the calls resolve, when they are not ``[group]``."""
         core = self
+        what = "transactional id" if key_type == 1 else "group"
 
         class Lookup(_Call):
             def build(call, core_, node):
-                return find_coordinator_body(group)
+                return find_coordinator_body(group, key_type)
 
             def handle(call, core_, body, now):
                 coords = body.get("coordinators") or []
@@ -881,7 +886,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                     code = 15
                 if code:
                     err = error_codes.error_for_code(code, entry.get("error_message"),
-                                                     f"FindCoordinator for group {group!r}")
+                                                     f"FindCoordinator for {what} {group!r}")
                     if err.retriable:
                         core._retry(call, err, now)
                     else:
@@ -903,7 +908,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                 main.on_moved = moved
                 core._submit(main)
 
-        lk = Lookup(op, "FindCoordinator", [group])
+        lk = Lookup(op, "FindCoordinator", [group] if keys is None else keys)
         self._submit(lk)
 
     def _group_error(self, call, code, message, context, now) -> bool:
