@@ -3,7 +3,8 @@
     kio produce  --bootstrap-server H:P --topic T [--parse-key] [--sync] ...   lines -> records
     kio consume  --bootstrap-server H:P --topic T [--group G] [--json] ...     records -> lines
     kio topics   create|list|describe|delete
-    kio groups   list|describe            (describe shows the lag per partition)
+    kio groups   list|describe|reset-offsets|delete-offsets   (describe shows the lag per partition)
+    kio transactions list|describe|abort
     kio perf     produce|consume          throughput and latency percentiles
     kio broker                            the local development broker, in the foreground
     kio demo                              the round trip of the README (starts its own broker)
@@ -20,7 +21,7 @@ import os
 import sys
 import time
 
-from kio.cli import admin, consume, perf, produce
+from kio.cli import admin, consume, perf, produce, transactions
 from kio.cli.common import (
     EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, UsageError, interrupts,
 )
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_parser(sub, common)
     consume.add_parser(sub, common)
     admin.add_parsers(sub, common)
+    transactions.add_parsers(sub, common, admin._admin)
     perf.add_parsers(sub, common)
 
     p = sub.add_parser("demo", help="produce and consume records against a broker "
