@@ -29,6 +29,7 @@ __all__ = ["TransactionAdmin", "ProducerState", "TransactionListing", "Transacti
 TRANSACTION_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
                       "CompleteAbort", "Dead", "PrepareEpochFence")
 _INT16_MAX = 32767
+_CONCURRENT_TRANSACTIONS = 51
 
 
 class ProducerState(NamedTuple):
@@ -67,9 +68,10 @@ class AbortTransactionSpec(NamedTuple):
 
     @classmethod
     def for_producer(cls, tp, state: ProducerState) -> "AbortTransactionSpec":
-        """The spec that aborts ``state``'s open transaction on ``tp``."""
+        """The spec that aborts ``state``'s open transaction on ``tp`` (an
+        unknown coordinator epoch is 0, as kafka-transactions takes it)."""
         return cls(TopicPartition(*tp), state.producer_id, state.producer_epoch,
-                   -1 if state.coordinator_epoch is None else state.coordinator_epoch)
+                   0 if state.coordinator_epoch is None else state.coordinator_epoch)
 
 
 class ProducerIdAndEpoch(NamedTuple):
@@ -97,6 +99,15 @@ def _list_transactions_body(states, producer_ids, duration_filter_ms, pattern):
 
 class TransactionAdmin:
     """The transaction operations of AdminCore (a mixin of the core's machinery)."""
+
+    def _coordinator_error(self, call, code, context, now) -> bool:
+        """As ``_group_error``, and CONCURRENT_TRANSACTIONS (the coordinator is
+        still ending the id's last transaction) is retried after the backoff,
+        as Java's handlers do. True when the call is finished with it."""
+        if code == _CONCURRENT_TRANSACTIONS:
+            self._retry(call, error_codes.error_for_code(code, None, context), now)
+            return True
+        return self._group_error(call, code, None, context, now)
 
     def describe_producers(self, partitions, *, timeout_ms=None, now):
         """{TopicPartition: (ProducerState, ...)}: the active producers of each
@@ -171,7 +182,7 @@ class TransactionAdmin:
                 if d is None:
                     self._unanswered(call, op, "DescribeTransactions")
                     return
-                if self._group_error(call, d["error_code"], None, f"describe transaction {tid!r}", now):
+                if self._coordinator_error(call, d["error_code"], f"describe transaction {tid!r}", now):
                     return
                 self._complete(op, tid, value=TransactionDescription(
                     call.node, d["transaction_state"], d["producer_id"], d["producer_epoch"],
@@ -230,7 +241,7 @@ class TransactionAdmin:
                         "producer_id": -1, "producer_epoch": -1}
 
             def handle(call, body, now, tid=tid):
-                if self._group_error(call, body.get("error_code", 0), None, f"fence producers of {tid!r}", now):
+                if self._coordinator_error(call, body.get("error_code", 0), f"fence producers of {tid!r}", now):
                     return
                 self._complete(op, tid, value=ProducerIdAndEpoch(body["producer_id"], body["producer_epoch"]))
 
