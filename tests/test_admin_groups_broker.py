@@ -52,7 +52,7 @@ def joined(bootstrap, group, topic, **conf):
     return c
 
 
-def test_alter_offsets_of_an_empty_group_and_read_them_back_with_confluent(bootstrap, make_topic):
+def test_alter_offsets_of_an_empty_group_and_read_them_back_with_confluent(bootstrap, make_topic, broker_kind):
     topic = make_topic(2)
     group = name("alter")
     produce(bootstrap, topic, 5, 2)
@@ -60,7 +60,8 @@ def test_alter_offsets_of_an_empty_group_and_read_them_back_with_confluent(boots
         assert admin.alter_consumer_group_offsets(group, {TP(topic, 0): 3, TP(topic, 1): OffsetAndMetadata(4, "m")}) \
             == {TP(topic, 0): None, TP(topic, 1): None}
         mine = admin.list_consumer_group_offsets(group)
-    assert {tp: (o.offset, o.metadata) for tp, o in mine.items()} == {TP(topic, 0): (3, ""), TP(topic, 1): (4, "m")}
+    metadata = "m" if broker_kind == "kafka" else ""          # Tansu keeps no commit metadata
+    assert {tp: (o.offset, o.metadata) for tp, o in mine.items()} == {TP(topic, 0): (3, ""), TP(topic, 1): (4, metadata)}
     ca = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
     req = confluent_kafka.ConsumerGroupTopicPartitions(group, [confluent_kafka.TopicPartition(topic, 0),
                                                                confluent_kafka.TopicPartition(topic, 1)])
@@ -119,7 +120,10 @@ def test_remove_static_and_all_members(bootstrap, make_topic, broker_kind):
         with Admin(bootstrap_servers=bootstrap) as admin:
             h = admin.remove_members_from_consumer_group(group, ["inst-1", "no-such-inst"], reason="test",
                                                          raise_errors=False)
-            assert h.values() == {"inst-1": None}
+            if broker_kind == "kafka":
+                assert h.values() == {"inst-1": None}
+            else:                                    # Tansu does not know static members by instance id
+                assert isinstance(h.errors()["inst-1"], error_codes.UnknownMemberIdError)
             assert isinstance(h.errors()["no-such-inst"], error_codes.UnknownMemberIdError)
             if broker_kind == "kafka":               # Tansu's DescribeGroups lists no members
                 assert admin.describe_consumer_groups([group])[group].members == ()
@@ -135,7 +139,10 @@ def test_remove_static_and_all_members(bootstrap, make_topic, broker_kind):
                 assert admin.describe_consumer_groups([group])[group].state == "Empty"
                 assert admin.remove_members_from_consumer_group(group) == {}       # nobody left
             missing = admin.remove_members_from_consumer_group("no-such-" + group, raise_errors=False)
-            assert isinstance(missing.error, error_codes.GroupIdNotFoundError) or missing.result() == {}
+            if broker_kind == "kafka":
+                assert isinstance(missing.error, error_codes.GroupIdNotFoundError)
+            else:                                    # Tansu describes an unknown group as empty
+                assert missing.result() == {}
     finally:
         dynamic.close()
 
@@ -283,7 +290,8 @@ def test_kio_groups_reset_offsets(bootstrap, make_topic, broker_kind):
     _, rows = _table(ok(kio(*base, "--all-topics", "--by-duration", "P1D")))      # a day ago: the start
     assert [r[3] for r in rows] == ["0", "0"]
     _, rows = _table(ok(kio(*base, "--all-topics", "--to-datetime", "2099-01-01T00:00:00Z")))
-    assert [r[3] for r in rows] == ["6", "6"]
+    # no record that late: the end of the log (Tansu answers offset 0 for a future timestamp)
+    assert [r[3] for r in rows] == (["6", "6"] if broker_kind == "kafka" else ["0", "0"])
     with Admin(bootstrap_servers=bootstrap) as admin:
         assert {tp.partition: o.offset for tp, o in admin.list_consumer_group_offsets(group).items()} == {0: 2, 1: 2}
     res = kio(*base, "--all-topics", "--by-duration", "1h")
