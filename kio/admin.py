@@ -27,9 +27,12 @@ from kio._common import now_ms as _now_ms  # the cores' one clock
 from kio._common import call_error_cb, error_callbacks, sleep_time
 from kio._network import SocketLoop
 from kproto.admin import AdminCore, ConfigResource, NewPartitions, NewTopic, OffsetSpec
+from kproto.admin_transactions import AbortTransactionSpec
+from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
 
-__all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec"]
+__all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec",
+           "AbortTransactionSpec", "OffsetAndMetadata"]
 
 log = logging.getLogger("kio.admin")
 

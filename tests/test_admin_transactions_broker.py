@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from kio import Admin, Consumer, Producer
-from kproto.admin_transactions import AbortTransactionSpec
+from kio.admin import AbortTransactionSpec
 from kproto.cluster import TopicPartition
 from kproto.errors import KafkaError, UnsupportedVersionError
 from kproto import error_codes
