@@ -76,16 +76,33 @@ def test_alter_offsets_of_an_empty_group_and_read_them_back_with_confluent(boots
             admin.alter_consumer_group_offsets(group, {TP(topic, 0): -1})
 
 
-def test_alter_offsets_of_a_group_with_members_fails_as_in_java(bootstrap, make_topic):
+def test_alter_offsets_of_a_group_with_members_fails_as_in_java(bootstrap, make_topic, broker_kind):
     topic = make_topic(1)
-    group = name("busy")
-    c = joined(bootstrap, group, topic)
+    protocols = ["classic", "consumer"] if broker_kind == "kafka" else ["classic"]    # Tansu: no KIP-848
+    for protocol in protocols:
+        group = name("busy")
+        c = joined(bootstrap, group, topic, group_protocol=protocol)
+        try:
+            with Admin(bootstrap_servers=bootstrap) as admin:
+                h = admin.alter_consumer_group_offsets(group, {TP(topic, 0): 0}, raise_errors=False)
+            err = h.errors()[TP(topic, 0)]
+            assert isinstance(err, error_codes.UnknownMemberIdError), (protocol, err)
+            assert "the group has members" in str(err)
+        finally:
+            c.close()
+
+
+@kafka_only
+def test_remove_every_member_of_a_consumer_protocol_group(bootstrap, make_topic):
+    topic = make_topic(1)
+    group = name("rm848")
+    c = joined(bootstrap, group, topic, group_protocol="consumer")
     try:
         with Admin(bootstrap_servers=bootstrap) as admin:
-            h = admin.alter_consumer_group_offsets(group, {TP(topic, 0): 0}, raise_errors=False)
-        err = h.errors()[TP(topic, 0)]
-        assert isinstance(err, error_codes.UnknownMemberIdError), err
-        assert "the group has members" in str(err)
+            members = [m.member_id for m in admin.describe_consumer_groups([group])[group].members]
+            assert admin.remove_members_from_consumer_group(group) == {members[0]: None}
+            d = admin.describe_consumer_groups([group])[group]
+            assert (d.state, d.members) == ("Empty", ())
     finally:
         c.close()
 
