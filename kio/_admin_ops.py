@@ -17,6 +17,7 @@ import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
 from kio._admin_cluster_ops import AdminClusterOps
+from kio._admin_group_ops import AdminGroupOps
 from kio._client_ops import ClosedChecks
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
@@ -37,7 +38,7 @@ class AdminClosedError(KafkaError):
 AdminClosedError.__module__ = "kio.admin"
 
 
-class AdminOps(ClosedChecks, AdminClusterOps):
+class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps):
     """The admin operations, shared by every driver (see the module docstring).
 
     Every operation takes ``timeout`` (seconds; default

@@ -15,11 +15,13 @@ from kproto.admin import AdminHandle, ClusterDescription, ConfigEntry, ConfigRes
 from kproto.admin_acls import AclBinding, AclBindingFilter
 from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo, ReplicaLogDirInfo, TopicPartitionReplica
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
+from kproto.admin_groups import GroupListing
 from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
+from kproto.admin_transactions import AbortTransactionSpec, ProducerIdAndEpoch, ProducerState, TransactionDescription, TransactionListing
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
-from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
+from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, Union, overload
 
 __all__ = ["AsyncAdmin"]
 
@@ -176,6 +178,102 @@ class AsyncAdmin(_Client):
 
     @overload
     async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Mapping[str, Any]], *, validate_only: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def list_groups(self, *, types: Optional[Iterable[str]]=..., states: Optional[Iterable[str]]=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> List[GroupListing]:
+        ...
+
+    @overload
+    async def list_groups(self, *, types: Optional[Iterable[str]]=..., states: Optional[Iterable[str]]=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, Union[int, OffsetAndMetadata]], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, None]:
+        ...
+
+    @overload
+    async def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, Union[int, OffsetAndMetadata]], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, None]:
+        ...
+
+    @overload
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def remove_members_from_consumer_group(self, group_id: str, members: Optional[Iterable[str]]=..., *, reason: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, None]:
+        ...
+
+    @overload
+    async def remove_members_from_consumer_group(self, group_id: str, members: Optional[Iterable[str]]=..., *, reason: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def delete_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, None]:
+        ...
+
+    @overload
+    async def delete_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_share_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, None]:
+        ...
+
+    @overload
+    async def alter_share_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, None]:
+        ...
+
+    @overload
+    async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_producers(self, partitions: Iterable[TopicPartition], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, Tuple[ProducerState, ...]]:
+        ...
+
+    @overload
+    async def describe_producers(self, partitions: Iterable[TopicPartition], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def list_transactions(self, *, states: Optional[Iterable[str]]=..., producer_ids: Optional[Iterable[int]]=..., duration_filter_ms: Optional[int]=..., transactional_id_pattern: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> List[TransactionListing]:
+        ...
+
+    @overload
+    async def list_transactions(self, *, states: Optional[Iterable[str]]=..., producer_ids: Optional[Iterable[int]]=..., duration_filter_ms: Optional[int]=..., transactional_id_pattern: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_transactions(self, transactional_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, TransactionDescription]:
+        ...
+
+    @overload
+    async def describe_transactions(self, transactional_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def abort_transaction(self, spec: AbortTransactionSpec, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, None]:
+        ...
+
+    @overload
+    async def abort_transaction(self, spec: AbortTransactionSpec, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def fence_producers(self, transactional_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ProducerIdAndEpoch]:
+        ...
+
+    @overload
+    async def fence_producers(self, transactional_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload

@@ -34,6 +34,8 @@ from kproto.admin_acls import (
 from kproto.admin_cluster import ElectionType, FeatureUpdate, TopicPartitionReplica, UpgradeType
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
 from kproto.admin_scram import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
+from kproto.admin_transactions import AbortTransactionSpec
+from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
 
 __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigResource", "OffsetSpec",
@@ -42,7 +44,9 @@ __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigReso
            "AccessControlEntryFilter", "ResourceType", "PatternType", "AclOperation", "AclPermissionType",
            "ClientQuotaEntity", "ClientQuotaFilter", "ClientQuotaFilterComponent", "ClientQuotaAlteration",
            "ScramMechanism", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
-           "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica"]
+           "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica",
+           # group and transaction operations' inputs
+           "AbortTransactionSpec", "OffsetAndMetadata"]
 
 log = logging.getLogger("kio.admin")
 

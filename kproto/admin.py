@@ -51,6 +51,8 @@ from kproto.admin_acls import AclAdmin
 from kproto.admin_cluster import ClusterAdmin
 from kproto.admin_configs import ConfigAdmin
 from kproto.admin_scram import ScramAdmin
+from kproto.admin_groups import GroupAdmin
+from kproto.admin_transactions import TransactionAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.requests import find_coordinator_body, offset_fetch_body
 from kproto.errors import (
@@ -380,7 +382,8 @@ class _Call:
         return f"{self.what} to {where}"
 
 
-class AdminCore(DriverIO, ShareGroupAdmin, AclAdmin, ConfigAdmin, ScramAdmin, ClusterAdmin):
+class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin, ScramAdmin,
+                ClusterAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
@@ -826,14 +829,17 @@ class AdminCore(DriverIO, ShareGroupAdmin, AclAdmin, ConfigAdmin, ScramAdmin, Cl
         return op
 
     # -- groups -----------------------------------------------------------------------------
-    def _group_call(self, op, group, api, build, handle):
+    def _group_call(self, op, group, api, build, handle, key_type=0, keys=None):
         """FindCoordinator for ``group`` (any broker), then ``api`` to the coordinator;
-        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / connection loss look it up again."""
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / connection loss look it up again.
+        ``key_type`` 1: ``group`` is a transactional id (its transaction coordinator);
+        ``keys``: the items the calls resolve, when they are not ``[group]``."""
         core = self
+        what = "transactional id" if key_type == 1 else "group"
 
         class Lookup(_Call):
             def build(call, core_, node):
-                return find_coordinator_body(group)
+                return find_coordinator_body(group, key_type)
 
             def handle(call, core_, body, now):
                 coords = body.get("coordinators") or []
@@ -843,7 +849,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, AclAdmin, ConfigAdmin, ScramAdmin, Cl
                     code = 15
                 if code:
                     err = error_codes.error_for_code(code, entry.get("error_message"),
-                                                     f"FindCoordinator for group {group!r}")
+                                                     f"FindCoordinator for {what} {group!r}")
                     if err.retriable:
                         core._retry(call, err, now)
                     else:
@@ -865,7 +871,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, AclAdmin, ConfigAdmin, ScramAdmin, Cl
                 main.on_moved = moved
                 core._submit(main)
 
-        lk = Lookup(op, "FindCoordinator", [group])
+        lk = Lookup(op, "FindCoordinator", [group] if keys is None else keys)
         self._submit(lk)
 
     def _group_error(self, call, code, message, context, now) -> bool:

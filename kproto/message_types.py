@@ -2094,6 +2094,246 @@ class ListConfigResourcesResponse(TypedDict, total=False):
     config_resources: List[ListConfigResourcesResponseConfigResource]  # v0+
 
 
+class OffsetDeleteRequestPartition(TypedDict, total=False):
+    """OffsetDeleteRequestPartition: a struct in OffsetDeleteRequest."""
+    partition_index: int  # v0+
+
+
+class OffsetDeleteRequestTopic(TypedDict, total=False):
+    """OffsetDeleteRequestTopic: a struct in OffsetDeleteRequest."""
+    name: str  # v0+
+    partitions: List[OffsetDeleteRequestPartition]  # v0+
+
+
+class OffsetDeleteRequest(TypedDict, total=False):
+    """The body of the OffsetDelete request (api key 47)."""
+    group_id: str  # v0+
+    topics: List[OffsetDeleteRequestTopic]  # v0+
+
+
+class OffsetDeleteResponsePartition(TypedDict, total=False):
+    """OffsetDeleteResponsePartition: a struct in OffsetDeleteResponse."""
+    partition_index: int  # v0+
+    error_code: int  # v0+
+
+
+class OffsetDeleteResponseTopic(TypedDict, total=False):
+    """OffsetDeleteResponseTopic: a struct in OffsetDeleteResponse."""
+    name: str  # v0+
+    partitions: List[OffsetDeleteResponsePartition]  # v0+
+
+
+class OffsetDeleteResponse(TypedDict, total=False):
+    """The body of the OffsetDelete response (api key 47)."""
+    error_code: int  # v0+
+    throttle_time_ms: int  # v0+
+    topics: List[OffsetDeleteResponseTopic]  # v0+
+
+
+class AlterShareGroupOffsetsRequestPartition(TypedDict, total=False):
+    """AlterShareGroupOffsetsRequestPartition: a struct in AlterShareGroupOffsetsRequest."""
+    partition_index: int  # v0+
+    start_offset: int  # v0+
+
+
+class AlterShareGroupOffsetsRequestTopic(TypedDict, total=False):
+    """AlterShareGroupOffsetsRequestTopic: a struct in AlterShareGroupOffsetsRequest."""
+    topic_name: str  # v0+
+    partitions: List[AlterShareGroupOffsetsRequestPartition]  # v0+
+
+
+class AlterShareGroupOffsetsRequest(TypedDict, total=False):
+    """The body of the AlterShareGroupOffsets request (api key 91)."""
+    group_id: str  # v0+
+    topics: List[AlterShareGroupOffsetsRequestTopic]  # v0+
+
+
+class AlterShareGroupOffsetsResponsePartition(TypedDict, total=False):
+    """AlterShareGroupOffsetsResponsePartition: a struct in AlterShareGroupOffsetsResponse."""
+    partition_index: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class AlterShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    """AlterShareGroupOffsetsResponseTopic: a struct in AlterShareGroupOffsetsResponse."""
+    topic_name: str  # v0+
+    topic_id: uuid.UUID  # v0+
+    partitions: List[AlterShareGroupOffsetsResponsePartition]  # v0+
+
+
+class AlterShareGroupOffsetsResponse(TypedDict, total=False):
+    """The body of the AlterShareGroupOffsets response (api key 91)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    responses: List[AlterShareGroupOffsetsResponseTopic]  # v0+
+
+
+class DeleteShareGroupOffsetsRequestTopic(TypedDict, total=False):
+    """DeleteShareGroupOffsetsRequestTopic: a struct in DeleteShareGroupOffsetsRequest."""
+    topic_name: str  # v0+
+
+
+class DeleteShareGroupOffsetsRequest(TypedDict, total=False):
+    """The body of the DeleteShareGroupOffsets request (api key 92)."""
+    group_id: str  # v0+
+    topics: List[DeleteShareGroupOffsetsRequestTopic]  # v0+
+
+
+class DeleteShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    """DeleteShareGroupOffsetsResponseTopic: a struct in DeleteShareGroupOffsetsResponse."""
+    topic_name: str  # v0+
+    topic_id: uuid.UUID  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class DeleteShareGroupOffsetsResponse(TypedDict, total=False):
+    """The body of the DeleteShareGroupOffsets response (api key 92)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    responses: List[DeleteShareGroupOffsetsResponseTopic]  # v0+
+
+
+class DescribeProducersRequestTopicRequest(TypedDict, total=False):
+    """DescribeProducersRequestTopicRequest: a struct in DescribeProducersRequest."""
+    name: str  # v0+
+    partition_indexes: List[int]  # v0+
+
+
+class DescribeProducersRequest(TypedDict, total=False):
+    """The body of the DescribeProducers request (api key 61)."""
+    topics: List[DescribeProducersRequestTopicRequest]  # v0+
+
+
+class DescribeProducersResponseProducerState(TypedDict, total=False):
+    """DescribeProducersResponseProducerState: a struct in DescribeProducersResponse."""
+    producer_id: int  # v0+
+    producer_epoch: int  # v0+
+    last_sequence: int  # v0+
+    last_timestamp: int  # v0+
+    coordinator_epoch: int  # v0+
+    current_txn_start_offset: int  # v0+
+
+
+class DescribeProducersResponsePartitionResponse(TypedDict, total=False):
+    """DescribeProducersResponsePartitionResponse: a struct in DescribeProducersResponse."""
+    partition_index: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    active_producers: List[DescribeProducersResponseProducerState]  # v0+
+
+
+class DescribeProducersResponseTopicResponse(TypedDict, total=False):
+    """DescribeProducersResponseTopicResponse: a struct in DescribeProducersResponse."""
+    name: str  # v0+
+    partitions: List[DescribeProducersResponsePartitionResponse]  # v0+
+
+
+class DescribeProducersResponse(TypedDict, total=False):
+    """The body of the DescribeProducers response (api key 61)."""
+    throttle_time_ms: int  # v0+
+    topics: List[DescribeProducersResponseTopicResponse]  # v0+
+
+
+class DescribeTransactionsRequest(TypedDict, total=False):
+    """The body of the DescribeTransactions request (api key 65)."""
+    transactional_ids: List[str]  # v0+
+
+
+class DescribeTransactionsResponseTopicData(TypedDict, total=False):
+    """DescribeTransactionsResponseTopicData: a struct in DescribeTransactionsResponse."""
+    topic: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class DescribeTransactionsResponseTransactionState(TypedDict, total=False):
+    """DescribeTransactionsResponseTransactionState: a struct in DescribeTransactionsResponse."""
+    error_code: int  # v0+
+    transactional_id: str  # v0+
+    transaction_state: str  # v0+
+    transaction_timeout_ms: int  # v0+
+    transaction_start_time_ms: int  # v0+
+    producer_id: int  # v0+
+    producer_epoch: int  # v0+
+    topics: List[DescribeTransactionsResponseTopicData]  # v0+
+
+
+class DescribeTransactionsResponse(TypedDict, total=False):
+    """The body of the DescribeTransactions response (api key 65)."""
+    throttle_time_ms: int  # v0+
+    transaction_states: List[DescribeTransactionsResponseTransactionState]  # v0+
+
+
+class ListTransactionsRequest(TypedDict, total=False):
+    """The body of the ListTransactions request (api key 66)."""
+    state_filters: List[str]  # v0+
+    producer_id_filters: List[int]  # v0+
+    duration_filter: int  # v1+
+    transactional_id_pattern: Optional[str]  # v2+
+
+
+class ListTransactionsResponseTransactionState(TypedDict, total=False):
+    """ListTransactionsResponseTransactionState: a struct in ListTransactionsResponse."""
+    transactional_id: str  # v0+
+    producer_id: int  # v0+
+    transaction_state: str  # v0+
+
+
+class ListTransactionsResponse(TypedDict, total=False):
+    """The body of the ListTransactions response (api key 66)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    unknown_state_filters: List[str]  # v0+
+    transaction_states: List[ListTransactionsResponseTransactionState]  # v0+
+
+
+class WriteTxnMarkersRequestWritableTxnMarkerTopic(TypedDict, total=False):
+    """WriteTxnMarkersRequestWritableTxnMarkerTopic: a struct in WriteTxnMarkersRequest."""
+    name: str  # v0+
+    partition_indexes: List[int]  # v0+
+
+
+class WriteTxnMarkersRequestWritableTxnMarker(TypedDict, total=False):
+    """WriteTxnMarkersRequestWritableTxnMarker: a struct in WriteTxnMarkersRequest."""
+    producer_id: int  # v0+
+    producer_epoch: int  # v0+
+    transaction_result: bool  # v0+
+    topics: List[WriteTxnMarkersRequestWritableTxnMarkerTopic]  # v0+
+    coordinator_epoch: int  # v0+
+    transaction_version: int  # v2+
+
+
+class WriteTxnMarkersRequest(TypedDict, total=False):
+    """The body of the WriteTxnMarkers request (api key 27)."""
+    markers: List[WriteTxnMarkersRequestWritableTxnMarker]  # v0+
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerPartitionResult(TypedDict, total=False):
+    """WriteTxnMarkersResponseWritableTxnMarkerPartitionResult: a struct in WriteTxnMarkersResponse."""
+    partition_index: int  # v0+
+    error_code: int  # v0+
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerTopicResult(TypedDict, total=False):
+    """WriteTxnMarkersResponseWritableTxnMarkerTopicResult: a struct in WriteTxnMarkersResponse."""
+    name: str  # v0+
+    partitions: List[WriteTxnMarkersResponseWritableTxnMarkerPartitionResult]  # v0+
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerResult(TypedDict, total=False):
+    """WriteTxnMarkersResponseWritableTxnMarkerResult: a struct in WriteTxnMarkersResponse."""
+    producer_id: int  # v0+
+    topics: List[WriteTxnMarkersResponseWritableTxnMarkerTopicResult]  # v0+
+
+
+class WriteTxnMarkersResponse(TypedDict, total=False):
+    """The body of the WriteTxnMarkers response (api key 27)."""
+    markers: List[WriteTxnMarkersResponseWritableTxnMarkerResult]  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -2241,6 +2481,20 @@ __all__ = [
     "DescribeTopicPartitionsResponse",
     "ListConfigResourcesRequest",
     "ListConfigResourcesResponse",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
+    "AlterShareGroupOffsetsRequest",
+    "AlterShareGroupOffsetsResponse",
+    "DeleteShareGroupOffsetsRequest",
+    "DeleteShareGroupOffsetsResponse",
+    "DescribeProducersRequest",
+    "DescribeProducersResponse",
+    "DescribeTransactionsRequest",
+    "DescribeTransactionsResponse",
+    "ListTransactionsRequest",
+    "ListTransactionsResponse",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkersResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",

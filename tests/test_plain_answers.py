@@ -129,8 +129,9 @@ def test_subscribe_creates_a_missing_topic_only_if_allowed(bootstrap):
 def _groups_list(bootstrap):
     res = kio("groups", "list", "--bootstrap-server", bootstrap)
     assert res.returncode == 0, res.stderr.decode()
-    return dict(line.split("\t", 1) if "\t" in line else (line, None)
-                for line in res.stdout.decode().splitlines())
+    lines = res.stdout.decode().splitlines()
+    assert lines[0] == "GROUP\tTYPE\tSTATE"
+    return {group: state for group, _type, state in (line.split("\t") for line in lines[1:])}
 
 
 def test_kio_groups_list_shows_the_real_state(bootstrap, make_topic):

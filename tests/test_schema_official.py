@@ -60,6 +60,8 @@ EXPECTED_APIS = {
     "DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeLogDirs", "AlterReplicaLogDirs",
     "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeQuorum",
     "UpdateFeatures", "DescribeTopicPartitions", "ListConfigResources",
+    "OffsetDelete", "AlterShareGroupOffsets", "DeleteShareGroupOffsets", "DescribeProducers",
+    "DescribeTransactions", "ListTransactions", "WriteTxnMarkers",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
               "bool", "string", "bytes", "records", "uuid"}

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Set, Union
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ROOT / "kio" / "_admin_ops.py"
+#: Mixins of AdminOps in modules of their own, whose operations the stub has too.
 DRIVER = ROOT / "kio" / "_async_admin.py"
 OUT = ROOT / "kio" / "_async_admin.pyi"
 OPS_CLASS, DRIVER_CLASS = "AdminOps", "AsyncAdmin"

@@ -89,6 +89,17 @@ APIS = [
     ("UpdateFeatures", "update_features"),
     ("DescribeTopicPartitions", "describe_topic_partitions"),
     ("ListConfigResources", "list_config_resources"),
+    # Group administration (Java's Admin): offsets deleted from a group,
+    # share-group offsets altered and deleted.
+    ("OffsetDelete", "offset_delete"),
+    ("AlterShareGroupOffsets", "alter_share_group_offsets"),
+    ("DeleteShareGroupOffsets", "delete_share_group_offsets"),
+    # Transaction administration (Java's Admin and kafka-transactions): hanging
+    # transactions found with DescribeProducers, ended with WriteTxnMarkers.
+    ("DescribeProducers", "describe_producers"),
+    ("DescribeTransactions", "describe_transactions"),
+    ("ListTransactions", "list_transactions"),
+    ("WriteTxnMarkers", "write_txn_markers"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

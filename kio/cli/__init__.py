@@ -3,7 +3,8 @@
     kio produce  --bootstrap-server H:P --topic T [--parse-key] [--sync] ...   lines -> records
     kio consume  --bootstrap-server H:P --topic T [--group G] [--json] ...     records -> lines
     kio topics   create|list|describe|delete
-    kio groups   list|describe            (describe shows the lag per partition)
+    kio groups   list|describe|reset-offsets|delete-offsets   (describe shows the lag per partition)
+    kio transactions list|describe|abort
     kio perf     produce|consume          throughput and latency percentiles
     kio broker                            a local broker in the foreground (Apache Kafka where Java is, else Tansu)
     kio demo                              the round trip of the README (starts its own broker)
@@ -21,7 +22,7 @@ import shutil
 import sys
 import time
 
-from kio.cli import admin, consume, perf, produce, security
+from kio.cli import admin, consume, perf, produce, security, transactions
 from kio.cli.common import (
     EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, UsageError, interrupts,
 )
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(sub, common)
     admin.add_parsers(sub, common)
     security.add_parsers(sub, common)
+    transactions.add_parsers(sub, common, admin._admin)
     perf.add_parsers(sub, common)
 
     p = sub.add_parser("demo", help="produce and consume records against a broker "

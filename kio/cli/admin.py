@@ -1,8 +1,10 @@
-"""``kio topics create|list|describe|delete`` and ``kio groups list|describe``."""
+"""``kio topics create|list|describe|delete`` and ``kio groups describe`` (the
+other group commands are kio/cli/groups.py's)."""
 from __future__ import annotations
 
 import sys
 
+from kio.cli import groups as group_commands
 from kio.cli.common import EXIT_OK, UsageError, properties, topic_name
 
 
@@ -24,10 +26,9 @@ def add_parsers(sub, common):
     p.add_argument("--topic", required=True, action="append", help="repeatable")
     p.set_defaults(func=topics_delete)
 
-    groups = sub.add_parser("groups", help="list consumer groups, describe one with its lag")
+    groups = sub.add_parser("groups", help="list groups, describe one with its lag, reset or delete its offsets")
     gsub = groups.add_subparsers(dest="action", required=True)
-    p = gsub.add_parser("list", parents=[common])
-    p.set_defaults(func=groups_list)
+    group_commands.add_group_actions(gsub, common, _admin)
     p = gsub.add_parser("describe", parents=[common])
     p.add_argument("--group", required=True, action="append", help="repeatable")
     p.set_defaults(func=groups_describe)
@@ -79,14 +80,6 @@ def topics_delete(args) -> int:
         admin.delete_topics(args.topic)
     for t in args.topic:
         print(f"deleted topic {t}")
-    return EXIT_OK
-
-
-def groups_list(args) -> int:
-    with _admin(args) as admin:
-        listings = admin.list_consumer_groups()
-    for g in sorted(listings, key=lambda g: g.group_id):
-        print(g.group_id if not g.state else f"{g.group_id}\t{g.state}")
     return EXIT_OK
 
 

@@ -62,6 +62,13 @@ from kproto.schema import describe_quorum
 from kproto.schema import update_features
 from kproto.schema import describe_topic_partitions
 from kproto.schema import list_config_resources
+from kproto.schema import offset_delete
+from kproto.schema import alter_share_group_offsets
+from kproto.schema import delete_share_group_offsets
+from kproto.schema import describe_producers
+from kproto.schema import describe_transactions
+from kproto.schema import list_transactions
+from kproto.schema import write_txn_markers
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -118,4 +125,11 @@ API_MODULES = (
     update_features,
     describe_topic_partitions,
     list_config_resources,
+    offset_delete,
+    alter_share_group_offsets,
+    delete_share_group_offsets,
+    describe_producers,
+    describe_transactions,
+    list_transactions,
+    write_txn_markers,
 )

@@ -1,0 +1,386 @@
+"""Group administration beyond listing and describing, as operations of
+:class:`kproto.admin.AdminCore` (mixed in), named as Java's ``Admin``:
+
+* ``list_groups``: every group of every type (KIP-1043: ListGroups v5 with
+  its types filter; classic, consumer, share, streams);
+* ``alter_consumer_group_offsets``: OffsetCommit as Java's admin sends it
+  (generation -1, no member), which the coordinator accepts only while the
+  group has no members;
+* ``delete_consumer_group_offsets``: OffsetDelete;
+* ``remove_members_from_consumer_group``: LeaveGroup v3+ naming static
+  members by group instance id, or every member (Java's ``removeAll``);
+* ``delete_share_groups``, ``alter_share_group_offsets``,
+  ``delete_share_group_offsets``: DeleteGroups, AlterShareGroupOffsets and
+  DeleteShareGroupOffsets at the share group's coordinator.
+
+Each returns an :class:`~kproto.admin.AdminHandle`, driven like every other
+admin operation: coordinator moves, retries and the deadline are the core's.
+"""
+from __future__ import annotations
+
+from typing import Iterable, List, NamedTuple, Optional
+
+from kproto import error_codes
+from kproto.cluster import TopicPartition
+from kproto.consumer import OffsetAndMetadata
+from kproto.errors import KafkaError, UnsupportedVersionError
+
+__all__ = ["GroupAdmin", "GroupListing", "GROUP_TYPES", "group_offsets_by_topic"]
+
+#: KIP-1043's group types, as ListGroups v5 names them.
+GROUP_TYPES = ("classic", "consumer", "share", "streams")
+#: Per-partition OffsetCommit codes meaning "this group has members": the
+#: coordinator takes a commit without a member only from an empty group.
+_GROUP_HAS_MEMBERS = frozenset({22, 25, 110, 113})   # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED/STALE_MEMBER_EPOCH
+_COORDINATOR_CODES = frozenset({14, 15, 16})
+
+
+class GroupListing(NamedTuple):
+    """A group as ListGroups lists it (Java's ``GroupListing``)."""
+    group_id: str
+    type: Optional[str]                   # classic, consumer, share, streams; None: a broker before v5
+    protocol_type: str                    # "consumer", "share"...; "" for a simple (offsets-only) group
+    state: Optional[str]                  # Stable, Empty...; None: a broker before ListGroups v4
+    coordinator: int = -1                 # the broker that listed it
+
+    @property
+    def is_simple_consumer_group(self) -> bool:
+        """A classic group used only to store offsets (no protocol, no members)."""
+        return self.type in (None, "classic") and self.protocol_type == ""
+
+
+def group_offsets_by_topic(partitions: Iterable, what: str) -> dict:
+    """{topic: sorted partitions} of TopicPartitions (or (topic, partition)
+    pairs); a duplicate raises ValueError naming ``what``."""
+    by: dict = {}
+    for tp in partitions:
+        topic, partition = tp[0], tp[1]
+        if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"{what}: {tp!r} is not a TopicPartition(topic, partition >= 0)")
+        if partition in by.setdefault(topic, []):
+            raise ValueError(f"{what}: {topic}-{partition} is given twice")
+        by[topic].append(partition)
+    return {t: sorted(ps) for t, ps in sorted(by.items())}
+
+
+def _offset_and_metadata(tp, value, what) -> OffsetAndMetadata:
+    om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+    if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
+        raise ValueError(f"{what}: the offset for {tp[0]}-{tp[1]} must be an int >= 0, not {om.offset!r}")
+    return om
+
+
+def _list_groups_body(states, types):
+    def build(version):
+        if types and version < 5:
+            raise UnsupportedVersionError(
+                f"filtering groups by type needs ListGroups v5 (KIP-1043); the broker speaks v{version}")
+        body = {"states_filter": list(states) if version >= 4 else [], "types_filter": list(types)}
+        return body
+    return build
+
+
+class GroupAdmin:
+    """The group operations of AdminCore (a mixin: it uses the core's
+    ``_op``, ``_submit``, ``_group_call``, ``_complete``... machinery and
+    imports kproto.admin inside its methods, as that module mixes it in)."""
+
+    def _every_broker(self, op, key, api, build, collect, finish):
+        """Metadata (any broker), then ``api`` (body ``build``) to every
+        broker it lists; ``collect(node, body)`` takes each error-free answer
+        and, once every broker answered, ``finish()`` is the value of
+        ``op``'s item ``key``. A broker's error fails the item (retriable
+        ones are retried)."""
+        from kproto.admin import NODE, _Call
+        core = self
+        left: dict = {}
+
+        class Ask(_Call):
+            def build(call, core_, node):
+                return build
+
+            def handle(call, core_, body, now):
+                code = body.get("error_code", 0)
+                if code:
+                    err = error_codes.error_for_code(code, body.get("error_message"), f"{api} on node {call.node}")
+                    if err.retriable:
+                        core._retry(call, err, now)
+                    else:
+                        core._fail_call(call, err)
+                    return
+                collect(call.node, body)
+                left.pop(call.node, None)
+                if not left:
+                    core._complete(op, key, value=finish())
+
+        class Brokers(_Call):
+            def build(call, core_, node):
+                return {"topics": [], "allow_auto_topic_creation": False}
+
+            def handle(call, core_, body, now):
+                core._seen_metadata(body, now)
+                nodes = sorted(b["node_id"] for b in body.get("brokers") or [])
+                if not nodes:
+                    core._retry(call, KafkaError("Metadata listed no brokers"), now)
+                    return
+                for n in nodes:
+                    left[n] = True
+                    core._submit(Ask(op, api, [key], target=NODE, node=n))
+
+        self._submit(Brokers(op, "Metadata", [key]))
+
+    def list_groups(self, *, types=None, states=None, timeout_ms=None, now):
+        """[GroupListing] of every broker (KIP-1043): ``types`` keeps these
+        group types only (classic, consumer, share, streams), ``states``
+        these states (Stable, Empty... as Kafka names them, any case).
+        ListGroups v5 filters at the broker; the listing is filtered here
+        too, for brokers that filter less."""
+        types = [str(t).lower() for t in types or ()]
+        unknown = [t for t in types if t not in GROUP_TYPES]
+        if unknown:
+            raise ValueError(f"list_groups: unknown group type(s) {unknown}; the types are {list(GROUP_TYPES)}")
+        states = [str(s) for s in states or ()]
+        op = self._op("list_groups", ["groups"], now, timeout_ms, single=True)
+        found: dict = {}
+        wanted_states = {s.lower() for s in states}
+
+        def collect(node, body):
+            for g in body.get("groups") or []:
+                found[g["group_id"]] = GroupListing(
+                    g["group_id"], (g.get("group_type") or "").lower() or None, g.get("protocol_type") or "",
+                    g.get("group_state") or None, node)
+
+        def finish() -> List[GroupListing]:
+            keep = [g for g in found.values()
+                    if (not types or g.type is None or g.type in types)
+                    and (not wanted_states or g.state is None or g.state.lower() in wanted_states)]
+            return sorted(keep)
+
+        self._every_broker(op, "groups", "ListGroups", _list_groups_body(states, types), collect, finish)
+        return op
+
+    def alter_consumer_group_offsets(self, group_id, offsets, *, timeout_ms=None, now):
+        """Commit ``{TopicPartition: offset or OffsetAndMetadata}`` for
+        ``group_id`` as an admin (OffsetCommit, generation -1, no member):
+        one item per partition. The coordinator takes it only while the
+        group is empty; a group with members fails each partition with
+        UnknownMemberIdError (as Java's Admin surfaces it)."""
+        what = "alter_consumer_group_offsets"
+        items = {TopicPartition(*tp): _offset_and_metadata(tp, v, what) for tp, v in offsets.items()}
+        group_offsets_by_topic(items, what)
+        op = self._op(what, list(items), now, timeout_ms)
+        g = group_id
+
+        def build(node, call=None):
+            by: dict = {}
+            for tp in call.keys:
+                om = items[tp]
+                by.setdefault(tp.topic, []).append({
+                    "partition_index": tp.partition, "committed_offset": om.offset,
+                    "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
+            return {"group_id": g, "generation_id_or_member_epoch": -1, "member_id": "",
+                    "group_instance_id": None, "retention_time_ms": -1,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by.items())]}
+
+        def handle(call, body, now):
+            for t in body.get("topics") or []:
+                for p in t.get("partitions") or []:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    code = p.get("error_code", 0)
+                    if code in _COORDINATOR_CODES:
+                        self._group_error(call, code, None, f"alter offsets of group {g!r}", now)
+                        return
+                    if tp not in call.keys:
+                        continue
+                    context = f"alter offset of {tp.topic}-{tp.partition} for group {g!r}"
+                    if code in _GROUP_HAS_MEMBERS:
+                        context += " (the group has members: its offsets can be altered only while it is empty)"
+                    self._complete(op, tp, error=error_codes.error_for_code(code, None, context) if code else None)
+            self._unanswered(call, op, "OffsetCommit")
+
+        if items:
+            self._group_call(op, g, "OffsetCommit", build, handle, keys=list(items))
+        return op
+
+    def delete_consumer_group_offsets(self, group_id, partitions, *, timeout_ms=None, now):
+        """Delete the committed offsets of ``partitions`` from ``group_id``
+        (OffsetDelete): one item per partition. A partition of a topic the
+        group's members still subscribe to fails with
+        GroupSubscribedToTopicError; an unknown group with GroupIdNotFoundError."""
+        what = "delete_consumer_group_offsets"
+        by = group_offsets_by_topic(partitions, what)
+        keys = [TopicPartition(t, p) for t, ps in by.items() for p in ps]
+        op = self._op(what, keys, now, timeout_ms)
+        g = group_id
+
+        def build(node, call=None):
+            return {"group_id": g, "topics": [{"name": t, "partitions": [{"partition_index": p} for p in ps]}
+                                              for t, ps in by.items()]}
+
+        def handle(call, body, now):
+            if self._group_error(call, body.get("error_code", 0), None, f"delete offsets of group {g!r}", now):
+                return
+            for t in body.get("topics") or []:
+                for p in t.get("partitions") or []:
+                    tp = TopicPartition(t["name"], p["partition_index"])
+                    if tp in op.items:
+                        code = p.get("error_code", 0)
+                        self._complete(op, tp, error=error_codes.error_for_code(
+                            code, None, f"delete offset of {tp.topic}-{tp.partition} from group {g!r}")
+                            if code else None)
+            self._unanswered(call, op, "OffsetDelete")
+
+        if keys:
+            self._group_call(op, g, "OffsetDelete", build, handle, keys=keys)
+        return op
+
+    def remove_members_from_consumer_group(self, group_id, members=None, *, reason=None, timeout_ms=None, now):
+        """Make members leave ``group_id`` (LeaveGroup v3+), so the group
+        rebalances without waiting for their session timeout.
+
+        ``members``: group instance ids of static members; one item per id,
+        a member the group does not have failing with UnknownMemberIdError.
+        None (Java's ``removeAll``): every member the group has now (found
+        with describe_consumer_groups); then the one item is the group, its
+        value ``{group instance id or member id: None}``."""
+        if members is not None:
+            ids = [m for m in members]
+            bad = [m for m in ids if not isinstance(m, str) or not m]
+            if bad or len(set(ids)) != len(ids):
+                raise ValueError(f"remove_members_from_consumer_group: members must be distinct group instance "
+                                 f"ids (non-empty str), not {ids!r}")
+            op = self._op("remove_members_from_consumer_group", ids, now, timeout_ms)
+            if ids:
+                self._leave_group(op, group_id, [(m, "", m) for m in ids], reason)
+            return op
+        op = self._op("remove_members_from_consumer_group", [group_id], now, timeout_ms, single=True)
+        described = self.describe_consumer_groups([group_id], timeout_ms=timeout_ms, now=now)
+        described.operation = "remove_members_from_consumer_group"
+
+        def got_members(h):
+            from kproto.admin import AdminHandle, _unlist
+            _unlist(self, h)
+            if h.error is not None:
+                self._complete(op, group_id, error=h.error)
+                return
+            found = [(m.group_instance_id or m.member_id, m.member_id, m.group_instance_id)
+                     for m in h.result()[group_id].members]
+            if not found:
+                self._complete(op, group_id, value={})
+                return
+            inner = AdminHandle(op.operation, [k for k, _, _ in found], op.deadline)
+            inner.timeout_ms = op.timeout_ms
+
+            def left(i):
+                _unlist(self, i)
+                self._complete(op, group_id, error=i.error,
+                               value=None if i.error is not None else dict(sorted(i.values().items())))
+
+            inner._listeners.append(left)
+            self._leave_group(inner, group_id, found, reason)
+
+        described._listeners.append(got_members)
+        return op
+
+    def _leave_group(self, op, group_id, members, reason):
+        """LeaveGroup for ``members`` [(item key, member id, group instance id)]."""
+        by_identity = {(member_id or None, instance): key for key, member_id, instance in members}
+
+        def body(version):
+            if version < 3:
+                raise UnsupportedVersionError(
+                    f"removing members needs LeaveGroup v3 (KIP-345); the broker speaks v{version}")
+            return {"group_id": group_id, "members": [
+                {"member_id": member_id, "group_instance_id": instance, "reason": reason}
+                for _, member_id, instance in members]}
+
+        def handle(call, resp, now):
+            if self._group_error(call, resp.get("error_code", 0), None, f"leave group {group_id!r}", now):
+                return
+            for m in resp.get("members") or []:
+                instance = m.get("group_instance_id")
+                key = by_identity.get((m.get("member_id") or None, instance))
+                if key is None:
+                    key = by_identity.get((None, instance)) if instance else None
+                if key is None or key not in call.keys:
+                    continue
+                code = m.get("error_code", 0)
+                self._complete(op, key, error=error_codes.error_for_code(
+                    code, None, f"remove member {key!r} from group {group_id!r}") if code else None)
+            self._unanswered(call, op, "LeaveGroup")
+
+        self._group_call(op, group_id, "LeaveGroup", lambda node, call=None: body, handle,
+                         keys=[k for k, _, _ in members])
+
+    # -- share groups ----------------------------------------------------------------------
+    def delete_share_groups(self, group_ids, *, timeout_ms=None, now):
+        """Delete share groups and their state (DeleteGroups at each group's
+        coordinator, as Java's Admin); one item per group. A group with
+        members fails with NonEmptyGroupError, an unknown one with
+        GroupIdNotFoundError."""
+        op = self.delete_consumer_groups(group_ids, timeout_ms=timeout_ms, now=now)
+        op.operation = "delete_share_groups"
+        return op
+
+    def alter_share_group_offsets(self, group_id, offsets, *, timeout_ms=None, now):
+        """Set where share group ``group_id`` starts on each partition:
+        ``{TopicPartition: start offset}`` (AlterShareGroupOffsets); one item
+        per partition. The group must be empty (NonEmptyGroupError otherwise)."""
+        what = "alter_share_group_offsets"
+        items = {TopicPartition(*tp): _offset_and_metadata(tp, v, what).offset for tp, v in offsets.items()}
+        by = group_offsets_by_topic(items, what)
+        op = self._op(what, list(items), now, timeout_ms)
+        g = group_id
+
+        def build(node, call=None):
+            return {"group_id": g, "topics": [{"topic_name": t, "partitions": [
+                {"partition_index": p, "start_offset": items[TopicPartition(t, p)]} for p in ps]}
+                for t, ps in by.items()]}
+
+        def handle(call, body, now):
+            if self._group_error(call, body.get("error_code", 0), body.get("error_message"),
+                                 f"alter share offsets of group {g!r}", now):
+                return
+            for t in body.get("responses") or []:
+                for p in t.get("partitions") or []:
+                    tp = TopicPartition(t["topic_name"], p["partition_index"])
+                    if tp in op.items:
+                        code = p.get("error_code", 0)
+                        self._complete(op, tp, error=error_codes.error_for_code(
+                            code, p.get("error_message"),
+                            f"alter share offset of {tp.topic}-{tp.partition} for group {g!r}") if code else None)
+            self._unanswered(call, op, "AlterShareGroupOffsets")
+
+        if items:
+            self._group_call(op, g, "AlterShareGroupOffsets", build, handle, keys=list(items))
+        return op
+
+    def delete_share_group_offsets(self, group_id, topics, *, timeout_ms=None, now):
+        """Forget share group ``group_id``'s state on every partition of
+        ``topics`` (DeleteShareGroupOffsets; names); one item per topic. The
+        group must be empty (NonEmptyGroupError otherwise)."""
+        from kproto.admin import _no_dups
+        topics = list(topics)
+        _no_dups(topics, "delete_share_group_offsets")
+        op = self._op("delete_share_group_offsets", topics, now, timeout_ms)
+        g = group_id
+
+        def build(node, call=None):
+            return {"group_id": g, "topics": [{"topic_name": t} for t in topics]}
+
+        def handle(call, body, now):
+            if self._group_error(call, body.get("error_code", 0), body.get("error_message"),
+                                 f"delete share offsets of group {g!r}", now):
+                return
+            for t in body.get("responses") or []:
+                name = t.get("topic_name")
+                if name in op.items:
+                    code = t.get("error_code", 0)
+                    self._complete(op, name, error=error_codes.error_for_code(
+                        code, t.get("error_message"), f"delete share offsets of topic {name!r} for group {g!r}")
+                        if code else None)
+            self._unanswered(call, op, "DeleteShareGroupOffsets")
+
+        if topics:
+            self._group_call(op, g, "DeleteShareGroupOffsets", build, handle, keys=topics)
+        return op
