@@ -45,6 +45,9 @@ __all__ = ["KerberosLogin", "GssapiAuthenticatorFactory", "GssapiAuthenticator"]
 
 log = logging.getLogger("kproto.kerberos")
 
+_NO_SERVICE_NAME = ("sasl.mechanism=GSSAPI needs sasl.kerberos.service.name: the first part of the "
+                    "brokers' Kerberos principal (kafka for kafka/<host>@REALM)")
+
 
 class KerberosLogin:
     """The client's Kerberos credentials (see the module).
@@ -156,8 +159,7 @@ class GssapiAuthenticatorFactory:
 
     def __init__(self, service_name: str, login: KerberosLogin):
         if not service_name:
-            raise ConfigError("sasl.mechanism=GSSAPI needs sasl.kerberos.service.name: the first part of the "
-                              "brokers' Kerberos principal (kafka for kafka/<host>@REALM)")
+            raise ConfigError(_NO_SERVICE_NAME)
         self.service_name = service_name
         self.login = login
         self.contexts = 0           # security contexts started (authentications + re-authentications)
@@ -174,7 +176,12 @@ class GssapiAuthenticatorFactory:
             principal = principal or options.get("principal")
             service = service or options.get("serviceName")
         if not service:
-            cls("", None)   # raises the ConfigError naming the setting
+            hint = ""
+            if cfg.sasl_username is not None and not cfg.is_set("sasl.mechanism"):
+                # A user name but no mechanism: GSSAPI is only the default.
+                hint = ("; sasl.mechanism defaults to GSSAPI as in Java: for sasl.username/sasl.password "
+                        "set sasl.mechanism to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+            raise ConfigError(_NO_SERVICE_NAME + hint)
         login = KerberosLogin(keytab, principal, kinit_cmd=cfg.sasl_kerberos_kinit_cmd,
                               min_time_before_relogin_ms=cfg.sasl_kerberos_min_time_before_relogin,
                               renew_window_factor=cfg.sasl_kerberos_ticket_renew_window_factor,

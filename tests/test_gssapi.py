@@ -391,3 +391,13 @@ def test_confluent_kafka_with_gssapi(gssapi_kafka, kdc):
     left = producer.flush(20)
     print(f"confluent-kafka {builtin}: GSSAPI produce left {left} unsent; errors: {errors}")
     assert left == 0, errors
+
+
+def test_the_broker_sees_the_kerberos_principal(gssapi_kafka, kdc):
+    """kclient@KIO.TEST is User:kclient to Kafka's authorizer: ok-* topics
+    work (above), a topic outside its ACLs is refused by name."""
+    from kio.errors import TopicAuthorizationFailedError
+    denied = f"denied-{uuid.uuid4().hex[:6]}"
+    with kio.Producer(**client_config(gssapi_kafka, kdc)) as producer:
+        with pytest.raises(TopicAuthorizationFailedError, match=denied):
+            producer.send(denied, b"v").result(10)
