@@ -101,8 +101,11 @@ class KerberosLogin:
             # unknown principal fails here.
             lifetime = creds.lifetime
         except self._gssapi.exceptions.GSSError as e:
-            raise gss_error(f"Kerberos login of {self.principal or 'the default principal'} from {where}", e) \
-                from None
+            error = gss_error(f"Kerberos login of {self.principal or 'the default principal'} from {where}", e)
+            if self.keytab is not None:
+                # MIT's text for a principal absent from the keytab is "No credentials cache found".
+                error.message += f" (klist -kt {self.keytab} lists the principals and key versions it holds)"
+            raise error from None
         if lifetime is not None and lifetime <= 0:
             raise AuthenticationError(f"GSSAPI: the ticket of {creds.name} in {where} has expired: renew it (kinit)")
         self._credentials = creds

@@ -206,11 +206,13 @@ def no_security_layer_reply(layers: int, authzid: str = "") -> bytes:
 
 
 def gss_error(what: str, error: Exception) -> AuthenticationError:
-    """An AuthenticationError naming ``what`` failed and the GSS-API's own
-    major/minor messages (e.g. 'Client not found in Kerberos database')."""
+    """SaslAuthenticationFailedError (an AuthenticationError, as Java's
+    SaslAuthenticationException) naming ``what`` failed, with the GSS-API's
+    own major/minor messages (e.g. 'Client not found in Kerberos database')."""
+    from kproto.error_codes import SaslAuthenticationFailedError
     describe = getattr(error, "gen_message", None)
     text = describe() if describe is not None else str(error)
-    return AuthenticationError(f"GSSAPI: {what} failed: {' '.join(text.split())}")
+    return SaslAuthenticationFailedError(f"GSSAPI: {what} failed: {' '.join(text.split())}")
 
 
 class GssapiMechanism(SaslMechanism):

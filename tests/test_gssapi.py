@@ -12,6 +12,7 @@ mechanism against a gssapi acceptor context with the service's keytab.
 """
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -401,3 +402,24 @@ def test_the_broker_sees_the_kerberos_principal(gssapi_kafka, kdc):
     with kio.Producer(**client_config(gssapi_kafka, kdc)) as producer:
         with pytest.raises(TopicAuthorizationFailedError, match=denied):
             producer.send(denied, b"v").result(10)
+
+
+def test_a_ticket_cache_is_renewed_with_kinit_minus_r(kdc, tmp_path):
+    """Without a keytab, renewal runs sasl.kerberos.kinit.cmd -R on the cache (as Java's KerberosLogin)."""
+    ccache = f"FILE:{tmp_path / 'cc'}"
+    os.environ["KRB5CCNAME"], before = ccache, os.environ["KRB5CCNAME"]
+    try:
+        subprocess.run(["kinit", "-r", "1d", "-kt", kdc.client_keytab, kdc.principal(CLIENT)], check=True)
+        first = subprocess.run(["klist"], check=True, capture_output=True, text=True).stdout
+        now = [time.time()]
+        login = KerberosLogin(kinit_cmd=shutil.which("kinit"), min_time_before_relogin_ms=0,
+                              clock=lambda: now[0]).login()
+        time.sleep(1.1)                          # a renewed ticket starts a second later
+        now[0] = login.renew_at + 1
+        login.credentials()
+        renewed = subprocess.run(["klist"], check=True, capture_output=True, text=True).stdout
+    finally:
+        os.environ["KRB5CCNAME"] = before
+    assert login.logins == 2
+    tgt = [line for line in first.splitlines() if "krbtgt/" in line]
+    assert tgt and tgt[0] not in renewed, (first, renewed)    # the TGT's start time moved: kinit -R ran
