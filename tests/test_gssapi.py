@@ -274,7 +274,7 @@ def produce_and_consume_threading(cfg, topic, n):
     return got
 
 
-async def produce_and_consume_async(mod, sleep, cfg, topic, n):
+async def produce_and_consume_async(mod, cfg, topic, n):
     async with mod.Producer(**cfg, linger_ms=5) as producer:
         for i in range(n):
             await producer.send(topic, f"{i}".encode(), partition=0)
@@ -298,9 +298,9 @@ def test_produce_and_consume_through_gssapi(gssapi_kafka, kdc, kind, listener):
     if kind == "thread":
         got = produce_and_consume_threading(cfg, topic, n)
     elif kind == "asyncio":
-        got = asyncio.run(produce_and_consume_async(kio.aio, asyncio.sleep, cfg, topic, n))
+        got = asyncio.run(produce_and_consume_async(kio.aio, cfg, topic, n))
     else:
-        got = trio.run(produce_and_consume_async, kio.trio, trio.sleep, cfg, topic, n)
+        got = trio.run(produce_and_consume_async, kio.trio, cfg, topic, n)
     assert got == [f"{i}".encode() for i in range(n)]
 
 
@@ -322,7 +322,7 @@ def test_a_deleted_principal_fails_the_client_constructor(gssapi_kafka, kdc, kin
     name = f"gone-{kind}"
     keytab = kdc.add_principal(name)
     kdc.delete_principal(name)
-    cfg = {**gssapi_kafka.gssapi_client_config(name, keytab)}
+    cfg = gssapi_kafka.gssapi_client_config(name, keytab)
     mod = {"thread": kio, "asyncio": kio.aio, "trio": kio.trio}[kind]
     start = time.monotonic()
     with pytest.raises(AuthenticationError, match="not found in Kerberos database"):
