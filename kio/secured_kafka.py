@@ -21,6 +21,14 @@ re-authenticated); ``oauth_jwks_url`` also enables OAUTHBEARER on the
 ``iss`` must be ``oauth_issuer``, ``aud`` ``oauth_audience``), with Kafka 4.x's
 ``org.apache.kafka.sasl.oauthbearer.allowed.urls`` system property allowing it.
 
+``kerberos`` (a :class:`kio.kerberos.KerberosKdc`, started) also enables
+GSSAPI on the ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners: the broker's
+principal ``kafka/<host>@REALM`` is added to that KDC, its keytab read by
+Java's ``Krb5LoginModule``, and the JVM pointed at the KDC's ``krb5.conf``.
+Use ``host="localhost"`` with it: clients ask for the service ticket of the
+host name they connect to, so broker address and principal must agree.
+A Kerberos client ``name@REALM`` is the Kafka principal ``User:name``.
+
 Kafka's ``StandardAuthorizer`` checks every request; ``admin`` (PLAIN) is the
 super user the broker itself, its controller and a test's admin connect as.
 The other users (``users``) get SCRAM-SHA-256 and SCRAM-SHA-512 credentials
@@ -121,7 +129,7 @@ class SecuredKafkaBroker(KafkaBroker):
                  host: str = "127.0.0.1", log_path: Optional[str] = None,
                  config: Optional[dict] = None, heap: str = "320m", reauth_ms: Optional[int] = None,
                  oauth_jwks_url: Optional[str] = None, oauth_issuer: Optional[str] = None,
-                 oauth_audience: str = "kafka"):
+                 oauth_audience: str = "kafka", kerberos=None):
         super().__init__(host=host, log_path=log_path, config=config, heap=heap)
         self.users = dict(users or {})
         self.reauth_ms = reauth_ms
@@ -129,6 +137,7 @@ class SecuredKafkaBroker(KafkaBroker):
         self.oauth_issuer = oauth_issuer
         self.oauth_audience = oauth_audience
         self.certs = certs
+        self.kerberos = kerberos
         self.sasl_ssl_port = free_port(host)
         self.ssl_port = free_port(host)
 
@@ -170,12 +179,14 @@ class SecuredKafkaBroker(KafkaBroker):
             props[f"listener.name.{listener}.plain.sasl.jaas.config"] = _jaas_plain(everyone)
             for mech in MECHANISMS[1:]:
                 props[f"listener.name.{listener}.{mech.lower()}.sasl.jaas.config"] = _JAAS_SCRAM
+        if self.kerberos is not None:
+            props.update(self._kerberos_properties())
         if self.reauth_ms is not None:
             props["connections.max.reauth.ms"] = self.reauth_ms
         if self.oauth_jwks_url is not None:
             oauth = "org.apache.kafka.common.security.oauthbearer"
             props.update({
-                "listener.name.secure.sasl.enabled.mechanisms": ",".join(MECHANISMS + ("OAUTHBEARER",)),
+                "listener.name.secure.sasl.enabled.mechanisms": f"{props['sasl.enabled.mechanisms']},OAUTHBEARER",
                 "listener.name.secure.oauthbearer.sasl.jaas.config": f"{oauth}.OAuthBearerLoginModule required;",
                 "listener.name.secure.oauthbearer.sasl.server.callback.handler.class":
                     f"{oauth}.OAuthBearerValidatorCallbackHandler",
@@ -188,8 +199,28 @@ class SecuredKafkaBroker(KafkaBroker):
         props.update(self.extra_config)
         return props
 
+    @property
+    def kerberos_principal(self) -> str:
+        """The broker's Kerberos principal (``kafka/<host>@REALM``)."""
+        return self.kerberos.principal(f"kafka/{self.host}")
+
+    def _kerberos_properties(self) -> dict:
+        assert self.workdir is not None
+        keytab = str(self.workdir / "kafka.keytab")
+        if not os.path.exists(keytab):
+            self.kerberos.add_principal(f"kafka/{self.host}", keytab)
+        jaas = (f'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
+                f'keyTab="{keytab}" principal="{self.kerberos_principal}";')
+        props = {"sasl.enabled.mechanisms": ",".join(MECHANISMS + ("GSSAPI",)),
+                 "sasl.kerberos.service.name": "kafka"}
+        for listener in ("internal", "secure"):
+            props[f"listener.name.{listener}.gssapi.sasl.jaas.config"] = jaas
+        return props
+
     def _jvm_options(self, heap: str) -> list[str]:
         options = super()._jvm_options(heap)
+        if self.kerberos is not None:
+            options.append(f"-Djava.security.krb5.conf={self.kerberos.krb5_conf}")
         if self.oauth_jwks_url is not None:
             # Kafka 4.x refuses OAuth URLs not listed here (CVE-2025-27817).
             options.append(f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.oauth_jwks_url}")
@@ -228,6 +259,17 @@ class SecuredKafkaBroker(KafkaBroker):
             cfg.update(bootstrap_servers=f"{self.host}:{self.sasl_ssl_port}", ssl_cafile=self.certs.ca)
         else:
             cfg.update(bootstrap_servers=f"{self.host}:{self.port}")
+        return cfg
+
+    def gssapi_client_config(self, principal: str, keytab: str, listener: str = "SASL_PLAINTEXT") -> dict:
+        """kio client settings for the Kerberos client ``principal`` with its
+        ``keytab`` on ``listener`` ("SASL_PLAINTEXT" or "SASL_SSL")."""
+        port = self.port if listener == "SASL_PLAINTEXT" else self.sasl_ssl_port
+        cfg = {"bootstrap_servers": f"{self.host}:{port}", "security_protocol": listener,
+               "sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": "kafka",
+               "sasl_kerberos_keytab": keytab, "sasl_kerberos_principal": self.kerberos.principal(principal)}
+        if listener == "SASL_SSL":
+            cfg["ssl_cafile"] = self.certs.ca
         return cfg
 
     def allow(self, principal: str, resource_type: str, name: str, operations: Iterable[str],

@@ -261,7 +261,25 @@ COMMON = [
             "'https' checks the broker's host name against its certificate; '' turns that off"),
     Setting("sasl.mechanism", STR, "GSSAPI",
             one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
-            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (Java's default GSSAPI is not supported)"),
+            "GSSAPI (Kerberos, needs the gssapi extra), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
+    # GSSAPI (Kerberos): Java's names, plus librdkafka's keytab/principal
+    # (Java names them inside sasl.jaas.config's Krb5LoginModule, also read).
+    Setting("sasl.kerberos.service.name", STR, None,
+            doc="GSSAPI: the Kerberos service name of the brokers (their principal is "
+                "<service>/<broker host>@REALM, e.g. kafka); required for GSSAPI"),
+    Setting("sasl.kerberos.keytab", STR, None,
+            doc="GSSAPI: keytab file to get the client's tickets from (default: the credential cache "
+                "KRB5CCNAME, e.g. filled by kinit)"),
+    Setting("sasl.kerberos.principal", STR, None,
+            doc="GSSAPI: the client's principal (user@REALM) in sasl.kerberos.keytab or the cache"),
+    Setting("sasl.kerberos.kinit.cmd", STR, "/usr/bin/kinit",
+            doc="GSSAPI without a keytab: the kinit run with -R to renew the cache's ticket"),
+    Setting("sasl.kerberos.min.time.before.relogin", INT, 60000, in_range(0),
+            "GSSAPI: least time (ms) between two ticket renewals"),
+    Setting("sasl.kerberos.ticket.renew.window.factor", FLOAT, 0.8, in_range(0.5, 1.0),
+            "GSSAPI: renew the ticket once this fraction of its lifetime has passed"),
+    Setting("sasl.kerberos.ticket.renew.jitter", FLOAT, 0.05, in_range(0.0, 0.25),
+            "GSSAPI: random fraction of the lifetime added to the renewal time"),
     Setting("sasl.username", STR, None, doc="SASL user (PLAIN, SCRAM)"),
     Setting("sasl.password", STR, None, doc="SASL password (PLAIN, SCRAM)", sensitive=True),
     Setting("sasl.jaas.config", STR, None, doc="Java form of the credentials: "

@@ -1,7 +1,9 @@
 """SASL mechanisms for the connection's authentication step.
 
 PLAIN (RFC 4616), SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677) and
-OAUTHBEARER (RFC 7628, token from a callback), at the token level of
+OAUTHBEARER (RFC 7628, token from a callback) and GSSAPI (Kerberos V5,
+RFC 4752, with the optional ``gssapi`` binding; tickets: :mod:`kproto.kerberos_login`),
+at the token level of
 :class:`kproto.connection.SaslMechanism`. :func:`authenticator_for` builds
 the connection authenticator from a client config (``security.protocol``
 SASL_PLAINTEXT, ``sasl.mechanism``, ``sasl.username`` / ``sasl.password``
@@ -25,10 +27,10 @@ from typing import Callable, Optional
 from kproto.connection import SaslAuthenticator, SaslMechanism
 from kproto.errors import AuthenticationError, ConfigError
 
-__all__ = ["PlainMechanism", "ScramMechanism", "OAuthBearerMechanism", "OidcAuthenticatorFactory", "authenticator_for",
-           "parse_jaas_config", "MECHANISMS"]
+__all__ = ["PlainMechanism", "ScramMechanism", "OAuthBearerMechanism", "GssapiMechanism", "OidcAuthenticatorFactory",
+           "authenticator_for", "parse_jaas_config", "parse_security_layers", "no_security_layer_reply", "MECHANISMS"]
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 class PlainMechanism(SaslMechanism):
@@ -165,6 +167,114 @@ class OAuthBearerMechanism(SaslMechanism):
         return "<OAuthBearerMechanism>"
 
 
+def import_gssapi():
+    """The ``gssapi`` binding (python-gssapi), imported on first use: GSSAPI
+    is the only mechanism that needs it, so it is an optional extra."""
+    try:
+        import gssapi
+    except ImportError as e:
+        raise ConfigError("sasl.mechanism=GSSAPI needs the gssapi package (Kerberos): "
+                          "pip install kproto-kio[gssapi] (it builds against MIT krb5, "
+                          "Debian's libkrb5-dev)") from e
+    return gssapi
+
+
+#: RFC 4752 3.3: the security-layer bit masks of the final exchange.
+NO_SECURITY_LAYER = 1
+INTEGRITY_LAYER = 2
+CONFIDENTIALITY_LAYER = 4
+
+
+def parse_security_layers(message: bytes) -> tuple:
+    """(layer bit mask, max message size) of the server's unwrapped final
+    GSSAPI challenge (RFC 4752 3.1: one byte of layers, three bytes of size)."""
+    message = bytes(message)
+    if len(message) != 4:
+        raise AuthenticationError(f"GSSAPI: the server's security-layer message has {len(message)} bytes, "
+                                  f"not 4 (RFC 4752 3.1)")
+    return message[0], int.from_bytes(message[1:], "big")
+
+
+def no_security_layer_reply(layers: int, authzid: str = "") -> bytes:
+    """The client's answer to the server's offer ``layers``: no security
+    layer (Kafka's connections rely on TLS, or nothing, for that), maximum
+    size 0, then the authorization id (RFC 4752 3.1); not yet wrapped."""
+    if not layers & NO_SECURITY_LAYER:
+        raise AuthenticationError(f"GSSAPI: the server insists on a security layer (offered mask "
+                                  f"{layers:#04x}); Kafka clients only use 'no security layer'")
+    return bytes([NO_SECURITY_LAYER, 0, 0, 0]) + authzid.encode("utf-8")
+
+
+def gss_error(what: str, error: Exception) -> AuthenticationError:
+    """SaslAuthenticationFailedError (an AuthenticationError, as Java's
+    SaslAuthenticationException) naming ``what`` failed, with the GSS-API's
+    own major/minor messages (e.g. 'Client not found in Kerberos database')."""
+    from kproto.error_codes import SaslAuthenticationFailedError
+    describe = getattr(error, "gen_message", None)
+    text = describe() if describe is not None else str(error)
+    return SaslAuthenticationFailedError(f"GSSAPI: {what} failed: {' '.join(text.split())}")
+
+
+class GssapiMechanism(SaslMechanism):
+    """Kerberos V5 through the GSS-API (RFC 4752), as Java's GssKrb5Client.
+
+    Sans-IO at the SASL level: the context's tokens go through the Kafka
+    connection. (The gssapi library itself asks the KDC for a service ticket
+    the first time it meets a broker; tickets then come from the cache.)
+    ``credentials`` are gssapi ``Credentials`` (None: the default credential
+    cache, KRB5CCNAME); the broker's principal is the host-based service
+    ``service_name@host``; ``authzid`` is sent as the authorization id
+    (Java sends the client's principal).
+
+    Steps: the context's initial token; the context's answers to the
+    server's tokens until it is established (an empty token when it has
+    nothing more to say); then the server's wrapped security-layer offer,
+    answered by :func:`no_security_layer_reply`, wrapped.
+    """
+    name = "GSSAPI"
+
+    def __init__(self, service_name: str, host: str, credentials=None, authzid: str = ""):
+        gssapi = import_gssapi()
+        self.service_name = service_name
+        self.host = host
+        self.authzid = authzid
+        target = gssapi.Name(f"{service_name}@{host}", gssapi.NameType.hostbased_service)
+        flags = [gssapi.RequirementFlag.mutual_authentication, gssapi.RequirementFlag.integrity,
+                 gssapi.RequirementFlag.out_of_sequence_detection]
+        self._context = gssapi.SecurityContext(name=target, creds=credentials, usage="initiate", flags=flags)
+        self._gss_error = gssapi.exceptions.GSSError
+        self.server_max_size = None
+
+    def __repr__(self):
+        return f"<GssapiMechanism {self.service_name}@{self.host}>"
+
+    def _step(self, token):
+        try:
+            return self._context.step(token)
+        except self._gss_error as e:
+            raise gss_error(f"the security context with {self.service_name}@{self.host}", e) from None
+
+    def initial_response(self) -> bytes:
+        return self._step(None) or b""
+
+    def evaluate_challenge(self, challenge):
+        if self.complete:
+            raise AuthenticationError("GSSAPI: unexpected challenge after the exchange ended")
+        if not self._context.complete:
+            token = self._step(bytes(challenge))
+            # Established with nothing more to send: an empty token asks the
+            # server for its security-layer offer (as Java does).
+            return token if token is not None else b""
+        try:
+            offer = self._context.unwrap(bytes(challenge))
+            layers, self.server_max_size = parse_security_layers(offer.message)
+            reply = self._context.wrap(no_security_layer_reply(layers, self.authzid), False).message
+        except self._gss_error as e:
+            raise gss_error("the security-layer negotiation", e) from None
+        self.complete = True
+        return reply
+
+
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -210,6 +320,9 @@ def authenticator_for(cfg) -> Optional[Callable]:
                                   "(a callable returning the token)")
             return OidcAuthenticatorFactory(settings)
         return lambda: SaslAuthenticator(lambda: OAuthBearerMechanism(provider))
+    if mech == "GSSAPI":
+        from kproto.kerberos_login import GssapiAuthenticatorFactory
+        return GssapiAuthenticatorFactory.from_config(cfg)
     user, password = cfg.sasl_username, cfg.sasl_password
     if cfg.sasl_jaas_config:
         options = parse_jaas_config(cfg.sasl_jaas_config)
@@ -222,5 +335,4 @@ def authenticator_for(cfg) -> Optional[Callable]:
     if mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
         hash_name = "sha256" if mech == "SCRAM-SHA-256" else "sha512"
         return lambda: SaslAuthenticator(lambda: ScramMechanism(user, password, hash_name))
-    raise ConfigError(f"sasl.mechanism={mech} is not supported (Kerberos needs a GSSAPI library): "
-                      f"use one of {', '.join(MECHANISMS)}")
+    raise ConfigError(f"sasl.mechanism={mech} is not supported: use one of {', '.join(MECHANISMS)}")

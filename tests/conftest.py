@@ -134,7 +134,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        for name in ("broker", "secured_kafka", "reauth_kafka"):
+        for name in ("broker", "secured_kafka", "reauth_kafka", "gssapi_kafka"):
             b = item.funcargs.get(name) if name in getattr(item, "fixturenames", ()) else None
             if isinstance(b, tuple):          # reauth_kafka: (broker, issuer)
                 b = b[0]
@@ -146,7 +146,8 @@ def pytest_collection_modifyitems(config, items):
     # Tests that use a real broker get the `broker` marker, so `-m "not broker"`
     # selects the pure sans-IO unit tests.
     for item in items:
-        if {"broker", "bootstrap", "secured_kafka", "reauth_kafka"} & set(getattr(item, "fixturenames", ())):
+        brokers = {"broker", "bootstrap", "secured_kafka", "reauth_kafka", "gssapi_kafka"}
+        if brokers & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
 
 

@@ -11,7 +11,9 @@ PYTHON=${PYTHON:-python3}
 VENV=${KIO_VENV:-.venv}
 
 ensure_debian_packages() {
-    # Debian packages the project needs at run time (none are needed by pip).
+    # Debian packages the project needs (libkrb5-dev is the only one pip needs:
+    # the gssapi binding builds against it). Non-interactive: krb5-config would
+    # otherwise ask for a default realm.
     local missing=()
     for pkg in "$@"; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -19,7 +21,7 @@ ensure_debian_packages() {
     if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
         local sudo=""
         [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+        $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
 }
 
@@ -39,6 +41,13 @@ ensure_maven() {
     # The suite's Apache Kafka broker (kio/kafka_broker.py) is fetched from Maven
     # Central with mvn into ~/.m2 and ~/.cache/kio/kafka on first use.
     command -v mvn >/dev/null 2>&1 || ensure_debian_packages maven
+}
+
+ensure_kerberos() {
+    # SASL GSSAPI: the gssapi binding (test extra) compiles against MIT krb5's
+    # headers, and the tests run their own KDC (krb5kdc, kdb5_util,
+    # kadmin.local) and use kinit for librdkafka.
+    ensure_debian_packages libkrb5-dev krb5-kdc krb5-admin-server krb5-user
 }
 
 ensure_venv() {
@@ -74,6 +83,7 @@ case "$cmd" in
         ensure_java
         ensure_maven
         ensure_stunnel
+        ensure_kerberos
         ensure_venv
         install_project "test,spark,connect"
         # pytest exits 5 when it collects no test: that fails this command too.
