@@ -32,7 +32,15 @@ last error. Non-retriable errors fail their item with the typed
 Deviation from Java: a topic the Metadata step reports as unknown fails its
 items at once (UNKNOWN_TOPIC_OR_PARTITION) instead of being retried until the
 timeout, for list_offsets, delete_records and the lag helper as for
-describe_topics.
+describe_topics - except a topic this core created itself within the last
+default.api.timeout.ms. CreateTopics succeeds once the controller has the
+topic; the broker a Metadata request goes to learns of it a moment later
+(and Tansu's metadata lags its CreateTopics answer too), so "create, then
+describe" would otherwise fail now and then. Such a topic's
+UNKNOWN_TOPIC_OR_PARTITION is retried like LEADER_NOT_AVAILABLE, within the
+call's deadline. We retry on the next call rather than make create_topics
+wait for the metadata: a create that returns is then exactly Java's, and the
+wait is paid only by a program that uses the topic at once.
 """
 from __future__ import annotations
 
@@ -377,6 +385,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
         self._completed: list = []
         self.closed = False
         self.retries = 0                        # total retried calls (metrics, tests)
+        self._created: Dict[str, float] = {}    # topic -> when this core created it (see the module doc)
 
     # -- the driver interface --------------------------------------------------------------
     def poll(self, now) -> list:
@@ -581,6 +590,15 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                 fn(op)
             op._resolved()
 
+    def _propagating(self, topic, code, now) -> bool:
+        """Whether a Metadata answer's ``code`` for ``topic`` means "not known
+        here yet" rather than a final answer: LEADER_NOT_AVAILABLE, or
+        UNKNOWN_TOPIC_OR_PARTITION for a topic this core created recently."""
+        if code == 5:
+            return True
+        created = self._created.get(topic)
+        return code == 3 and created is not None and now - created < self.config.default_api_timeout_ms
+
     def _seen_metadata(self, body, now):
         """Let the shared cache learn brokers and the controller from any Metadata answer."""
         self.cluster.update({**body, "topics": []}, now)
@@ -629,6 +647,8 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                     self._complete(op, n, error=error_codes.error_for_code(
                         code, t.get("error_message"), f"create topic {n!r}"))
                 else:
+                    if not validate_only:
+                        self._created[n] = now
                     self._complete(op, n, value=_topic_id(t.get("topic_id")))
             self._unanswered(call, op, "CreateTopics", again)
             if again:
@@ -663,6 +683,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                     self._complete(op, n, error=error_codes.error_for_code(
                         code, t.get("error_message"), f"delete topic {n!r}"))
                 else:
+                    self._created.pop(n, None)      # unknown from now on is final
                     self._complete(op, n, value=None)
             self._unanswered(call, op, "DeleteTopics", again)
             if again:
@@ -737,7 +758,9 @@ class AdminCore(DriverIO, ShareGroupAdmin):
         return op
 
     def describe_topics(self, topics, *, timeout_ms=None, now) -> AdminHandle:
-        """{name: TopicDescription}; one item per topic (UNKNOWN_TOPIC_OR_PARTITION fails it)."""
+        """{name: TopicDescription}; one item per topic. UNKNOWN_TOPIC_OR_PARTITION fails it,
+        except for a topic this core created recently: that one is retried within the
+        deadline (the brokers learn of a new topic a moment after CreateTopics answers)."""
         topics = list(topics)
         _no_dups(topics, "describe_topics")
         op = self._op("describe_topics", topics, now, timeout_ms)
@@ -755,7 +778,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                     continue
                 seen.add(n)
                 code = t.get("error_code", 0)
-                if code == 5:                               # LEADER_NOT_AVAILABLE: being created
+                if self._propagating(n, code, now):         # being created
                     again.append(n)
                     continue
                 if code:
@@ -771,6 +794,9 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                                                              bool(t.get("is_internal")), parts))
             for n in call.keys:
                 if n not in seen and not op.items[n].done:
+                    if self._propagating(n, 3, now):
+                        again.append(n)
+                        continue
                     self._complete(op, n, error=error_codes.error_for_code(
                         3, "the broker did not describe it", f"describe topic {n!r}"))
             if again:
@@ -1186,7 +1212,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                 for tp in call.keys:
                     t = topics.get(tp.topic)
                     code = 3 if t is None else t.get("error_code", 0)
-                    if code == 5:
+                    if core._propagating(tp.topic, code, now):
                         wait.append(tp)
                         continue
                     if code:
