@@ -63,7 +63,7 @@ EXPECTED_OUTPUT = {
     "docs/guides/spark.md#pyspark": "rows streamed",
     "docs/guides/embedding.md#a-minimal-blocking-driver": "b'key' b'value' [('h', b'v')]",
     "docs/guides/console.md#console-tools": "k1 hello",
-    "docs/getting-started.md#quick-start-2": "verified",
+    "docs/getting-started.md#quick-start-2": "verification: count 100,000/100,000",
 }
 
 # Blocks that need Apache Kafka: against Tansu they must fail with this
