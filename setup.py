@@ -8,7 +8,7 @@ of truth (type checkers, readers and an uncompiled checkout use it), and the
 extension built next to it is what ``import`` picks (an extension module comes
 before a ``.py`` of the same name in the import system's search order). Only
 modules whose compilation measurably cut the CPU per record are listed: see
-the README's benchmarks section (``bench/send_cost.py``). Line coverage
+docs/benchmarks.md (``bench/send_cost.py``). Line coverage
 (coverage.py) cannot see inside an extension: for a coverage run, build with
 ``KPROTO_COMPILE_PY=0`` and delete those modules' ``.so`` files, so the very
 same source runs interpreted (tests/test_build.py checks what was compiled).
