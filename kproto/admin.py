@@ -599,6 +599,13 @@ class AdminCore(DriverIO, ShareGroupAdmin):
         created = self._created.get(topic)
         return code == 3 and created is not None and now - created < self.config.default_api_timeout_ms
 
+    def _remember_created(self, topic, now):
+        """Note ``topic`` as created by this core now, forgetting the creations
+        that no longer count (so a long-lived admin keeps only recent ones)."""
+        window = self.config.default_api_timeout_ms
+        self._created = {t: at for t, at in self._created.items() if now - at < window}
+        self._created[topic] = now
+
     def _seen_metadata(self, body, now):
         """Let the shared cache learn brokers and the controller from any Metadata answer."""
         self.cluster.update({**body, "topics": []}, now)
@@ -648,7 +655,7 @@ class AdminCore(DriverIO, ShareGroupAdmin):
                         code, t.get("error_message"), f"create topic {n!r}"))
                 else:
                     if not validate_only:
-                        self._created[n] = now
+                        self._remember_created(n, now)
                     self._complete(op, n, value=_topic_id(t.get("topic_id")))
             self._unanswered(call, op, "CreateTopics", again)
             if again:
