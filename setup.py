@@ -8,7 +8,7 @@ of truth (type checkers, readers and an uncompiled checkout use it), and the
 extension built next to it is what ``import`` picks (an extension module comes
 before a ``.py`` of the same name in the import system's search order). Only
 modules whose compilation measurably cut the CPU per record are listed: see
-the README's benchmarks section (``bench/send_cost.py``). Line coverage
+docs/benchmarks.md (``bench/send_cost.py``). Line coverage
 (coverage.py) cannot see inside an extension: for a coverage run, build with
 ``KPROTO_COMPILE_PY=0`` and delete those modules' ``.so`` files, so the very
 same source runs interpreted (tests/test_build.py checks what was compiled).
@@ -63,6 +63,13 @@ def _compiler_available():
 
 
 class BuildExtWithClearErrors(build_ext):
+    def finalize_options(self):
+        # Compile the extensions in parallel, one per core, unless told
+        # otherwise (--parallel/-j): an install then takes half the time on two cores.
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+        super().finalize_options()
+
     def run(self):
         if not _compiler_available():
             sys.exit(

@@ -31,6 +31,7 @@ from kio.consumer import ConsumerThreadError, WakeupError
 from kio.spark.connector import ConnectorUnavailable
 from kio.spark.offsets import DataLossError
 from kio.spark.sink import SparkWriteError
+from kio.spark.workers import SparkWorkerError
 from kproto import error_codes as _error_codes
 from kproto.admin import AdminTimeoutError
 from kproto.consumer.commits import CommitFailedError, CommitTimeoutError
@@ -76,6 +77,6 @@ __all__ = [
     # admin
     "AdminClosedError", "AdminTimeoutError",
     # the local broker, Spark
-    "BrokerStartError", "SparkWriteError", "DataLossError", "ConnectorUnavailable",
+    "BrokerStartError", "SparkWriteError", "SparkWorkerError", "DataLossError", "ConnectorUnavailable",
 ]
 __all__ += _error_codes.__all__

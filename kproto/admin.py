@@ -32,7 +32,15 @@ last error. Non-retriable errors fail their item with the typed
 Deviation from Java: a topic the Metadata step reports as unknown fails its
 items at once (UNKNOWN_TOPIC_OR_PARTITION) instead of being retried until the
 timeout, for list_offsets, delete_records and the lag helper as for
-describe_topics.
+describe_topics - except a topic this core created itself within the last
+default.api.timeout.ms. CreateTopics succeeds once the controller has the
+topic; the broker a Metadata request goes to learns of it a moment later
+(and Tansu's metadata lags its CreateTopics answer too), so "create, then
+describe" would otherwise fail now and then. Such a topic's
+UNKNOWN_TOPIC_OR_PARTITION is retried like LEADER_NOT_AVAILABLE, within the
+call's deadline. We retry on the next call rather than make create_topics
+wait for the metadata: a create that returns is then exactly Java's, and the
+wait is paid only by a program that uses the topic at once.
 """
 from __future__ import annotations
 
@@ -395,6 +403,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
         self._completed: list = []
         self.closed = False
         self.retries = 0                        # total retried calls (metrics, tests)
+        self._created: Dict[str, float] = {}    # topic -> when this core created it (see the module doc)
 
     # -- the driver interface --------------------------------------------------------------
     def poll(self, now) -> list:
@@ -599,6 +608,22 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
                 fn(op)
             op._resolved()
 
+    def _propagating(self, topic, code, now) -> bool:
+        """Whether a Metadata answer's ``code`` for ``topic`` means "not known
+        here yet" rather than a final answer: LEADER_NOT_AVAILABLE, or
+        UNKNOWN_TOPIC_OR_PARTITION for a topic this core created recently."""
+        if code == 5:
+            return True
+        created = self._created.get(topic)
+        return code == 3 and created is not None and now - created < self.config.default_api_timeout_ms
+
+    def _remember_created(self, topic, now):
+        """Note ``topic`` as created by this core now, forgetting the creations
+        that no longer count (so a long-lived admin keeps only recent ones)."""
+        window = self.config.default_api_timeout_ms
+        self._created = {t: at for t, at in self._created.items() if now - at < window}
+        self._created[topic] = now
+
     def _seen_metadata(self, body, now):
         """Let the shared cache learn brokers and the controller from any Metadata answer."""
         self.cluster.update({**body, "topics": []}, now)
@@ -647,6 +672,8 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
                     self._complete(op, n, error=error_codes.error_for_code(
                         code, t.get("error_message"), f"create topic {n!r}"))
                 else:
+                    if not validate_only:
+                        self._remember_created(n, now)
                     self._complete(op, n, value=_topic_id(t.get("topic_id")))
             self._unanswered(call, op, "CreateTopics", again)
             if again:
@@ -681,6 +708,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
                     self._complete(op, n, error=error_codes.error_for_code(
                         code, t.get("error_message"), f"delete topic {n!r}"))
                 else:
+                    self._created.pop(n, None)      # unknown from now on is final
                     self._complete(op, n, value=None)
             self._unanswered(call, op, "DeleteTopics", again)
             if again:
@@ -1154,7 +1182,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
                 for tp in call.keys:
                     t = topics.get(tp.topic)
                     code = 3 if t is None else t.get("error_code", 0)
-                    if code == 5:
+                    if core._propagating(tp.topic, code, now):
                         wait.append(tp)
                         continue
                     if code:

@@ -159,9 +159,11 @@ class ClusterAdmin(AdminMixin):
     # -- topics ------------------------------------------------------------------------------
     def describe_topics(self, topics, *, partition_size_limit_per_response=PARTITION_SIZE_LIMIT,
                         timeout_ms=None, now):
-        """{name: TopicDescription}; one item per topic (UNKNOWN_TOPIC_OR_PARTITION
-        fails it). DescribeTopicPartitions, page by page, where the broker
-        has it (``op.pages`` counts the pages); else Metadata."""
+        """{name: TopicDescription}; one item per topic. UNKNOWN_TOPIC_OR_PARTITION
+        fails it, except for a topic this core created recently: that one is
+        retried within the deadline (the brokers learn of a new topic a moment
+        after CreateTopics answers). DescribeTopicPartitions, page by page,
+        where the broker has it (``op.pages`` counts the pages); else Metadata."""
         from kproto.admin import NODE, _Call, _no_dups
         topics = list(topics)
         _no_dups(topics, "describe_topics")
@@ -197,7 +199,7 @@ class ClusterAdmin(AdminMixin):
                         continue
                     answered.add(n)
                     code = t.get("error_code", 0)
-                    if code == _LEADER_NOT_AVAILABLE and call.api == "Metadata":     # being created
+                    if code and core._propagating(n, code, now):     # being created
                         again.append(n)
                         continue
                     if code:
@@ -216,6 +218,9 @@ class ClusterAdmin(AdminMixin):
                     return
                 for n in call.keys:
                     if n not in answered and n not in again and not op.items[n].done:
+                        if core._propagating(n, 3, now):
+                            again.append(n)
+                            continue
                         core._complete(op, n, error=error_codes.error_for_code(
                             3, "the broker did not describe it", f"describe topic {n!r}"))
                 if again:

@@ -139,7 +139,7 @@ def _restore_broker_error(cls: Type[_E], state: Dict[str, Any], args: Tuple[Any,
 
 
 class AuthorizationError(BrokerError):
-    """The broker refused the operation for lack of an ACL (a *_AUTHORIZATION_FAILED code)."""
+    """The broker refused the operation for lack of an ACL (a ``*_AUTHORIZATION_FAILED`` code)."""
 
 
 class AuthenticationError(BrokerError):

@@ -20,7 +20,7 @@ def test_dotted_and_underscored_names_are_the_same_setting():
 
 
 def test_defaults_follow_kafka():
-    # except batch.size: 256 KiB, not 16 KiB (README, "Producer defaults")
+    # except batch.size: 256 KiB, not 16 KiB (docs/guides/producer.md, "Producer defaults")
     c = parse()
     assert (c.acks, c.enable_idempotence, c.batch_size, c.buffer_memory, c.max_block_ms,
             c.delivery_timeout_ms, c.request_timeout_ms, c.max_in_flight_requests_per_connection,

@@ -340,11 +340,11 @@ def test_stream_read_refuses_batch_only_options(spark, bootstrap, make_topic, tm
 
 
 def test_real_time_mode_is_refused_by_spark_for_a_python_data_source(spark, bootstrap, make_topic, tmp_path):
-    # Pins what the README says: Spark 4.3 runs a trigger(realTime=...) query
+    # Pins what docs/guides/spark.md says: Spark 4.3 runs a trigger(realTime=...) query
     # only over sources whose JVM stream implements SupportsRealTimeMode, and
     # the stream Spark wraps around a Python data source does not. A Spark
     # that lifts this fails this test: then try kio-kafka in real time and
-    # update the README.
+    # update docs/guides/spark.md.
     import inspect
 
     from pyspark.sql.streaming import DataStreamWriter

@@ -85,7 +85,7 @@ case "$cmd" in
         ensure_stunnel
         ensure_kerberos
         ensure_venv
-        install_project "test,spark,connect"
+        install_project "test,spark,connect,docs"   # docs: tests/test_docs.py builds the site
         # pytest exits 5 when it collects no test: that fails this command too.
         exec "$VENV/bin/python" -m pytest "$@"
         ;;

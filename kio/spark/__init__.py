@@ -18,7 +18,11 @@ duplicates from the producer's own retries within a task, not across task
 attempts.
 
 pyspark is imported only by :func:`write` and :func:`register`; the executor
-code in :mod:`kio.spark.sink` needs only pyarrow.
+code in :mod:`kio.spark.sink` needs only pyarrow. Both first check, once per
+session, that Spark's Python workers can import kio and pyarrow
+(:mod:`kio.spark.workers`): a worker interpreter without them (``PYSPARK_PYTHON``
+unset, so ``python3`` from ``PATH``) fails at once with a
+:class:`SparkWorkerError` naming it, instead of deep inside the first job.
 
 A classic session and a Spark Connect one (``SparkSession.builder.remote(...)``)
 take the same code path: only DataFrame APIs that Connect has are used
@@ -31,12 +35,14 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from kio.spark.workers import SparkWorkerError, check_workers
 from kio.spark.sink import (
     REPORT_FIELDS, RESULT_FIELDS, SparkWriteError, producer, report_batches, send_batches,
     send_batches_transactional, send_rows,
 )
 
-__all__ = ["write", "register", "producer", "WriteReport", "SparkWriteError", "REPORT_SCHEMA"]
+__all__ = ["write", "register", "producer", "WriteReport", "SparkWriteError", "SparkWorkerError",
+           "REPORT_SCHEMA"]
 
 REPORT_SCHEMA = ", ".join(f"{name} {ty}" for name, ty in REPORT_FIELDS)
 
@@ -99,6 +105,7 @@ def write(df, topic: Optional[str] = None, bootstrap_servers=None, *, errors: st
         raise ValueError("errors='column' reports each row's own outcome; a transactional write "
                          "commits or aborts a partition as a whole: use one or the other")
     conf = _producer_config(bootstrap_servers, producer_config)
+    check_workers(df.sparkSession)
     if errors == "column":
         from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
         types = {"int": IntegerType(), "long": LongType(), "string": StringType()}
@@ -135,6 +142,8 @@ def summarize(rows) -> WriteReport:
 
 
 def register(spark) -> None:
-    """Make ``format("kio-kafka")`` available in this Spark session."""
+    """Make ``format("kio-kafka")`` available in this Spark session (after
+    checking that its Python workers can import kio: :class:`SparkWorkerError`)."""
+    check_workers(spark)
     from kio.spark.source import KioKafkaDataSource
     spark.dataSource.register(KioKafkaDataSource)
