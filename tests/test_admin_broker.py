@@ -176,7 +176,14 @@ def test_topic_lifecycle(admin, broker):
     again = admin.call("create_topics", [NewTopic(t, 3, 1)])
     assert isinstance(again.items[t].error, error_codes.TopicAlreadyExistsError)
 
+    # Kafka answers CreateTopics once the controller committed the topic; the
+    # broker's metadata that list_topics reads learns of it a moment later
+    # (Java's listTopics shows the same lag), so the listing is asked again.
+    deadline = time.monotonic() + 15
     listing = admin.call("list_topics").result()
+    while t not in listing and time.monotonic() < deadline:
+        time.sleep(0.1)
+        listing = admin.call("list_topics").result()
     assert t in listing and not listing[t].internal
 
     d = admin.call("describe_topics", [t, "no-such-topic-" + t]).items
