@@ -85,6 +85,7 @@ class NetworkClient:
         self.on_metadata = on_metadata        # called after every metadata update
         self.on_ready = None                  # called (node) when a connection becomes READY
         self.closing = False
+        self._reconnect_bootstrap = False     # a rebootstrap asked to reopen bootstrap connections
         self.progress = 0                   # bumped whenever connection events were handled
         self._polled_progress = 0           # ``progress`` at the end of the last poll
         # Nodes a core asked for (ready / least_loaded_node) and could not have
@@ -222,6 +223,8 @@ class NetworkClient:
 
     # -- metadata ------------------------------------------------------------------------
     def _maybe_update_metadata(self, now):
+        if self._reconnect_bootstrap:
+            self._close_bootstrap_connections(now)
         if self._metadata_in_flight is not None or self.closing:
             return
         if self.cluster.time_to_next_update(now) > 0:
@@ -230,12 +233,14 @@ class NetworkClient:
         if cluster.rebootstrap_due(now):
             self._rebootstrap(now, f"no metadata for {cluster.rebootstrap_trigger_ms} ms "
                                    "(metadata.recovery.rebootstrap.trigger.ms)")
+            self._close_bootstrap_connections(now)
         node = self.least_loaded_node(now)
         if node is None and cluster.may_rebootstrap():
             # KIP-899: every known broker is unreachable (each backs off after
             # a failed connect); the cluster may have moved: ask the bootstrap
             # servers again instead of waiting for these.
             self._rebootstrap(now, "no known broker is reachable")
+            self._close_bootstrap_connections(now)
             node = self.least_loaded_node(now)
         if node is None:
             return
@@ -267,6 +272,17 @@ class NetworkClient:
         log.info("Rebootstrapping with %s: %s", self.cluster.bootstrap_addresses(), why)
         self.cluster.rebootstrap(now)
         self._wanted.clear()
+        self._reconnect_bootstrap = True
+
+    def _close_bootstrap_connections(self, now) -> None:
+        """After a rebootstrap (from poll, never inside a connection's own
+        callback): a connection still open to a bootstrap address leads where
+        it led before, and the bootstrap name may lead elsewhere now (a new
+        cluster behind it): close it so the next contact connects again."""
+        self._reconnect_bootstrap = False
+        for node, c in list(self.connections.items()):
+            if node < 0 and c.is_connected:
+                self._handle(c.close("rebootstrap", now))
 
     # -- driver inputs ----------------------------------------------------------------------
     def connected(self, node, now):
