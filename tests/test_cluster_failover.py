@@ -132,3 +132,148 @@ def _wait(cond, timeout, what):
         if time.monotonic() > end:
             raise AssertionError(f"waited {timeout} s for {what}")
         time.sleep(0.05)
+
+
+# -- consumers: group coordinator SIGKILL ---------------------------------------------------------------
+
+class GroupLog:
+    """What the members of one group consumed: values per partition in the
+    order they came, the longest stall, commit failures survived."""
+
+    def __init__(self, name):
+        self.name = name
+        self.values = {p: [] for p in range(PARTITIONS)}
+        self.stall = Stall()
+        self.commit_errors = 0
+        self.lock = threading.Lock()
+
+    def add(self, records):
+        with self.lock:
+            for r in records:
+                self.values[r.partition].append(r.value.decode())
+        if records:
+            self.stall.tick()
+
+    def seen(self):
+        with self.lock:
+            return {v for vs in self.values.values() for v in vs}
+
+    def check(self, acked):
+        """At least once, and in order per partition apart from replays (the
+        first time each record is seen, sequences ascend)."""
+        seen = self.seen()
+        for p, seqs in acked.items():
+            missing = {f"{p}:{s}" for s in seqs} - seen
+            assert not missing, f"{self.name}: lost {sorted(missing)[:10]}"
+        for p, vs in self.values.items():
+            first = list(dict.fromkeys(int(v.split(":")[1]) for v in vs))
+            assert first == sorted(first), f"{self.name}: partition {p} out of order"
+        return sum(map(len, self.values.values()))
+
+
+def _classic_member(bootstrap, topic, group, log, stop):
+    with Consumer(bootstrap_servers=bootstrap, group_id=group, group_protocol="classic",
+                  auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.subscribe([topic])
+        while not stop.is_set():
+            records = c.poll(0.2)
+            log.add(records)
+            if records:
+                try:
+                    c.commit()
+                except Exception:          # the coordinator moved: the next commit covers it
+                    log.commit_errors += 1
+        c.commit()
+
+
+async def _kip848_member(bootstrap, topic, group, log, stop):
+    async with kio.aio.Consumer(bootstrap_servers=bootstrap, group_id=group, group_protocol="consumer",
+                                auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.subscribe([topic])
+        while not stop.is_set():
+            records = await c.poll(0.2)
+            log.add(records)
+            if records:
+                try:
+                    await c.commit()
+                except Exception:
+                    log.commit_errors += 1
+        await c.commit()
+
+
+def _share_member(bootstrap, topic, group, log, stop):
+    with ShareConsumer(bootstrap_servers=bootstrap, group_id=group) as c:
+        c.subscribe([topic])
+        while not stop.is_set():
+            log.add(c.poll(0.2))
+
+
+def _groups_with_one_coordinator(cluster, n):
+    """``n`` group ids whose coordinator is the same node (so one SIGKILL hits all)."""
+    while True:
+        groups = [f"g-{uuid.uuid4().hex[:8]}" for _ in range(n)]
+        nodes = {cluster.coordinator(g) for g in groups}
+        if len(nodes) == 1:
+            return groups, nodes.pop()
+
+
+def test_group_coordinator_sigkill_classic_kip848_and_share_groups(kafka_cluster):
+    """Classic (threading, 2 members), KIP-848 (asyncio, 2 members) and share
+    (threading, 2 members) groups whose coordinator is the same node consume
+    a topic under produce load while that node is SIGKILLed: every group
+    keeps consuming; nothing acknowledged is lost; the classic and KIP-848
+    groups' commits end at the log end (they survived the move)."""
+    from kio import Admin
+    from kio.admin import ConfigResource
+
+    cluster = kafka_cluster
+    topic = _topic(cluster, "grp")
+    (classic, modern, share), coordinator = _groups_with_one_coordinator(cluster, 3)
+    boot = cluster.bootstrap_servers
+    with Admin(bootstrap_servers=boot) as admin:
+        admin.incremental_alter_configs({ConfigResource.group(share): {"share.auto.offset.reset": "earliest"}})
+    logs = {name: GroupLog(name) for name in ("classic", "kip848", "share")}
+    stop = threading.Event()
+
+    def asyncio_members():
+        async def both():
+            await asyncio.gather(*(_kip848_member(boot, topic, modern, logs["kip848"], stop) for _ in range(2)))
+        asyncio.run(both())
+
+    threads = [threading.Thread(target=_classic_member, args=(boot, topic, classic, logs["classic"], stop))
+               for _ in range(2)]
+    threads += [threading.Thread(target=_share_member, args=(boot, topic, share, logs["share"], stop))
+                for _ in range(2)]
+    threads.append(threading.Thread(target=asyncio_members))
+    load = ProduceLoad(boot, topic, PARTITIONS, acks="all").start()
+    for t in threads:
+        t.start()
+    try:
+        load.wait_acked(300)
+        _wait(lambda: all(len(g.seen()) >= 200 for g in logs.values()), 90, "every group consuming")
+        cluster.kill(coordinator)
+        load.wait_acked(900, timeout=90)
+    finally:
+        load.stop()
+    acked_total = sum(map(len, load.acked.values()))
+    try:
+        _wait(lambda: all(len(g.seen()) >= acked_total for g in logs.values()), 120,
+              "every group caught up after the coordinator moved")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert not load.errors, load.errors[:3]
+    cluster.start_node(coordinator)
+    cluster.wait_in_sync(120)
+    figures = {name: g.check(load.acked) for name, g in logs.items()}
+    # The commits survived the move: each group committed up to the log end.
+    with Admin(bootstrap_servers=boot) as admin:
+        ends = {tp: info.offset for tp, info in admin.list_offsets(
+            {(topic, p): "latest" for p in range(PARTITIONS)}).items()}
+        for group in (classic, modern):
+            offsets = admin.list_consumer_group_offsets(group)
+            assert {tp: om.offset for tp, om in offsets.items()} == ends, group
+    for name, g in logs.items():
+        report(f"{name} group, coordinator SIGKILL", g.stall.longest, consumed=figures[name],
+               commit_errors=g.commit_errors, killed=coordinator)
