@@ -257,5 +257,42 @@ class KafkaCluster:
                 raise TimeoutError(f"topic {name}: partitions {parts} after {timeout:.0f} s")
             time.sleep(0.1)
 
+    def reassign(self, topic: str, partition: int, replicas: list, timeout: float = 120.0) -> None:
+        """Move ``topic``/``partition`` to ``replicas`` (node ids, the first
+        the preferred leader) with Kafka's own kafka-reassign-partitions tool
+        (``ReassignPartitionsCommand``; kio's Admin has no
+        AlterPartitionReassignments yet), then wait until the partition's
+        replicas are exactly those, all in sync."""
+        import json
+        import subprocess
+        import tempfile
+
+        from kio.kafka_broker import java_binary, tools_classpath
+
+        plan = {"version": 1, "partitions": [{"topic": topic, "partition": partition,
+                                               "replicas": list(replicas)}]}
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(plan, f)
+            f.flush()
+            run = subprocess.run(
+                [java_binary(), "-Xmx128m", "-cp", tools_classpath(),
+                 "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+                 "--bootstrap-server", ",".join(n.bootstrap_servers for n in self.live_nodes()),
+                 "--reassignment-json-file", f.name, "--execute"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+        if run.returncode != 0:
+            raise RuntimeError(f"kafka-reassign-partitions failed (exit {run.returncode}):\n"
+                               + run.stdout.decode("utf-8", "replace")[-3000:])
+        deadline = time.monotonic() + timeout
+        while True:
+            for t in self.metadata([topic])["topics"]:
+                for p in t["partitions"]:
+                    if p["partition_index"] == partition and list(p["replica_nodes"]) == list(replicas) \
+                            and sorted(p["isr_nodes"]) == sorted(replicas):
+                        return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}-{partition} not on {replicas} after {timeout:.0f} s")
+            time.sleep(0.2)
+
     def log_tail(self, max_bytes: int = 4000) -> str:
         return "\n".join(f"--- node {n.node_id} ---\n{n.log_tail(max_bytes)}" for n in self.nodes)

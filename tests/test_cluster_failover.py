@@ -277,3 +277,124 @@ def test_group_coordinator_sigkill_classic_kip848_and_share_groups(kafka_cluster
     for name, g in logs.items():
         report(f"{name} group, coordinator SIGKILL", g.stall.longest, consumed=figures[name],
                commit_errors=g.commit_errors, killed=coordinator)
+
+
+# -- admin (asyncio driver): a broker SIGKILLed between and during calls ------------------------------------
+
+def test_asyncio_admin_keeps_answering_through_a_leader_sigkill(kafka_cluster):
+    """kio.aio.Admin runs describe_topics / list_offsets / create_topics in a
+    loop while the leader of the partitions it asks about is SIGKILLed:
+    every call succeeds (within its timeout); the slowest is the stall."""
+    cluster = kafka_cluster
+    topic = _topic(cluster, "adm")
+    victim = cluster.leader(topic, 0)
+    latencies = []
+
+    async def calls(admin, tag):
+        t0 = time.monotonic()
+        d = await admin.describe_topics([topic])
+        assert len(d[topic].partitions) == PARTITIONS
+        offsets = await admin.list_offsets({(topic, p): "latest" for p in range(PARTITIONS)})
+        assert len(offsets) == PARTITIONS
+        await admin.create_topics([f"{topic}-{tag}"], num_partitions=1, replication_factor=3)
+        latencies.append(time.monotonic() - t0)
+
+    async def run():
+        async with kio.aio.Admin(bootstrap_servers=cluster.bootstrap_servers, default_api_timeout_ms=60000) as admin:
+            for i in range(3):
+                await calls(admin, f"a{i}")
+            cluster.kill(victim)
+            for i in range(6):
+                await calls(admin, f"b{i}")
+            d = await admin.describe_topics([topic])
+            return d[topic].partitions
+
+    partitions = asyncio.run(run())
+    assert all(p.leader is not None and p.leader != victim for p in partitions)
+    cluster.start_node(victim)
+    cluster.wait_in_sync(120)
+    report("asyncio admin, leader SIGKILL", max(latencies), calls=len(latencies), killed=victim)
+
+
+# -- reassignment and rolling restart under load -----------------------------------------------------------------
+
+def test_partition_reassignment_under_produce_and_consume_load(kafka_cluster):
+    """Partition 0 moves from three replicas to two that exclude its leader
+    (Kafka's reassign tool) while a producer writes and a consumer reads:
+    nothing lost or duplicated, order kept, the leader moved."""
+    cluster = kafka_cluster
+    topic = _topic(cluster, "move")
+    log = GroupLog("reassign")
+    stop = threading.Event()
+    consumer = threading.Thread(target=_classic_member,
+                                args=(cluster.bootstrap_servers, topic, f"g-{topic}", log, stop))
+    consumer.start()
+    load = ProduceLoad(cluster.bootstrap_servers, topic, PARTITIONS, acks="all").start()
+    try:
+        load.wait_acked(300)
+        old = cluster.leader(topic, 0)
+        target = [n.node_id for n in cluster.nodes if n.node_id != old][:2]
+        cluster.reassign(topic, 0, target)
+        load.wait_acked(600)
+    finally:
+        load.stop()
+    acked_total = sum(map(len, load.acked.values()))
+    try:
+        _wait(lambda: len(log.seen()) >= acked_total, 60, "the consumer caught up")
+    finally:
+        stop.set()
+        consumer.join(60)
+    assert not load.errors, load.errors[:3]
+    assert cluster.leader(topic, 0) in target
+    total = check_exactly_once_in_order(read_partitions(cluster.bootstrap_servers, topic, PARTITIONS),
+                                        load.acked, "after reassignment")
+    log.check(load.acked)
+    report("reassignment of a led partition", max(load.stall.longest, log.stall.longest), records=total,
+           moved=f"{old}->{target}")
+
+
+def test_rolling_restart_under_produce_and_consume_load(kafka_cluster):
+    """Every node is restarted in turn (controlled shutdown) while an
+    idempotent producer writes and a KIP-848 consumer reads: nothing lost,
+    no duplicates, order kept. Controlled shutdown moves leaders while the
+    producer writes, so its NOT_LEADER_OR_FOLLOWER answers carry KIP-951
+    hints: the producer follows them instead of asking Metadata."""
+    cluster = kafka_cluster
+    topic = _topic(cluster, "roll")
+    log = GroupLog("rolling")
+    stop = threading.Event()
+
+    def member():
+        asyncio.run(_kip848_member(cluster.bootstrap_servers, topic, f"g-{topic}", log, stop))
+
+    consumer = threading.Thread(target=member)
+    consumer.start()
+    load = ProduceLoad(cluster.bootstrap_servers, topic, PARTITIONS, acks="all",
+                       enable_idempotence=True).start()
+    try:
+        load.wait_acked(300)
+        for node in cluster.nodes:
+            cluster.restart_node(node.node_id)
+            load.wait_acked(300, timeout=90)
+            cluster.wait_in_sync(120)
+    finally:
+        load.stop()
+    acked_total = sum(map(len, load.acked.values()))
+    try:
+        _wait(lambda: len(log.seen()) >= acked_total, 90, "the consumer caught up")
+    finally:
+        stop.set()
+        consumer.join(90)
+    assert not load.errors, load.errors[:3]
+    total = check_exactly_once_in_order(read_partitions(cluster.bootstrap_servers, topic, PARTITIONS),
+                                        load.acked, "after a rolling restart")
+    assert total == sum(load.sent.values())
+    log.check(load.acked)
+    core = load.producer._core
+    # KIP-951: controlled shutdown moved leaders under the producer's feet;
+    # the old leaders' NOT_LEADER_OR_FOLLOWER answers named the new ones and
+    # the producer followed them without a Metadata round trip.
+    assert core.cluster.leader_hints_applied >= 1
+    report("rolling restart", max(load.stall.longest, log.stall.longest), records=total,
+           producer_stall=f"{load.stall.longest:.2f}", consumer_stall=f"{log.stall.longest:.2f}",
+           leader_hints=core.cluster.leader_hints_applied, metadata_answers=core.cluster.version)
