@@ -136,6 +136,9 @@ class KafkaCluster:
 
     def stop(self) -> None:
         """Stop every node and remove what they stored (safe to call twice)."""
+        for n in self.nodes:                 # SIGTERM all first: they shut down in parallel
+            if n.running:
+                n.process.terminate()
         for n in self.nodes:
             n.stop()
 
