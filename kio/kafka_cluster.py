@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from kio.broker import BrokerStartError, free_port
+from kio.broker import BrokerStartError
 from kio.kafka_broker import KafkaBroker
 
 __all__ = ["KafkaCluster", "ClusterNode"]
@@ -36,7 +36,7 @@ class ClusterNode(KafkaBroker):
     controller quorum are the cluster's, and whose internal topics are
     replicated three ways (``config`` is the cluster's)."""
 
-    def __init__(self, cluster: "KafkaCluster", node_id: int, log_path: str, heap: str):
+    def __init__(self, cluster: "KafkaCluster", node_id: int, log_path: Optional[str], heap: str):
         super().__init__(host=cluster.host, log_path=log_path, heap=heap, version=cluster.version)
         self.cluster = cluster
         self.node_id = node_id
@@ -94,10 +94,8 @@ class KafkaCluster:
         self.nodes: list[ClusterNode] = []
         folder = Path(log_dir) if log_dir else None
         for node_id in range(1, nodes + 1):
+            # No folder: each node's BrokerProcess makes a temporary log file.
             log_path = str(folder / f"node-{node_id}.log") if folder else None
-            if log_path is None:
-                import tempfile
-                log_path = tempfile.mkstemp(prefix=f"kafka-node{node_id}-", suffix=".log")[1]
             self.nodes.append(ClusterNode(self, node_id, log_path, heap))
 
     # -- addresses -------------------------------------------------------------------

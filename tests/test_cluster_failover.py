@@ -13,8 +13,6 @@ import threading
 import time
 import uuid
 
-import pytest
-
 try:
     from cluster_load import (ProduceLoad, Stall, check_exactly_once_in_order, read_partitions, report)
 except ImportError:  # pragma: no cover
@@ -28,21 +26,6 @@ PARTITIONS = 3
 
 def _topic(cluster, prefix):
     return cluster.create_topic(f"{prefix}-{uuid.uuid4().hex[:8]}", PARTITIONS)
-
-
-def _crash_and_recover(cluster, node, down_for=0.0):
-    """SIGKILL ``node``, leave it down ``down_for`` s, start it again and wait
-    until no partition is under-replicated."""
-    cluster.kill(node)
-    time.sleep(down_for)
-    cluster.start_node(node)
-    cluster.wait_in_sync(120)
-
-
-def _metadata_requests(client):
-    """Metadata requests a kio client's core sent so far (its NetworkClient's
-    cluster cache counts answers and failures)."""
-    return client._core.cluster.version
 
 
 # -- producer ------------------------------------------------------------------------------------------
