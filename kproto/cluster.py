@@ -210,9 +210,10 @@ class ClusterMetadata:
     def rebootstrap(self, now) -> None:
         """Forget the brokers and leaders learnt so far and start again from
         the bootstrap servers (Java ``Metadata.rebootstrap``): the next
-        Metadata request goes to them at once. The topics of interest stay."""
+        Metadata request goes to them at once. The topics of interest stay,
+        and so do coordinators (FindCoordinator's answers): one that moved
+        fails to connect and is looked up again by its own logic."""
         self.brokers = {}
-        self.extra_nodes = {}
         for parts in self.partitions.values():
             for p in parts:
                 parts[p] = -1
