@@ -126,13 +126,18 @@ class BrokerProcess:
         pass
 
     def start(self, timeout: float | None = None) -> "BrokerProcess":
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to answer (a cluster
+        launches every node first: none answers before a quorum is up)."""
         # A second start would orphan the first process (it keeps the port and
         # nobody stops it): refuse it instead of leaking a broker.
         if self.process is not None:
             raise BrokerStartError(
                 f"this {self.kind} broker was already started (pid {self.process.pid}); "
                 "stop() it first or use restart()")
-        timeout = self.start_timeout if timeout is None else timeout
         self._prepare()
         log = open(self.log_path, "ab")
         try:
@@ -140,6 +145,13 @@ class BrokerProcess:
                                             stdin=subprocess.DEVNULL, env=self._env())
         finally:
             log.close()
+
+    def wait_ready(self, timeout: float | None = None) -> "BrokerProcess":
+        """Wait until the launched process answers ApiVersions; stop it and
+        raise BrokerStartError (with its log) if it exits or stays silent."""
+        if self.process is None:
+            raise BrokerStartError(f"this {self.kind} broker was not launched")
+        timeout = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -155,6 +167,14 @@ class BrokerProcess:
         raise BrokerStartError(
             f"the {self.kind} broker did not answer ApiVersions on {self.host}:{self.port} "
             f"within {timeout:.0f} s; its log:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the process (a crash: no controlled shutdown) and reap it;
+        what it stored stays, so ``start()`` brings it back."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
     def _stop_process(self, timeout: float) -> None:
         proc, self.process = self.process, None

@@ -160,6 +160,8 @@ class KafkaBroker(BrokerProcess):
         self.heap = heap
         self.extra_config = dict(config or {})
         self.workdir: Path | None = None
+        #: Formatted into the storage; the nodes of one cluster share it.
+        self.cluster_id = _cluster_id()
 
     def server_properties(self) -> dict[str, object]:
         assert self.workdir is not None
@@ -216,7 +218,7 @@ class KafkaBroker(BrokerProcess):
                 [java_binary(), *self._jvm_options(heap="256m"), "-cp", classpath,
                  # "--cluster-id=ID" in one word: a random id may start with "-",
                  # which the tool's argument parser would take for an option.
-                 "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
+                 "kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
                  "-c", str(self.workdir / "server.properties"), *self._format_options()],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             if fmt.returncode != 0:

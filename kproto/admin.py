@@ -490,7 +490,19 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
             if now < call.next_try_at:
                 continue
             node = self._node_for(call, now)
-            if node is None or not self.client.ready(node, now):
+            if node is None:
+                continue
+            if call.target == NODE and self.client.is_unavailable(node, now):
+                # The node could not be reached (a dead leader): re-route as
+                # after a lost connection - a leader call looks its leaders up
+                # again - instead of waiting for that node until the deadline
+                # (Java: unassignUnsentCalls(connectionFailed)).
+                self._calls.remove(call)
+                self._retry(call, ConnectionClosedError(
+                    f"{call.api} to node {node}: {self.client.connection_trouble() or 'unreachable'}"),
+                    now, moved=True)
+                continue
+            if not self.client.ready(node, now):
                 continue
             try:
                 body = call.build(self, node)

@@ -30,12 +30,16 @@ from typing import Callable, NamedTuple, Optional
 
 from kproto.cluster import ClusterMetadata
 from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState
+from kproto.error_codes import error_for_code
 from kproto.errors import AllBrokersDownError, AuthenticationError
 from kproto.sasl import authenticator_for
 
 __all__ = ["NetworkClient", "Connect", "Close"]
 
 log = logging.getLogger("kproto.client")
+
+#: Metadata's top-level error (KIP-1102): the client must start again from bootstrap.servers.
+REBOOTSTRAP_REQUIRED = 129
 
 
 class Connect(NamedTuple):
@@ -81,6 +85,7 @@ class NetworkClient:
         self.on_metadata = on_metadata        # called after every metadata update
         self.on_ready = None                  # called (node) when a connection becomes READY
         self.closing = False
+        self._reconnect_bootstrap = False     # a rebootstrap asked to reopen bootstrap connections
         self.progress = 0                   # bumped whenever connection events were handled
         self._polled_progress = 0           # ``progress`` at the end of the last poll
         # Nodes a core asked for (ready / least_loaded_node) and could not have
@@ -91,8 +96,15 @@ class NetworkClient:
     # -- connections ------------------------------------------------------------------
     def _conn(self, node) -> Optional[Connection]:
         c = self.connections.get(node)
+        addr = self.cluster.node_address(node)
+        if c is not None and addr is not None and (c.host, c.port) != tuple(addr) \
+                and c.state is ConnectionState.DISCONNECTED:
+            # The node moved (a rebootstrap found another cluster that reuses
+            # the id, or a broker came back on a new address): connect to where
+            # the metadata says it is now, as Java's connection states do.
+            del self.connections[node]
+            c = None
         if c is None:
-            addr = self.cluster.node_address(node)
             if addr is None:
                 return None
             auth = self.authenticator_factory() if self.authenticator_factory is not None else None
@@ -211,16 +223,30 @@ class NetworkClient:
 
     # -- metadata ------------------------------------------------------------------------
     def _maybe_update_metadata(self, now):
+        if self._reconnect_bootstrap:
+            self._close_bootstrap_connections(now)
         if self._metadata_in_flight is not None or self.closing:
             return
         if self.cluster.time_to_next_update(now) > 0:
             return
+        cluster = self.cluster
+        if cluster.rebootstrap_due(now):
+            self._rebootstrap(now, f"no metadata for {cluster.rebootstrap_trigger_ms} ms "
+                                   "(metadata.recovery.rebootstrap.trigger.ms)")
+            self._close_bootstrap_connections(now)
         node = self.least_loaded_node(now)
+        if node is None and cluster.may_rebootstrap():
+            # KIP-899: every known broker is unreachable (each backs off after
+            # a failed connect); the cluster may have moved: ask the bootstrap
+            # servers again instead of waiting for these.
+            self._rebootstrap(now, "no known broker is reachable")
+            self._close_bootstrap_connections(now)
+            node = self.least_loaded_node(now)
         if node is None:
             return
         if not self.ready(node, now):
             return
-        body = self.cluster.request_body(now)
+        body = cluster.request_body(now)
         self._metadata_in_flight = self.send(node, "Metadata", body, now,
                                              callback=lambda req: self._on_metadata(req))
 
@@ -230,9 +256,33 @@ class NetworkClient:
         if req.error is not None:
             self.cluster.failed_update(now)
             return
+        code = req.result.get("error_code", 0)
+        if code:                                 # Metadata v13+: the whole answer failed
+            self.cluster.failed_update(now)
+            if code == REBOOTSTRAP_REQUIRED and self.cluster.recovery_strategy == "rebootstrap":
+                self._rebootstrap(now, "the broker answered REBOOTSTRAP_REQUIRED")
+            else:
+                self.report_error(error_for_code(code, context="metadata"))
+            return
         self.cluster.update(req.result, now)
         if self.on_metadata is not None:
             self.on_metadata(now)
+
+    def _rebootstrap(self, now, why) -> None:
+        log.info("Rebootstrapping with %s: %s", self.cluster.bootstrap_addresses(), why)
+        self.cluster.rebootstrap(now)
+        self._wanted.clear()
+        self._reconnect_bootstrap = True
+
+    def _close_bootstrap_connections(self, now) -> None:
+        """After a rebootstrap (from poll, never inside a connection's own
+        callback): a connection still open to a bootstrap address leads where
+        it led before, and the bootstrap name may lead elsewhere now (a new
+        cluster behind it): close it so the next contact connects again."""
+        self._reconnect_bootstrap = False
+        for node, c in list(self.connections.items()):
+            if node < 0 and c.is_connected:
+                self._handle(c.close("rebootstrap", now))
 
     # -- driver inputs ----------------------------------------------------------------------
     def connected(self, node, now):
@@ -424,7 +474,8 @@ def network_for(cfg, *, rng, max_in_flight, allow_auto_topic_creation, cluster_c
         [host_port(s) for s in cfg.bootstrap_servers],
         metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
         retry_backoff_max_ms=cfg.retry_backoff_max_ms, allow_auto_topic_creation=allow_auto_topic_creation,
-        **cluster_kwargs)
+        metadata_recovery_strategy=cfg.metadata_recovery_strategy,
+        rebootstrap_trigger_ms=cfg.metadata_recovery_rebootstrap_trigger_ms, **cluster_kwargs)
     client = NetworkClient(
         cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
         max_in_flight=max_in_flight, reconnect_backoff_ms=cfg.reconnect_backoff_ms,

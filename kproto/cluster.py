@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 
 from kproto import error_codes
 
-__all__ = ["ClusterMetadata", "TopicPartition", "validate_topic_name", "MAX_TOPIC_NAME_LENGTH",
+__all__ = ["ClusterMetadata", "TopicPartition", "LEADER_HINT_CODES", "validate_topic_name", "MAX_TOPIC_NAME_LENGTH",
            "topic_authorization_error"]
 
 #: Kafka's limit (org.apache.kafka.common.internals.Topic): a partition's log
@@ -68,6 +68,11 @@ def topic_authorization_error(topics, context: str = "") -> Exception:
     return err
 
 
+#: The error codes whose Produce/Fetch partition answers carry a KIP-951
+#: CurrentLeader hint: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH.
+LEADER_HINT_CODES = frozenset((6, 74))
+
+
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
@@ -75,9 +80,19 @@ class TopicPartition(NamedTuple):
 
 class ClusterMetadata:
     def __init__(self, bootstrap: list, *, metadata_max_age_ms=300000, retry_backoff_ms=100,
-                 retry_backoff_max_ms=1000, allow_auto_topic_creation=True, metadata_max_idle_ms=None):
+                 retry_backoff_max_ms=1000, allow_auto_topic_creation=True, metadata_max_idle_ms=None,
+                 metadata_recovery_strategy="rebootstrap", rebootstrap_trigger_ms=300000):
         if not bootstrap:
             raise ValueError("at least one bootstrap server is needed")
+        if metadata_recovery_strategy not in ("none", "rebootstrap"):
+            raise ValueError(f"metadata.recovery.strategy must be 'none' or 'rebootstrap', "
+                             f"not {metadata_recovery_strategy!r}")
+        #: KIP-899/KIP-1102: go back to the bootstrap servers when the known
+        #: brokers are all unreachable or metadata stays stale (see rebootstrap).
+        self.recovery_strategy = metadata_recovery_strategy
+        self.rebootstrap_trigger_ms = rebootstrap_trigger_ms
+        self.rebootstraps = 0                               # how many times (metrics, tests)
+        self._stale_since: Optional[float] = None           # first failed/pending refresh since an answer
         self.bootstrap = {-(i + 1): (h, p) for i, (h, p) in enumerate(bootstrap)}
         self._bootstrap_next = 0
         self.metadata_max_age_ms = metadata_max_age_ms
@@ -90,6 +105,12 @@ class ClusterMetadata:
         self.metadata_max_idle_ms = metadata_max_idle_ms
         self.last_used: dict[str, float] = {}               # topic -> last time it had data
         self.partitions: dict[str, dict[int, int]] = {}     # topic -> {partition: leader (-1 unknown)}
+        #: topic -> {partition: leader epoch} (-1 unknown), from Metadata and
+        #: KIP-951 hints; an answer with an older epoch does not move a leader back.
+        self.leader_epochs: dict[str, dict[int, int]] = {}
+        #: Leaders learnt from KIP-951 hints in Produce/Fetch errors (a counter
+        #: for metrics and tests: each one is a Metadata round trip saved).
+        self.leader_hints_applied = 0
         #: topic -> its topic id (Metadata v10+), for requests that name topics by
         #: id only (Produce v13); a topic recreated under the same name gets a new one.
         self.topic_ids: dict = {}
@@ -143,6 +164,8 @@ class ClusterMetadata:
         would mean "all topics" in v0 only, so we never send None here)."""
         self.last_attempt_ms = now
         self._urgent = False
+        if self._stale_since is None:
+            self._stale_since = now
         self._expire_idle_topics(now)
         return {"topics": [{"name": t} for t in sorted(self.topics)],
                 "allow_auto_topic_creation": self.allow_auto_topic_creation}
@@ -161,6 +184,7 @@ class ClusterMetadata:
             self.topics.discard(t)
             self.last_used.pop(t, None)
             self.partitions.pop(t, None)
+            self.leader_epochs.pop(t, None)
             self.topic_ids.pop(t, None)
             self.topic_errors.pop(t, None)
             self._by_node = None
@@ -171,6 +195,37 @@ class ClusterMetadata:
         self.last_attempt_ms = now
         self._bootstrap_next += 1
 
+    # -- rebootstrap (KIP-899, KIP-1102) -------------------------------------------------
+    def may_rebootstrap(self) -> bool:
+        """True when rebootstrapping would change anything: the strategy asks
+        for it and the cache holds brokers learnt from a Metadata answer."""
+        return self.recovery_strategy == "rebootstrap" and bool(self.brokers)
+
+    def rebootstrap_due(self, now) -> bool:
+        """KIP-1102: metadata refreshes have been tried and failed for
+        ``metadata.recovery.rebootstrap.trigger.ms`` since the last answer."""
+        return (self.may_rebootstrap() and self._stale_since is not None
+                and now - self._stale_since >= self.rebootstrap_trigger_ms)
+
+    def rebootstrap(self, now) -> None:
+        """Forget the brokers and leaders learnt so far and start again from
+        the bootstrap servers (Java ``Metadata.rebootstrap``): the next
+        Metadata request goes to them at once. The topics of interest stay,
+        and so do coordinators (FindCoordinator's answers): one that moved
+        fails to connect and is looked up again by its own logic."""
+        self.brokers = {}
+        for parts in self.partitions.values():
+            for p in parts:
+                parts[p] = -1
+        self.leader_epochs.clear()
+        self._by_node = None
+        self._bootstrap_next = 0
+        self._failed_attempts = 0
+        self._stale_since = None
+        self.need_update = True
+        self._urgent = True
+        self.rebootstraps += 1
+
     # -- nodes ---------------------------------------------------------------------
     def node_address(self, node_id) -> Optional[tuple]:
         return self.brokers.get(node_id) or self.extra_nodes.get(node_id) or self.bootstrap.get(node_id)
@@ -178,6 +233,9 @@ class ClusterMetadata:
     def add_node(self, node_id, host, port):
         """A node learnt outside Metadata (a coordinator from FindCoordinator)."""
         self.extra_nodes[node_id] = (host, port)
+
+    def bootstrap_addresses(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.bootstrap.values())
 
     def bootstrap_node(self) -> int:
         ids = sorted(self.bootstrap, reverse=True)      # -1, -2, ...
@@ -212,22 +270,37 @@ class ClusterMetadata:
                 retry_soon = retry_soon or err.retriable
                 if not err.retriable or code == 3:
                     self.partitions.pop(name, None)
+                    self.leader_epochs.pop(name, None)
                     self.topic_ids.pop(name, None)
                 continue
             self.topic_errors.pop(name, None)
             topic_id = t.get("topic_id")
+            if topic_id is not None and self.topic_ids.get(name, topic_id) != topic_id:
+                self.leader_epochs.pop(name, None)          # recreated: its epochs start again
             if topic_id is not None and topic_id.int:         # the zero UUID means "none"
                 self.topic_ids[name] = topic_id
             else:
                 self.topic_ids.pop(name, None)
             parts = {}
+            known_epochs = self.leader_epochs.get(name) or {}
+            epochs = {}
             for p in t.get("partitions") or []:
                 leader = p["leader_id"]
+                index = p["partition_index"]
+                epoch = p.get("leader_epoch", -1)
+                if 0 <= epoch < known_epochs.get(index, -1):
+                    # A broker behind the controller answered: a KIP-951 hint
+                    # already gave a newer leader; keep it (Java Metadata does too).
+                    parts[index] = self.partitions.get(name, {}).get(index, -1)
+                    epochs[index] = known_epochs[index]
+                    continue
                 if p.get("error_code", 0) and leader < 0:
                     retry_soon = True
                 if leader not in self.brokers:
                     leader = -1
-                parts[p["partition_index"]] = leader
+                parts[index] = leader
+                epochs[index] = epoch
+            self.leader_epochs[name] = epochs
             if any(v < 0 for v in parts.values()):
                 retry_soon = True
             self.partitions[name] = parts
@@ -235,6 +308,7 @@ class ClusterMetadata:
         self.version += 1
         self.last_refresh_ms = now
         self.last_attempt_ms = now
+        self._stale_since = None
         if retry_soon:
             # Partial answer: ask again after the backoff, not at once.
             self._failed_attempts = max(1, self._failed_attempts + 1)
@@ -288,3 +362,44 @@ class ClusterMetadata:
             parts[partition] = -1
             self._by_node = None
         self.need_update = True
+
+    def update_leader(self, topic, partition, leader_id, leader_epoch, endpoints=()) -> bool:
+        """KIP-951: a Produce or Fetch error (NOT_LEADER_OR_FOLLOWER,
+        FENCED_LEADER_EPOCH) named the partition's current leader
+        (``CurrentLeader``) and, where the client may not know it, its address
+        (``NodeEndpoints``: dicts with node_id, host, port). Take the new
+        leader at once instead of waiting for a Metadata round trip, if the
+        hint is newer than what the cache has and its node's address is known.
+        Returns True when the leader was updated (then no refresh is needed
+        for this partition)."""
+        parts = self.partitions.get(topic)
+        if parts is None or partition not in parts or leader_id < 0 or leader_epoch < 0:
+            return False
+        epochs = self.leader_epochs.setdefault(topic, {})
+        if leader_epoch <= epochs.get(partition, -1):
+            return False                   # not newer than what we have
+        for e in endpoints or ():
+            if e["node_id"] not in self.brokers:
+                self.brokers = {**self.brokers, e["node_id"]: (e["host"], e["port"])}
+        if leader_id not in self.brokers:
+            return False                   # no address: the metadata refresh must tell
+        parts[partition] = leader_id
+        epochs[partition] = leader_epoch
+        self._by_node = None
+        self.leader_hints_applied += 1
+        return True
+
+    def apply_leader_hint(self, topic, partition, answer: dict, endpoints=()) -> bool:
+        """:meth:`update_leader` from one partition of a Produce (v10+) or
+        Fetch (v12+) response: ``answer`` is the partition's entry (its
+        ``error_code`` and tagged ``current_leader``), ``endpoints`` the
+        response's ``node_endpoints``. False (nothing learnt) for other
+        errors or when the broker sent no hint (an older version, or it does
+        not know the leader either)."""
+        if answer.get("error_code", 0) not in LEADER_HINT_CODES:
+            return False
+        hint = answer.get("current_leader")
+        if not hint:
+            return False
+        return self.update_leader(topic, partition, hint.get("leader_id", -1),
+                                  hint.get("leader_epoch", -1), endpoints)

@@ -249,6 +249,14 @@ COMMON = [
     Setting("reconnect.backoff.ms", INT, 50, in_range(0), "initial backoff before reconnecting"),
     Setting("reconnect.backoff.max.ms", INT, 1000, in_range(0), "maximum reconnect backoff"),
     Setting("metadata.max.age.ms", INT, 300000, in_range(0), "refresh metadata at least this often"),
+    # KIP-899 / KIP-1102 (Java 4.x defaults).
+    Setting("metadata.recovery.strategy", STR, "rebootstrap", one_of("none", "rebootstrap"),
+            "what to do when no known broker can be reached or the metadata stays stale: "
+            "'rebootstrap' goes back to bootstrap.servers (the cluster may have moved), "
+            "'none' keeps trying the brokers it knows"),
+    Setting("metadata.recovery.rebootstrap.trigger.ms", INT, 300000, in_range(0),
+            "rebootstrap when metadata could not be refreshed for this long "
+            "(metadata.recovery.strategy=rebootstrap)"),
     Setting("connections.max.idle.ms", INT, 540000, in_range(-1), "close idle connections after this"),
     Setting("socket.connection.setup.timeout.ms", INT, 10000, in_range(1), "how long a connect may take"),
     Setting("security.protocol", STR, "PLAINTEXT", one_of("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),

@@ -110,6 +110,25 @@ def reauth_kafka(tmp_path_factory):
         issuer.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory):
+    """Three Apache Kafka KRaft nodes (kio.kafka_cluster.KafkaCluster: combined
+    broker+controller, RF 3, min.insync.replicas 2), started once for the
+    failover tests. A test that kills or stops a node brings it back and
+    waits for ``wait_in_sync()`` before it ends, so the next test starts
+    from a whole cluster."""
+    if "kafka" not in broker_kinds():
+        pytest.skip("the cluster is Apache Kafka (KIO_TEST_BROKERS leaves it out)")
+    from kio.kafka_cluster import KafkaCluster
+
+    cluster = KafkaCluster(3, log_dir=str(tmp_path_factory.mktemp("kafka-cluster")))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def broker_kind(broker):
     return broker.kind
@@ -134,7 +153,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        for name in ("broker", "secured_kafka", "reauth_kafka", "gssapi_kafka"):
+        for name in ("broker", "secured_kafka", "reauth_kafka", "gssapi_kafka", "kafka_cluster"):
             b = item.funcargs.get(name) if name in getattr(item, "fixturenames", ()) else None
             if isinstance(b, tuple):          # reauth_kafka: (broker, issuer)
                 b = b[0]
@@ -146,7 +165,7 @@ def pytest_collection_modifyitems(config, items):
     # Tests that use a real broker get the `broker` marker, so `-m "not broker"`
     # selects the pure sans-IO unit tests.
     for item in items:
-        brokers = {"broker", "bootstrap", "secured_kafka", "reauth_kafka", "gssapi_kafka"}
+        brokers = {"broker", "bootstrap", "secured_kafka", "reauth_kafka", "gssapi_kafka", "kafka_cluster"}
         if brokers & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
 

@@ -178,6 +178,9 @@ class ConsumerCore(DriverIO):
             fetch_max_bytes=cfg.fetch_max_bytes, max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
             isolation_level=cfg.isolation_level, check_crcs=cfg.check_crcs,
             max_poll_records=cfg.max_poll_records, client_rack=cfg.client_rack or "")
+        cluster = self.cluster
+        self.fetcher.leader_hint = lambda tp, answer, endpoints: cluster.apply_leader_hint(
+            tp.topic, tp.partition, answer, endpoints)
         self.group_id = cfg.group_id
         self.coordinator = self.membership = self.committer = None
         if self.group_id is not None:

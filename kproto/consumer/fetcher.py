@@ -106,6 +106,11 @@ class Fetcher:
         self._errors: List[Exception] = []       # raised to the application on the next drain
         self.metadata_refresh_needed = False
         self._resets_in_flight: set = set()
+        #: KIP-951: ``leader_hint(tp, partition_answer, node_endpoints) -> bool``
+        #: gives a NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH answer's
+        #: CurrentLeader to the metadata cache (the core sets it to
+        #: ClusterMetadata.apply_leader_hint); True spares the refresh.
+        self.leader_hint: Optional[Callable] = None
 
     # -- building fetches ------------------------------------------------------
     def _buffered_partitions(self):
@@ -190,14 +195,15 @@ class Fetcher:
             # anything else at the top level fails every partition in the request.
             self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
             return
+        endpoints = body.get("node_endpoints")
         for t in body["responses"]:
             topic = t["topic"] if request.version < 13 else request.topic_names.get(t["topic_id"])
             if topic is None:
                 continue
             for p in t["partitions"]:
-                self._on_partition(request, TopicPartition(topic, p["partition_index"]), p)
+                self._on_partition(request, TopicPartition(topic, p["partition_index"]), p, endpoints)
 
-    def _on_partition(self, request, tp, p):
+    def _on_partition(self, request, tp, p, endpoints=None):
         fetch_offset = request.offsets.get(tp)
         if fetch_offset is None or not self.positions.is_assigned(tp):
             return                                   # not asked for, or revoked meanwhile
@@ -232,6 +238,7 @@ class Fetcher:
             self._buffered.append(_Buffered(tp, batches, aborted))
             return
         err = error_codes.error_for_code(code, None, context=f"fetch {tp.topic}-{tp.partition}")
+        hinted = self.leader_hint is not None and self.leader_hint(tp, p, endpoints)
         if err.name == "FENCED_LEADER_EPOCH":
             # The epoch we fetch with (the committed offset's, or ListOffsets')
             # is older than the leader's - a broker restart or a leader change.
@@ -239,9 +246,9 @@ class Fetcher:
             # validation yet), so every fetch was fenced again, without end:
             # fetch without an epoch claim (-1: the broker does not check it).
             st.leader_epoch = -1
-            self.metadata_refresh_needed = True
+            self.metadata_refresh_needed = self.metadata_refresh_needed or not hinted
         elif err.name in _REFRESH_METADATA:
-            self.metadata_refresh_needed = True
+            self.metadata_refresh_needed = self.metadata_refresh_needed or not hinted
         elif err.name == "OFFSET_OUT_OF_RANGE":
             if self.positions.auto_offset_reset == "none":
                 # One pending error per partition and offset: the partition

@@ -214,6 +214,7 @@ class Sender:
                 self._complete(b, None, -1, -1, now)
             return
         seen = set()
+        endpoints = req.result.get("node_endpoints")
         for t in req.result.get("responses") or []:
             name = t["name"] if by_id is None else by_id.get(t.get("topic_id"))
             for p in t.get("partition_responses") or []:
@@ -223,18 +224,24 @@ class Sender:
                 seen.add(id(b))
                 code = p.get("error_code", 0)
                 err = None
+                hinted = False
                 if code not in (NONE, DUPLICATE_SEQUENCE_NUMBER):
                     err = error_codes.error_for_code(
                         code, p.get("error_message"),
                         context=f"producing to {b.topic}-{b.partition}")
-                self._complete(b, err, p.get("base_offset", -1), p.get("log_append_time_ms", -1), now)
+                    hinted = self.cluster.apply_leader_hint(b.topic, b.partition, p, endpoints)
+                self._complete(b, err, p.get("base_offset", -1), p.get("log_append_time_ms", -1), now,
+                               leader_hinted=hinted)
         for b in by_tp.values():
             if id(b) not in seen:
                 self._complete(b, KafkaError(f"the Produce response has no result for "
                                              f"{b.topic}-{b.partition}"), -1, -1, now)
 
     # -- completing -----------------------------------------------------------------------
-    def _complete(self, b, err, base_offset, log_append_time, now):
+    def _complete(self, b, err, base_offset, log_append_time, now, leader_hinted=False):
+        """One batch's answer. ``leader_hinted``: the error named the new
+        leader (KIP-951) and the metadata cache took it, so the retry goes
+        there at once, without a refresh or a backoff."""
         self.in_flight.pop(id(b), None)
         b.in_flight = False
         self._muted.discard(b.tp)
@@ -279,11 +286,11 @@ class Sender:
             elif code == UNKNOWN_PRODUCER_ID:
                 idem.request_epoch_bump()
                 retriable = True
-        if getattr(err, "invalid_metadata", False):
+        if getattr(err, "invalid_metadata", False) and not leader_hinted:
             self.cluster.mark_leader_unknown(b.topic, b.partition)
         if retriable and b.attempts < self.cfg.retries and now < b.deadline_ms and self.fatal_error is None:
             self.metrics["retries"] += 1
-            self.acc.reenqueue(b, now, self.retry_backoff.backoff(b.attempts))
+            self.acc.reenqueue(b, now, 0 if leader_hinted else self.retry_backoff.backoff(b.attempts))
             return
         if idem is not None:
             idem.on_failure(b)
