@@ -59,13 +59,13 @@ def bench_args(doc, default_records=1_000_000):
 
 def local_broker(kind):
     """The broker of ``--broker``, started; use it as a context manager."""
-    from kio.broker import start_broker
+    from kio.testing.broker import start_broker
     return start_broker(kind)
 
 
 def broker_label(broker) -> str:
     if broker.kind == "kafka":
-        from kio.kafka_broker import KAFKA_VERSION
+        from kio.testing.kafka_broker import KAFKA_VERSION
         return f"Apache Kafka {KAFKA_VERSION}"
     return "Tansu"
 

@@ -1,5 +1,5 @@
 """The Java client's rows: Kafka's own ProducerPerformance and ConsumerPerformance
-tools (kafka-tools, fetched from Maven Central by kio.kafka_broker), each run
+tools (kafka-tools, fetched from Maven Central by kio.testing.kafka_broker), each run
 as a child JVM against the bench's broker.
 
 Records/s is what the tool itself reports (its clock starts after the JVM is
@@ -19,7 +19,7 @@ _CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
 
 
 def _run(args, timeout=600):
-    from kio.kafka_broker import java_binary, tools_classpath
+    from kio.testing.kafka_broker import java_binary, tools_classpath
     c0 = child_cpu()
     run = subprocess.run([java_binary(), "-Xmx1g", "-cp", tools_classpath(), *args],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)

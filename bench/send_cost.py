@@ -141,7 +141,7 @@ def main() -> None:
     args = ap.parse_args()
     broker = None
     if args.bootstrap is None:
-        from kio.broker import start_broker
+        from kio.testing.broker import start_broker
         broker = start_broker("kafka")
         args.bootstrap = broker.bootstrap_servers
     try:

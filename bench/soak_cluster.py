@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from cluster_load import ProduceLoad, Stall, check_exactly_once_in_order, read_partitions, report  # noqa: E402
 
 from kio import Consumer  # noqa: E402
-from kio.kafka_cluster import KafkaCluster  # noqa: E402
+from kio.testing.kafka_cluster import KafkaCluster  # noqa: E402
 
 PARTITIONS = 3
 FAULTS = ("leader-kill", "coordinator-kill", "restart")

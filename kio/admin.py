@@ -22,10 +22,10 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Optional
 
-from kio._admin_ops import AdminClosedError, AdminOps
-from kio._common import now_ms as _now_ms  # the cores' one clock
-from kio._common import call_error_cb, error_callbacks, sleep_time
-from kio._network import SocketLoop
+from kio._shared.admin_ops import AdminClosedError, AdminOps
+from kio._shared.common import now_ms as _now_ms  # the cores' one clock
+from kio._shared.common import call_error_cb, error_callbacks, sleep_time
+from kio._threaded.network import SocketLoop
 from kproto.admin import AdminCore, ConfigResource, NewPartitions, NewTopic, OffsetSpec
 from kproto.admin_acls import (
     AccessControlEntry, AccessControlEntryFilter, AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
@@ -59,7 +59,7 @@ class Admin(AdminOps):
     ``raise_errors``: True (the default) returns the result and raises the
     first failed item's error; False returns the operation's
     :class:`AdminHandle` (``values()`` and ``errors()`` per item). The
-    operations are :class:`kio._admin_ops.AdminOps`', shared with the async
+    operations are :class:`kio._shared.admin_ops.AdminOps`', shared with the async
     Admin of kio.aio and kio.trio."""
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:

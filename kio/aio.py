@@ -8,8 +8,8 @@
         c.subscribe(["t"])
         async for record in c: ...
 
-The clients are :mod:`kio._async_clients` (and :mod:`kio._async_share`,
-:mod:`kio._async_admin`), shared with :mod:`kio.trio`;
+The clients are :mod:`kio._async.clients` (and :mod:`kio._async.share`,
+:mod:`kio._async.admin`), shared with :mod:`kio.trio`;
 this module is only how asyncio waits: one task runs the core, sockets are
 watched with ``loop.add_reader``/``add_writer``. Use a client from the
 event loop that created its first task (asyncio objects are loop-bound).
@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from kio import _async_clients as clients
-from kio._async_admin import AsyncAdmin
-from kio._async_share import AsyncShareConsumer
+from kio._async import clients
+from kio._async.admin import AsyncAdmin
+from kio._async.share import AsyncShareConsumer
 
 __all__ = ["Producer", "Consumer", "ShareConsumer", "Admin"]
 

@@ -13,7 +13,7 @@ import socket
 
 from kproto.connection import Connection, ConnectionClosed
 from kproto.errors import ConnectionClosedError, KafkaError
-from kio._common import now_ms  # the cores' one clock
+from kio._shared.common import now_ms  # the cores' one clock
 
 
 def parse_bootstrap(servers) -> list[tuple[str, int]]:

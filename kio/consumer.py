@@ -1,7 +1,7 @@
 """The threading consumer: :class:`Consumer`, a thin driver around ConsumerCore.
 
 A background thread, ``kio-consumer-network-thread | <client_id>``, owns the
-sockets (:class:`kio._network.SocketLoop`) and runs the core: fetches,
+sockets (:class:`kio._threaded.network.SocketLoop`) and runs the core: fetches,
 heartbeats, commits and rebalances progress while the application processes
 records between polls - the job of the Java client's heartbeat thread, with
 the fetch of the next records already in flight (prefetch).
@@ -26,9 +26,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Set, Tuple, Union
 
-from kio._consumer_ops import ConsumerOps, PartitionBatch, WakeupError, arrow_partition_batch
-from kio._thread_driver import ConsumerThreadError, PolledThreadDriver
-from kio._types import CommitCallback, Offsets, Partitions, RebalanceListener
+from kio._shared.consumer_ops import ConsumerOps, PartitionBatch, WakeupError, arrow_partition_batch
+from kio._threaded.driver import ConsumerThreadError, PolledThreadDriver
+from kio._shared.types import CommitCallback, Offsets, Partitions, RebalanceListener
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
@@ -46,9 +46,9 @@ class Consumer(PolledThreadDriver, ConsumerOps):
     """``Consumer(bootstrap_servers=..., group_id="g", auto_offset_reset="earliest")``
     or ``Consumer({"bootstrap.servers": ...})``; see the module docstring.
 
-    The method bodies are :class:`kio._consumer_ops.ConsumerOps`', shared with
+    The method bodies are :class:`kio._shared.consumer_ops.ConsumerOps`', shared with
     the asyncio and trio consumers; this class only runs their waits on a
-    Condition the network thread notifies (:class:`kio._thread_driver.PolledThreadDriver`)."""
+    Condition the network thread notifies (:class:`kio._threaded.driver.PolledThreadDriver`)."""
 
     config: Config
     """The parsed settings (``consumer.config.group_id``)."""

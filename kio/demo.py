@@ -76,7 +76,7 @@ def run_demo(bootstrap_servers=None, records=1_000_000, value_size=100, partitio
 
     broker = None
     if bootstrap_servers is None:
-        from kio.broker import LocalBroker
+        from kio.testing.broker import LocalBroker
         broker = LocalBroker().start()
         bootstrap_servers = broker.bootstrap_servers
         print(f"started local broker on {bootstrap_servers}", file=out)

@@ -26,7 +26,8 @@ only re-exports them), so ``except kio.errors.X`` and ``except
 kproto.errors.X`` are the same thing.
 """
 from kio.admin import AdminClosedError
-from kio.broker import BrokerStartError
+from kio.testing.broker import BrokerStartError
+from kio.testing.kerberos import KdcError
 from kio.consumer import ConsumerThreadError, WakeupError
 from kio.spark.connector import ConnectorUnavailable
 from kio.spark.offsets import DataLossError
@@ -47,7 +48,7 @@ from kproto.errors import (
     AllBrokersDownError,            # every known broker failed to connect (told to error_cb)
     IllegalStateTransitionError,    # a core state machine refused a move (a bug: see kproto.statemachine)
 )
-from kproto.oauth import OAuthTokenError
+from kproto.oauth import OAuthTokenError, RetriableOAuthError
 from kproto.producer.accumulator import RecordTooLargeError
 from kproto.producer.core import ProducerClosedError, SerializationError
 from kproto.producer.partitioner import InvalidPartitionError
@@ -64,7 +65,7 @@ __all__ = [
     "ProtocolError", "ConnectionClosedError", "ConfigError", "NotReadyError", "SslAuthenticationError",
     "IllegalStateTransitionError", "AllBrokersDownError",
     # OAUTHBEARER with OIDC: the token endpoint refused or cannot be reached
-    "OAuthTokenError",
+    "OAuthTokenError", "RetriableOAuthError",
     # producer
     "ProducerClosedError", "SerializationError", "RecordTooLargeError", "InvalidPartitionError",
     "DeliveryTimeoutError", "TransactionStateError", "TransactionAbortedError",
@@ -77,6 +78,6 @@ __all__ = [
     # admin
     "AdminClosedError", "AdminTimeoutError",
     # the local broker, Spark
-    "BrokerStartError", "SparkWriteError", "SparkWorkerError", "DataLossError", "ConnectorUnavailable",
+    "BrokerStartError", "KdcError", "SparkWriteError", "SparkWorkerError", "DataLossError", "ConnectorUnavailable",
 ]
 __all__ += _error_codes.__all__

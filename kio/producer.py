@@ -31,10 +31,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kio._common import runs_body_of
-from kio._producer_ops import ProducerOps
-from kio._thread_driver import ThreadDriver
-from kio._types import BulkCallback, DeliveryCallback, Headers
+from kio._shared.common import runs_body_of
+from kio._shared.producer_ops import ProducerOps
+from kio._threaded.driver import ThreadDriver
+from kio._shared.types import BulkCallback, DeliveryCallback, Headers
 from kproto.config import Config
 from kproto.errors import KafkaTimeoutError
 from kproto.producer.inorder import InOrderAcks
@@ -229,7 +229,7 @@ class Producer(ProducerOps, ThreadDriver):
     """``Producer(bootstrap_servers=..., linger_ms=5, acks="all")`` or
     ``Producer({"bootstrap.servers": ...})``; see the module docstring.
 
-    The method bodies are :class:`kio._producer_ops.ProducerOps`', shared
+    The method bodies are :class:`kio._shared.producer_ops.ProducerOps`', shared
     with the asyncio and trio producers; this class runs their waits on a
     Condition its network thread notifies."""
 

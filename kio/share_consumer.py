@@ -7,15 +7,15 @@ next share fetch go on while the application processes records. The
 consumer is used from one thread (a second thread gets
 :class:`~kio.consumer.ConsumerThreadError`); acknowledgement commit callbacks
 run on that thread inside ``poll``, ``commit_sync``, ``commit_async`` and
-``close``. The method bodies are :class:`kio._share_ops.ShareConsumerOps`',
+``close``. The method bodies are :class:`kio._shared.share_ops.ShareConsumerOps`',
 shared with ``kio.aio.ShareConsumer`` and ``kio.trio.ShareConsumer``.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional
 
-from kio._share_ops import AcknowledgementCallback, ShareConsumerOps, ack_callback_calls
-from kio._thread_driver import PolledThreadDriver
+from kio._shared.share_ops import AcknowledgementCallback, ShareConsumerOps, ack_callback_calls
+from kio._threaded.driver import PolledThreadDriver
 from kproto.cluster import TopicPartition
 from kproto.config import Config
 from kproto.errors import KafkaError

@@ -9,8 +9,8 @@
         ...
         await p.close()
 
-The clients are :mod:`kio._async_clients` (and :mod:`kio._async_share`,
-:mod:`kio._async_admin`), shared with :mod:`kio.aio`; this
+The clients are :mod:`kio._async.clients` (and :mod:`kio._async.share`,
+:mod:`kio._async.admin`), shared with :mod:`kio.aio`; this
 module is only how trio waits (``trio.lowlevel.wait_readable`` and friends,
 trio events, cancel scopes) - no asyncio anywhere. Background tasks run in
 the client's nursery. Cancellation is safe: a cancelled ``send``, ``poll``
@@ -22,9 +22,9 @@ import math
 
 import trio
 
-from kio import _async_clients as clients
-from kio._async_admin import AsyncAdmin
-from kio._async_share import AsyncShareConsumer
+from kio._async import clients
+from kio._async.admin import AsyncAdmin
+from kio._async.share import AsyncShareConsumer
 
 __all__ = ["Producer", "Consumer", "ShareConsumer", "Admin"]
 

@@ -3,8 +3,8 @@
 The integration tests run against two brokers, one session-wide instance
 each, on free loopback ports:
 
-* ``kafka`` — Apache Kafka 4.x (kio.kafka_broker.KafkaBroker), the reference;
-* ``tansu`` — Tansu (kio.broker.LocalBroker), the light Java-free broker.
+* ``kafka`` — Apache Kafka 4.x (kio.testing.kafka_broker.KafkaBroker), the reference;
+* ``tansu`` — Tansu (kio.testing.broker.LocalBroker), the light Java-free broker.
 
 ``KIO_TEST_BROKERS=kafka`` (or ``tansu``) narrows the matrix for a local run;
 CI runs both. A test that asserts behaviour of one implementation reads
@@ -48,14 +48,14 @@ SECURED_USERS = {"alice": "alice-secret"}
 @pytest.fixture(scope="session")
 def secured_kafka(tmp_path_factory):
     """Apache Kafka with SASL_SSL, mutual TLS, SASL_PLAINTEXT and ACLs
-    (kio.secured_kafka.SecuredKafkaBroker), started once for the tests that
+    (kio.testing.secured_kafka.SecuredKafkaBroker), started once for the tests that
     ask for it. ``alice`` (SASL) and ``client`` (the mTLS certificate's CN)
     may do everything on topics and groups named ``ok-*``, only DESCRIBE
     topics named ``see-*``, and nothing else; the super user ``admin``
     (``client_config()`` without a user) makes the topics."""
     if "kafka" not in broker_kinds():
         pytest.skip("the secured broker is Apache Kafka (KIO_TEST_BROKERS leaves it out)")
-    from kio.secured_kafka import SecuredKafkaBroker, make_certificates
+    from kio.testing.secured_kafka import SecuredKafkaBroker, make_certificates
 
     folder = tmp_path_factory.mktemp("secured-kafka")
     b = SecuredKafkaBroker(users=SECURED_USERS, certs=make_certificates(folder),
@@ -88,7 +88,7 @@ def reauth_kafka(tmp_path_factory):
     (OIDC) may do everything on topics and groups named ``ok-*``."""
     if "kafka" not in broker_kinds():
         pytest.skip("the secured broker is Apache Kafka (KIO_TEST_BROKERS leaves it out)")
-    from kio.secured_kafka import SecuredKafkaBroker, make_certificates
+    from kio.testing.secured_kafka import SecuredKafkaBroker, make_certificates
     try:
         from oidc_issuer import OidcIssuer
     except ImportError:  # tests/ as a package
@@ -112,14 +112,14 @@ def reauth_kafka(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory):
-    """Three Apache Kafka KRaft nodes (kio.kafka_cluster.KafkaCluster: combined
+    """Three Apache Kafka KRaft nodes (kio.testing.kafka_cluster.KafkaCluster: combined
     broker+controller, RF 3, min.insync.replicas 2), started once for the
     failover tests. A test that kills or stops a node brings it back and
     waits for ``wait_in_sync()`` before it ends, so the next test starts
     from a whole cluster."""
     if "kafka" not in broker_kinds():
         pytest.skip("the cluster is Apache Kafka (KIO_TEST_BROKERS leaves it out)")
-    from kio.kafka_cluster import KafkaCluster
+    from kio.testing.kafka_cluster import KafkaCluster
 
     cluster = KafkaCluster(3, log_dir=str(tmp_path_factory.mktemp("kafka-cluster")))
     cluster.start()

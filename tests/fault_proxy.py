@@ -145,7 +145,7 @@ def proxied_broker(kind="tansu"):
     """A test broker of its own (``kind``: "kafka" or "tansu") behind a
     FaultProxy; it advertises the proxy's port, so all client traffic crosses
     the proxy. Yields (bootstrap servers, proxy)."""
-    from kio.broker import free_port, start_broker
+    from kio.testing.broker import free_port, start_broker
     broker_port = free_port()
     proxy = FaultProxy(("127.0.0.1", broker_port)).start()
     try:

@@ -51,7 +51,7 @@ def _admin(secured_kafka, user=None):
 
 
 def _confluent_admin(secured_kafka):
-    from kio.secured_kafka import ADMIN_PASSWORD, ADMIN_USER
+    from kio.testing.secured_kafka import ADMIN_PASSWORD, ADMIN_USER
     return ck.AdminClient({"bootstrap.servers": secured_kafka.bootstrap_servers,
                            "security.protocol": "SASL_PLAINTEXT",
                            "sasl.mechanism": "PLAIN", "sasl.username": ADMIN_USER, "sasl.password": ADMIN_PASSWORD})

@@ -33,18 +33,50 @@ def _created_by(sim, fc, name, partitions=1):
 
 
 def _lagging_metadata(fc, name, answers):
-    """Metadata says UNKNOWN_TOPIC_OR_PARTITION for ``name`` in its next ``answers`` replies."""
-    seen = len(fc.metadata_requests)
+    """Metadata says UNKNOWN_TOPIC_OR_PARTITION for ``name`` in its next
+    ``answers`` replies (a ``_cluster()``'s DescribeTopicPartitions answers
+    count too)."""
+    seen = len(fc.metadata_requests) + len(fc.described)
+
+    def caught_up():
+        if len(fc.metadata_requests) + len(fc.described) - seen >= answers:
+            fc.topic_codes.pop(name, None)
 
     def lagging(req):
-        if len(fc.metadata_requests) - seen >= answers:
-            fc.topic_codes.pop(name, None)
+        caught_up()
         return fc._metadata(1, req)
+
+    fc.before_describe = caught_up
     fc.brokers[1].on("Metadata", lagging)
 
 
-def test_describe_after_create_waits_for_the_metadata_of_the_new_topic():
+def _cluster():
+    """A FakeCluster that also answers DescribeTopicPartitions (what
+    describe_topics asks a broker that has it) from its topics and codes."""
     fc = FakeCluster()
+    fc.described = []
+    fc.before_describe = lambda: None
+
+    def describe(req):
+        fc.before_describe()
+        fc.described.append(req)
+        out = []
+        for t in req.body["topics"]:
+            n = t["name"]
+            code = fc.topic_codes.get(n, 0 if n in fc.topics else 3)
+            parts = [] if code else [
+                {"partition_index": p, "error_code": 0, "leader_id": fc.leader(n, p), "leader_epoch": 0,
+                 "replica_nodes": [fc.leader(n, p)], "isr_nodes": [fc.leader(n, p)], "offline_replicas": []}
+                for p in range(fc.topics[n])]
+            out.append({"name": n, "error_code": code, "topic_id": uuid.uuid5(uuid.NAMESPACE_DNS, n),
+                        "is_internal": False, "partitions": parts})
+        return {"topics": out, "next_cursor": None}
+    fc.on_all("DescribeTopicPartitions", describe)
+    return fc
+
+
+def test_describe_after_create_waits_for_the_metadata_of_the_new_topic():
+    fc = _cluster()
     sim = Sim(fc)
     _created_by(sim, fc, "fresh", partitions=2)
     _lagging_metadata(fc, "fresh", answers=3)
@@ -55,7 +87,7 @@ def test_describe_after_create_waits_for_the_metadata_of_the_new_topic():
 
 
 def test_list_offsets_after_create_waits_too():
-    fc = FakeCluster()
+    fc = _cluster()
     fc.brokers[1].on("ListOffsets", lambda req: {"topics": [
         {"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1, "offset": 0}
@@ -69,7 +101,7 @@ def test_list_offsets_after_create_waits_too():
 
 
 def test_an_unknown_topic_not_created_here_fails_at_once():
-    fc = FakeCluster()
+    fc = _cluster()
     sim = Sim(fc)
     h = sim.core.describe_topics(["ghost"], now=sim.now)
     sim.run(h)
@@ -78,7 +110,7 @@ def test_an_unknown_topic_not_created_here_fails_at_once():
 
 
 def test_a_created_topic_that_stays_unknown_times_out_naming_it():
-    fc = FakeCluster()
+    fc = _cluster()
     sim = Sim(fc, **{"default.api.timeout.ms": 2000})
     _created_by(sim, fc, "fresh")
     h = sim.core.describe_topics(["fresh"], timeout_ms=1500, now=sim.now)
@@ -88,7 +120,7 @@ def test_a_created_topic_that_stays_unknown_times_out_naming_it():
 
 
 def test_unknown_is_final_once_deleted_here_or_long_after_the_creation():
-    fc = FakeCluster()
+    fc = _cluster()
     sim = Sim(fc, **{"default.api.timeout.ms": 5000})
     _created_by(sim, fc, "gone")
     fc.brokers[1].on("DeleteTopics", lambda req: {"responses": [

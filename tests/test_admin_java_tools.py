@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from kio import Admin, Consumer
-from kio.kafka_broker import java_binary, tools_classpath
+from kio.testing.kafka_broker import java_binary, tools_classpath
 from kproto.cluster import TopicPartition
 from test_admin_groups_broker import joined, produce
 from test_admin_transactions_broker import _hanging_transaction

@@ -1,6 +1,6 @@
 """The same admin scenarios under the three drivers - kio.Admin (blocking),
 kio.aio.Admin, kio.trio.Admin - must tell the same story (issue 16 point 3):
-the operations are written once (:mod:`kio._admin_ops`), and this test
+the operations are written once (:mod:`kio._shared.admin_ops`), and this test
 catches a driver whose ``_call`` drifts anyway (another exception type, a
 lost timeout, a call that works - or hangs - after close).
 

@@ -1,8 +1,8 @@
 """The local brokers start once and leave nothing behind."""
 import pytest
 
-from kio.broker import BrokerStartError, LocalBroker, start_broker
-from kio.kafka_broker import KafkaBroker
+from kio.testing.broker import BrokerStartError, LocalBroker, start_broker
+from kio.testing.kafka_broker import KafkaBroker
 
 from conftest import _live_children  # noqa: I100
 
@@ -63,7 +63,7 @@ def test_kafka_broker_without_java_says_so(monkeypatch):
 def test_kafka_cluster_id_starting_with_a_dash_still_formats(monkeypatch):
     # Cluster ids are random URL-safe base64: about one in 64 starts with "-",
     # which the storage tool's parser once took for an option.
-    import kio.kafka_broker as kb
+    import kio.testing.kafka_broker as kb
     monkeypatch.setattr(kb, "_cluster_id", lambda: "-" + "A" * 21)
     b = KafkaBroker().start()
     try:

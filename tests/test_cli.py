@@ -162,7 +162,7 @@ def test_sigterm_flushes_and_reports_undelivered(bootstrap):
 def _serve_broker(flags, path=None):
     """Runs ``kio broker`` on a free port; returns (kind line, stderr so far, port) once it serves
     (a topic created through it), then stops it with SIGTERM and checks it went away."""
-    from kio.broker import free_port
+    from kio.testing.broker import free_port
     port = free_port()
     env = dict(os.environ, PYTHONPATH=ROOT, **({"PATH": path} if path is not None else {}))
     proc = subprocess.Popen([sys.executable, "-m", "kio", "broker", "--port", str(port), *flags],

@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from kio import Consumer, Producer, TopicPartition as TP
-from kio.broker import LocalBroker, free_port
+from kio.testing.broker import LocalBroker, free_port
 
 GROUP = dict(session_timeout_ms=6000, heartbeat_interval_ms=500)
 # KIP-848: the broker sets the session timeout and the heartbeat interval
@@ -191,7 +191,7 @@ def test_commits_resume_after_the_kafka_broker_restarts(tmp_path, protocol):
     itself - rejoining if the broker fenced it - reads on and its auto-commits
     land again."""
     from kio.admin import Admin
-    from kio.kafka_broker import KafkaBroker
+    from kio.testing.kafka_broker import KafkaBroker
 
     broker = KafkaBroker(log_path=str(tmp_path / "kafka.log")).start()
     bootstrap = broker.bootstrap_servers

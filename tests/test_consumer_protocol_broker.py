@@ -8,7 +8,7 @@ consumer-protocol member, and the asyncio and trio drivers.
 
 Kafka only: Tansu serves neither ConsumerGroupHeartbeat nor
 ConsumerGroupDescribe (KIP-848). The suite's Kafka broker tells members to
-heartbeat every 500 ms (``kio.kafka_broker``), so a rebalance takes about a
+heartbeat every 500 ms (``kio.testing.kafka_broker``), so a rebalance takes about a
 second.
 """
 import time

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kio import Admin, Consumer, Producer, TopicPartition as TP
-from kio._tls import tls_error
+from kio._shared.tls import tls_error
 from kproto.client import NetworkClient
 from kproto.cluster import ClusterMetadata
 from kproto.connection import Connection, ConnectionClosed

@@ -8,7 +8,7 @@ import pytest
 
 from fault_proxy import FaultProxy
 from kio import Admin, Consumer, KafkaTimeoutError, Producer, TopicPartition as TP
-from kio.broker import LocalBroker, free_port
+from kio.testing.broker import LocalBroker, free_port
 
 
 def serve(handle):

@@ -1,6 +1,6 @@
 """SASL GSSAPI (Kerberos V5, RFC 4752) against a real KDC and a real Apache Kafka.
 
-The suite runs its own MIT KDC (kio.kerberos.KerberosKdc, realm KIO.TEST on
+The suite runs its own MIT KDC (kio.testing.kerberos.KerberosKdc, realm KIO.TEST on
 a free loopback port) and, for the broker tests, a SecuredKafkaBroker on
 ``localhost`` whose SASL listeners also take GSSAPI (Java's Krb5LoginModule
 with the keytab of ``kafka/localhost@KIO.TEST``) and cut sessions after
@@ -34,7 +34,7 @@ except ImportError:  # tests/ as a package
 
 gssapi = pytest.importorskip("gssapi", reason="the gssapi extra (pip install kproto-kio[gssapi])")
 
-from kio.kerberos import KerberosKdc                                      # noqa: E402
+from kio.testing.kerberos import KerberosKdc                                      # noqa: E402
 from kproto.producer.config import PRODUCER_CONFIG                     # noqa: E402
 from kproto.kerberos_login import GssapiAuthenticatorFactory, KerberosLogin  # noqa: E402
 from kproto.sasl import GssapiMechanism, no_security_layer_reply, parse_security_layers  # noqa: E402
@@ -70,7 +70,7 @@ def gssapi_kafka(kdc, tmp_path_factory):
     connections.max.reauth.ms = REAUTH_MS; User:kclient may use ok-* topics and groups."""
     if "kafka" not in broker_kinds():
         pytest.skip("the Kerberos broker is Apache Kafka (KIO_TEST_BROKERS leaves it out)")
-    from kio.secured_kafka import SecuredKafkaBroker, make_certificates
+    from kio.testing.secured_kafka import SecuredKafkaBroker, make_certificates
 
     folder = tmp_path_factory.mktemp("gssapi-kafka")
     b = SecuredKafkaBroker(host="localhost", certs=make_certificates(folder), log_path=str(folder / "kafka.log"),

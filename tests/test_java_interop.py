@@ -8,7 +8,7 @@
 * the same with the KIP-848 consumer protocol: a kio member and the Java
   ``ConsoleConsumer``, both with ``group.protocol=consumer``.
 
-The Java tools come from Maven Central (kio.kafka_broker.tools_classpath).
+The Java tools come from Maven Central (kio.testing.kafka_broker.tools_classpath).
 """
 import subprocess
 import threading
@@ -19,7 +19,7 @@ import confluent_kafka
 import pytest
 
 from kio import Consumer, Producer, TopicPartition as TP
-from kio.kafka_broker import java_binary, tools_classpath
+from kio.testing.kafka_broker import java_binary, tools_classpath
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
 

@@ -337,7 +337,7 @@ def test_reconnects_and_delivers_after_a_broker_restart(tmp_path):
     # Its own broker: a restart with memory storage loses every topic and
     # every producer id, so the producer must reconnect, refresh metadata and
     # get a new producer id (Tansu refuses the KIP-360 epoch bump).
-    from kio.broker import LocalBroker
+    from kio.testing.broker import LocalBroker
     with LocalBroker(log_path=str(tmp_path / "tansu.log")) as b:
         with Producer(bootstrap_servers=b.bootstrap_servers, request_timeout_ms=3000,
                       delivery_timeout_ms=30000) as p:

@@ -13,12 +13,12 @@ import pytest
 
 from conftest import broker_kinds
 from kio import Admin, Producer
-from kio.broker import LocalBroker, free_port
+from kio.testing.broker import LocalBroker, free_port
 
 
 def _broker(kind, port, log_path):
     if kind == "kafka":
-        from kio.kafka_broker import KafkaBroker
+        from kio.testing.kafka_broker import KafkaBroker
         return KafkaBroker(port=port, heap="256m", log_path=log_path)
     return LocalBroker(port=port, log_path=log_path)
 

@@ -8,7 +8,7 @@ running the generator would not change the committed files.
 
 The definitions are reference data outside the repository: those of the Kafka
 release the suite runs against, unpacked from its kafka-clients jar
-(kio.kafka_broker.official_message_dir, fetched with Maven), or
+(kio.testing.kafka_broker.official_message_dir, fetched with Maven), or
 $KPROTO_PROTOCOL_DIR; only when the jar cannot be had, the older copy at
 ../shared/kafka-protocol/messages. When none is there this module is skipped.
 """
@@ -26,7 +26,7 @@ def _protocol_dir():
     if os.environ.get("KPROTO_PROTOCOL_DIR"):
         return Path(os.environ["KPROTO_PROTOCOL_DIR"])
     try:
-        from kio.kafka_broker import official_message_dir
+        from kio.testing.kafka_broker import official_message_dir
         return official_message_dir()
     except Exception:  # noqa: BLE001  (no Maven: the shared copy)
         return Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol" / "messages"

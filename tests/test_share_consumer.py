@@ -553,7 +553,7 @@ def test_interop_with_the_java_share_consumer(bootstrap, make_topic):
     # in one share group on one partition.
     import json
 
-    from kio.kafka_broker import java_binary, tools_classpath
+    from kio.testing.kafka_broker import java_binary, tools_classpath
     topic = make_topic(1)
     group = share_group(bootstrap)
     total = 600

@@ -1,7 +1,7 @@
 """The same share consumer scenarios under the three drivers - threading
 (kio.ShareConsumer), asyncio and trio (kio.aio / kio.trio.ShareConsumer) -
 must tell the same story (issue 16 point 3): one body per method
-(:mod:`kio._share_ops`), and this test catches a driver that drifts anyway
+(:mod:`kio._shared.share_ops`), and this test catches a driver that drifts anyway
 (another exception type, a lost timeout, a call that works after close).
 
 Apache Kafka only: Tansu has no share groups. Each driver gets its own share

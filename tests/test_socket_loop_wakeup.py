@@ -1,7 +1,7 @@
-"""The threading drivers' wake-up protocol (kio._network.SocketLoop): a
+"""The threading drivers' wake-up protocol (kio._threaded.network.SocketLoop): a
 wake() racing the network thread's drain of the wake-up pipe must not be
 lost, else a core with no timer sleeps in select for good."""
-from kio._network import SocketLoop
+from kio._threaded.network import SocketLoop
 from kproto.producer import ProducerCore
 
 

@@ -157,7 +157,7 @@ def test_data_source_write_and_producer_helper_in_a_pandas_udf(spark, bootstrap,
 
 def test_unreachable_broker_fails_the_task_with_a_clear_error_in_time(spark):
     import kio.spark
-    from kio.broker import free_port
+    from kio.testing.broker import free_port
     df = rows_df(spark, 10, with_headers=False)
     start = time.monotonic()
     with pytest.raises(Exception) as e:
@@ -170,7 +170,7 @@ def test_unreachable_broker_fails_the_task_with_a_clear_error_in_time(spark):
 
 def test_errors_report_mode_returns_failures_instead_of_failing(spark):
     import kio.spark
-    from kio.broker import free_port
+    from kio.testing.broker import free_port
     report = kio.spark.write(rows_df(spark, 10, with_headers=False), topic="t", errors="report",
                              bootstrap_servers=f"127.0.0.1:{free_port()}", max_block_ms=1000)
     assert report.rows == 0 and report.errors

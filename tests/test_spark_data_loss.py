@@ -79,7 +79,7 @@ def retention_broker(tmp_path_factory):
     (Kafka checks every 5 min, first 30 s after start): the suite's shared
     broker keeps the defaults, as tests there write records with old
     timestamps that a fast retention check would delete."""
-    from kio.kafka_broker import KafkaBroker
+    from kio.testing.kafka_broker import KafkaBroker
     b = KafkaBroker(log_path=str(tmp_path_factory.mktemp("retention") / "kafka.log"), heap="512m",
                     config={"log.retention.check.interval.ms": 1000, "log.initial.task.delay.ms": 1000}).start()
     try:

@@ -1,5 +1,5 @@
 """TLS against the real brokers, with a test CA and certificates made by
-openssl (kio.secured_kafka.make_certificates). Debian's stunnel4 terminates
+openssl (kio.testing.secured_kafka.make_certificates). Debian's stunnel4 terminates
 TLS in front of Tansu (which serves plaintext) and the broker advertises the
 stunnel port: right CA -> works; system CAs only -> a verification error;
 wrong host name -> error; a client certificate required, given and missing.
@@ -13,8 +13,8 @@ import time
 import pytest
 
 from kio import Consumer, Producer, TopicPartition as TP
-from kio.broker import LocalBroker, free_port
-from kio.secured_kafka import make_certificates
+from kio.testing.broker import LocalBroker, free_port
+from kio.testing.secured_kafka import make_certificates
 from kproto.errors import SslAuthenticationError
 
 STUNNEL = shutil.which("stunnel4") or shutil.which("stunnel")

@@ -22,7 +22,7 @@ import pytest
 import kio
 import kio.aio
 import kio.trio
-from kio._async_clients import RecordHandle
+from kio._async.clients import RecordHandle
 from kio.producer import InOrderAcker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -342,14 +342,14 @@ def test_py_typed_and_stubs_are_shipped():
 
 def test_the_async_admin_stub_is_generated_from_admin_ops():
     """The async Admin's operations are AdminOps' (written once); type
-    checkers see them through kio/_async_admin.pyi, generated from AdminOps
+    checkers see them through kio/_async/admin.pyi, generated from AdminOps
     - which must be current and name every public method the class has."""
     import ast
 
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_async_admin_stub.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    stub = ast.parse((ROOT / "kio" / "_async_admin.pyi").read_text())
+    stub = ast.parse((ROOT / "kio" / "_async" / "admin.pyi").read_text())
     cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "AsyncAdmin")
     in_stub = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     runtime = {name for name, _ in _public_methods(kio.aio.Admin)} - {"close", "config"}   # _Client's

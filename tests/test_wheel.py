@@ -102,7 +102,7 @@ def test_the_wheel_has_the_compiled_core_metadata_and_types(built):
     compiled = {n for n in names if n.endswith(".so")}
     pyx = {p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "kproto").rglob("*.pyx")}
     assert {n.split(".", 1)[0] for n in compiled} >= pyx, pyx - {n.split(".", 1)[0] for n in compiled}
-    assert {"kproto/py.typed", "kio/py.typed"} <= names
+    assert {"kproto/py.typed", "kio/py.typed", "kio/_async/admin.pyi", "kio/testing/plugin.py"} <= names
     assert not any(n.startswith(("tests/", "bench/", "docs/")) for n in names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     for field in ("License-Expression: Apache-2.0", "Classifier: Typing :: Typed",
@@ -110,6 +110,22 @@ def test_the_wheel_has_the_compiled_core_metadata_and_types(built):
                   "Provides-Extra: docs", "Requires-Python: >=3.9"):
         assert field in meta, field
     assert "kio = kio.__main__:main" in entry_points
+    assert "[pytest11]" in entry_points and "kio = kio.testing.plugin" in entry_points
+
+
+def test_mypy_accepts_a_users_program_against_the_installed_wheel(venv, tmp_path):
+    """The other half of tests/test_typing.py's editable-install check: the
+    same user program, type-checked against the wheel in a fresh venv."""
+    try:
+        from test_typing import AS_A_USER_WRITES
+    except ImportError:  # pragma: no cover
+        from tests.test_typing import AS_A_USER_WRITES
+    (tmp_path / "app.py").write_text(AS_A_USER_WRITES)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--python-executable", str(venv),
+                        "--cache-dir", str(tmp_path / ".cache"), "--no-color-output", "app.py"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "Success" in r.stdout, r.stdout + r.stderr
 
 
 def test_the_installed_wheel_runs_the_demo_against_the_broker(venv, bootstrap, tmp_path):

@@ -38,7 +38,7 @@ ensure_java() {
 }
 
 ensure_maven() {
-    # The suite's Apache Kafka broker (kio/kafka_broker.py) is fetched from Maven
+    # The suite's Apache Kafka broker (kio/testing/kafka_broker.py) is fetched from Maven
     # Central with mvn into ~/.m2 and ~/.cache/kio/kafka on first use.
     command -v mvn >/dev/null 2>&1 || ensure_debian_packages maven
 }

@@ -34,7 +34,7 @@ ROLES = [
     ("kproto/requests", "consumer"),
     ("kproto/client", "every client"),
     ("kproto/connection", "every SASL connection"),   # only its Sasl* names: see _senders
-    ("kio/secured_kafka", "test broker set-up (raw requests)"),
+    ("kio/testing/secured_kafka", "test broker set-up (raw requests)"),
 ]
 SKIP = ("kproto/schema/", "kproto/message_types", "kproto/messages", "kproto/versions")
 

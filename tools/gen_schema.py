@@ -13,7 +13,7 @@ Usage:
     python tools/gen_schema.py [--protocol-dir DIR] [--out kproto/schema] [--check]
 
 DIR defaults to $KPROTO_PROTOCOL_DIR, else the definitions inside the
-kafka-clients jar of the Kafka release the suite pins (kio.kafka_broker.KAFKA_VERSION,
+kafka-clients jar of the Kafka release the suite pins (kio.testing.kafka_broker.KAFKA_VERSION,
 fetched with Maven), else ../shared/kafka-protocol/messages next to the repository. --check writes nothing and exits 1 when a generated file is
 missing or differs from what would be written.
 """
@@ -70,7 +70,7 @@ APIS = [
     # duration) live on GROUP config resources; offsets per share-partition.
     ("IncrementalAlterConfigs", "incremental_alter_configs"),
     ("DescribeShareGroupOffsets", "describe_share_group_offsets"),
-    # ACLs: what the suite's secured broker (kio.secured_kafka) is given.
+    # ACLs: what the suite's secured broker (kio.testing.secured_kafka) is given.
     ("CreateAcls", "create_acls"),
     # Security, configs and cluster administration (Java's Admin).
     ("DescribeAcls", "describe_acls"),
@@ -379,7 +379,7 @@ def default_protocol_dir() -> Path:
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo))
     try:
-        from kio.kafka_broker import official_message_dir
+        from kio.testing.kafka_broker import official_message_dir
         return official_message_dir()
     except Exception as exc:  # no Maven / no registry: the older shared copy
         print(f"gen_schema: the pinned Kafka release's definitions are not available ({exc}); "

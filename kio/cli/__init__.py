@@ -51,7 +51,7 @@ def _broker_kind(args) -> str:
 
 
 def _cmd_broker(args) -> int:
-    from kio.broker import start_broker
+    from kio.testing.broker import start_broker
 
     kind = _broker_kind(args)
     if kind == "kafka":

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from kio._maven import fetch_jars
+from kio.testing.maven import fetch_jars
 from kproto.errors import KafkaError
 
 __all__ = ["ConnectorUnavailable", "connector_jars", "connector_version", "spark_jars_option",

@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any, Dict, Mapping, Optional
 
-from kio.broker import BROKER_KINDS, BrokerProcess, free_port, start_broker
+from kio.testing.broker import BROKER_KINDS, BrokerProcess, free_port, start_broker
 
 __all__ = ["BROKER_KINDS", "BrokerProcess", "default_broker_kind", "start_broker", "free_port",
            "new_topic", "wait_for_leaders", "wait_for_group_stable"]

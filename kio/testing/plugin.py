@@ -3,7 +3,7 @@
 
 Fixtures:
 
-* ``kafka_broker`` (session) — a running broker (:class:`kio.broker.BrokerProcess`:
+* ``kafka_broker`` (session) — a running broker (:class:`kio.testing.broker.BrokerProcess`:
   ``bootstrap_servers``, ``kind``, ``log_tail()``), started on first use and
   stopped at the end of the session;
 * ``kafka_bootstrap`` — its ``host:port``;

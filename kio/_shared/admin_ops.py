@@ -8,7 +8,7 @@ timeout=..., raise_errors=..., **kwargs)``: the driver runs the
 ``timeout`` in seconds made ``timeout_ms``) to its end. The threading
 driver's ``_call`` returns the value; the async driver's returns an
 awaitable of it. The annotations here are the blocking ones; the async
-class's are generated from them into ``kio/_async_admin.pyi`` by
+class's are generated from them into ``kio/_async/admin.pyi`` by
 ``tools/gen_async_admin_stub.py`` (``--check`` in the tests keeps it current).
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
 
-from kio._admin_cluster_ops import AdminClusterOps
-from kio._admin_group_ops import AdminGroupOps
-from kio._client_ops import ClosedChecks
+from kio._shared.admin_cluster_ops import AdminClusterOps
+from kio._shared.admin_group_ops import AdminGroupOps
+from kio._shared.client_ops import ClosedChecks
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
     ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing,

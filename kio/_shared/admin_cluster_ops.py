@@ -1,9 +1,9 @@
 """The security, config and cluster operations of the admin clients
 (:class:`kio.Admin`, ``kio.aio.Admin``, ``kio.trio.Admin``), written once as
-:mod:`kio._admin_ops` writes the others: each method prepares its arguments
+:mod:`kio._shared.admin_ops` writes the others: each method prepares its arguments
 and returns ``self._call(name, ...)``, the driver running the
 :class:`kproto.admin.AdminCore` operation ``name`` to its end. A mixin of
-:class:`kio._admin_ops.AdminOps`; ``tools/gen_async_admin_stub.py`` writes
+:class:`kio._shared.admin_ops.AdminOps`; ``tools/gen_async_admin_stub.py`` writes
 the async view of these methods too.
 """
 from __future__ import annotations

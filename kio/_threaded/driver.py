@@ -1,7 +1,7 @@
 """What every threading client shares: one network thread that runs a sans-IO
-core over a :class:`kio._network.SocketLoop`, a Condition the application
+core over a :class:`kio._threaded.network.SocketLoop`, a Condition the application
 waits on, and the runner of the step generators the client's shared method
-bodies are written as (see :mod:`kio._consumer_ops`).
+bodies are written as (see :mod:`kio._shared.consumer_ops`).
 
 A client (``kio.Producer``, ``kio.Consumer``, ``kio.ShareConsumer``) mixes
 :class:`ThreadDriver` in, calls :meth:`ThreadDriver._start_network` once its
@@ -24,8 +24,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
-from kio._common import Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
-from kio._network import SocketLoop
+from kio._shared.common import Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
+from kio._threaded.network import SocketLoop
 from kproto.errors import KafkaError
 
 __all__ = ["ThreadDriver", "PolledThreadDriver", "ConsumerThreadError"]
@@ -198,7 +198,7 @@ _Self = TypeVar("_Self", bound="PolledThreadDriver")
 
 class PolledThreadDriver(ThreadDriver):
     """The threading driver of a client one application thread polls (the
-    consumer and the share consumer, with a :class:`kio._client_ops.ClientOps`):
+    consumer and the share consumer, with a :class:`kio._shared.client_ops.ClientOps`):
     that thread owns it, runs its callbacks, and is woken when the core's
     events, records or answers may be what it waits for. It comes first in
     the client's bases: its hooks replace the defaults of ClientOps."""

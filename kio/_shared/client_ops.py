@@ -1,12 +1,12 @@
-"""What the shared method bodies of the consumer (:mod:`kio._consumer_ops`)
-and of the share consumer (:mod:`kio._share_ops`) have in common, once: the
+"""What the shared method bodies of the consumer (:mod:`kio._shared.consumer_ops`)
+and of the share consumer (:mod:`kio._shared.share_ops`) have in common, once: the
 driver's hooks, the closed checks (:class:`ClosedChecks`, the admin's too),
 the poll loop, the waits, and calling the application's callbacks.
 
 Both clients are polled by one application thread or task, which runs the
 callbacks; the network side (a thread, or an async task) collects the core's
 events for it. Waiting methods are generators of steps (see
-:mod:`kio._consumer_ops`): a float deadline (``now_ms()``; ``INF`` none) or
+:mod:`kio._shared.consumer_ops`): a float deadline (``now_ms()``; ``INF`` none) or
 an awaitable a coroutine callback returned.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
 
-from kio._common import INF, Steps, now_ms
+from kio._shared.common import INF, Steps, now_ms
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
 

@@ -1,8 +1,8 @@
 """Producer and Consumer for async frameworks, written once (the share
-consumer and the admin: :mod:`kio._async_share`, :mod:`kio._async_admin`).
+consumer and the admin: :mod:`kio._async.share`, :mod:`kio._async.admin`).
 
 :mod:`kio.aio` and :mod:`kio.trio` bind these classes to their backend
-(see :mod:`kio._async_engine`). The surface is the threading drivers', made
+(see :mod:`kio._async.engine`). The surface is the threading drivers', made
 awaitable; the cores do the work. Cancellation safety comes from the cores
 never awaiting: every change to a core happens between two awaits, so a
 cancelled ``send``, ``poll`` or ``commit`` either happened completely or
@@ -19,13 +19,13 @@ from typing import (
     Protocol, Sequence, Tuple, Type, TypeVar, Union,
 )
 
-from kio._async_engine import Engine
-from kio._common import Stepper, now_ms
-from kio._types import (
+from kio._async.engine import Engine
+from kio._shared.common import Stepper, now_ms
+from kio._shared.types import (
     AsyncCommitCallback, AsyncRebalanceListener, BulkCallback, DeliveryCallback, Headers, Offsets, Partitions,
 )
-from kio._consumer_ops import ConsumerOps, PartitionBatch
-from kio._producer_ops import ProducerOps
+from kio._shared.consumer_ops import ConsumerOps, PartitionBatch
+from kio._shared.producer_ops import ProducerOps
 from kproto.cluster import TopicPartition
 from kproto.config import Config
 from kproto.consumer import OffsetAndMetadata
@@ -80,7 +80,7 @@ class _Client:
             self._io.check_can_spawn(type(self).__name__)
             self._engine.start()
 
-    # -- hooks of the shared method bodies (kio._consumer_ops...), and the runner of their steps --
+    # -- hooks of the shared method bodies (kio._shared.consumer_ops...), and the runner of their steps --
     def _start(self) -> None:
         self._ensure_started()
 
@@ -208,7 +208,7 @@ class AsyncBulkDelivery(BulkDelivery):
 
 class AsyncProducer(_Client, ProducerOps):
     """``async with Producer(bootstrap_servers=...) as p: md = await (await p.send("t", b"v"))``.
-    The method bodies are :class:`kio._producer_ops.ProducerOps`', shared with
+    The method bodies are :class:`kio._shared.producer_ops.ProducerOps`', shared with
     the threading Producer; this class only awaits their waits on the engine."""
     delivery_class: Type[AsyncDelivery] = AsyncDelivery
     callback_delivery_class: Type[AsyncCallbackDelivery] = AsyncCallbackDelivery
@@ -323,7 +323,7 @@ class AsyncProducer(_Client, ProducerOps):
 
 class PolledClient(_Client):
     """An async client the application polls, whose method bodies are shared
-    step generators (:class:`kio._client_ops.ClientOps`: the consumer, the
+    step generators (:class:`kio._shared.client_ops.ClientOps`: the consumer, the
     share consumer): the core's events are collected after each of its
     polls, and close runs the shared close steps."""
 
@@ -355,7 +355,7 @@ class AsyncConsumer(PolledClient, ConsumerOps):
     """``records = await consumer.poll(1.0)``; ``async for record in consumer``.
     Rebalance listeners may be plain functions or coroutine functions; they
     run in the task that polls, commits or closes. The method bodies are
-    :class:`kio._consumer_ops.ConsumerOps`', shared with the threading
+    :class:`kio._shared.consumer_ops.ConsumerOps`', shared with the threading
     Consumer; this class only awaits their waits on the engine."""
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, *, nursery: Any = None, **kwargs: Any) -> None:

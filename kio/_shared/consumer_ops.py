@@ -24,8 +24,8 @@ The hooks a driver provides: ``_lock`` (a threading.Lock, or a
 driver's one-thread check), ``_start()`` (the async drivers start their
 network task), ``_kick()`` (wake the network side) and ``_failure`` (the
 exception that ended the network thread or task, or None). What the share
-consumer's bodies (:mod:`kio._share_ops`) need as well - those hooks, the
-closed checks, the poll loop, the waits - is :class:`kio._client_ops.ClientOps`.
+consumer's bodies (:mod:`kio._shared.share_ops`) need as well - those hooks, the
+closed checks, the poll loop, the waits - is :class:`kio._shared.client_ops.ClientOps`.
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ import logging
 import re
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Set, Tuple, Union
 
-from kio._client_ops import ClientOps, WakeupError, callback_steps, ms as _ms
-from kio._common import INF, Steps, now_ms, rebalance_calls
-from kio._types import Offsets, Partitions
+from kio._shared.client_ops import ClientOps, WakeupError, callback_steps, ms as _ms
+from kio._shared.common import INF, Steps, now_ms, rebalance_calls
+from kio._shared.types import Offsets, Partitions
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerCore, OffsetAndTimestamp

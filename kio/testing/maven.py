@@ -1,5 +1,5 @@
 """Jars fetched from Maven Central with the machine's ``mvn``, once per cache
-folder: the suite's Apache Kafka broker and tools (kio.kafka_broker) and
+folder: the suite's Apache Kafka broker and tools (kio.testing.kafka_broker) and
 Spark's own Kafka connector (kio.spark.connector) both come this way."""
 from __future__ import annotations
 

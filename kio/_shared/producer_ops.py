@@ -1,7 +1,7 @@
 """The producer written once: what :class:`kio.Producer` (threads) and the
 async producers (:mod:`kio.aio`, :mod:`kio.trio`) share.
 
-As :mod:`kio._consumer_ops`: every method body lives here, once. A method
+As :mod:`kio._shared.consumer_ops`: every method body lives here, once. A method
 that does not wait (``metrics``, ``begin_transaction``) is a plain method; a
 method that waits (``flush``, ``partitions_for``, the transaction calls,
 ``close``) is a generator of steps, ``_<name>_steps``, that yields a
@@ -32,7 +32,7 @@ import logging
 import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from kio._common import INF, Steps, now_ms, wall_ms
+from kio._shared.common import INF, Steps, now_ms, wall_ms
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer import AppendBlocked, ProducerClosedError, ProducerCore, TxnResult
 

@@ -1,7 +1,7 @@
 """The share consumer written once: what :class:`kio.ShareConsumer` (threads)
 and the async share consumers (``kio.aio.ShareConsumer``,
 ``kio.trio.ShareConsumer``) share - every method body, as
-:mod:`kio._consumer_ops` does for the consumer.
+:mod:`kio._shared.consumer_ops` does for the consumer.
 
 Methods that do not wait (subscribe, acknowledge, ...) are plain methods;
 those that wait (poll, commit_sync, commit_async, close) are generators of
@@ -17,8 +17,8 @@ import inspect
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
-from kio._client_ops import ClientOps, callback_steps
-from kio._common import Steps, now_ms
+from kio._shared.client_ops import ClientOps, callback_steps
+from kio._shared.common import Steps, now_ms
 from kproto.cluster import TopicPartition
 from kproto.errors import KafkaError
 from kproto.share import AcknowledgeType, ShareRecord

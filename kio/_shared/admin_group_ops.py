@@ -1,6 +1,6 @@
 """The group and transaction operations of every admin client (blocking
 :class:`kio.Admin`, ``kio.aio.Admin``, ``kio.trio.Admin``), written once as
-:class:`kio._admin_ops.AdminOps` writes the others, which inherits them: each
+:class:`kio._shared.admin_ops.AdminOps` writes the others, which inherits them: each
 prepares its arguments and returns ``self._call(name, ...)`` of the
 :class:`kproto.admin.AdminCore` operation (kproto/admin_groups.py,
 kproto/admin_transactions.py). ``tools/gen_async_admin_stub.py`` puts them

@@ -15,7 +15,7 @@ from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, Part
 __all__ = ["INF", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error",
            "error_callbacks", "call_error_cb", "runs_body_of"]
 
-#: a wait without a deadline (a step of a blocking operation, see kio._consumer_ops)
+#: a wait without a deadline (a step of a blocking operation, see kio._shared.consumer_ops)
 INF = math.inf
 _T = TypeVar("_T")
 #: a blocking operation: yields waits (a float deadline) or awaitables, returns the result
@@ -42,7 +42,7 @@ def runs_body_of(shared: Callable[..., Any]) -> Callable[[_F], _F]:
 
 class Stepper:
     """Drives a blocking operation (a generator of steps, see
-    kio._consumer_ops) for a driver's runner: iterating gives its steps;
+    kio._shared.consumer_ops) for a driver's runner: iterating gives its steps;
     ``reply(value)`` or ``fail(error)`` hands a step's outcome back before the
     next one; ``result`` is what it returned. Every driver's runner goes
     through here, so they differ only in how they wait."""

@@ -18,8 +18,8 @@ import selectors
 import socket
 import ssl
 
-from kio._common import connect_error, open_socket
-from kio._tls import context_for, tls_error
+from kio._shared.common import connect_error, open_socket
+from kio._shared.tls import context_for, tls_error
 from kproto.client import Close, Connect
 
 __all__ = ["SocketLoop"]

@@ -25,8 +25,8 @@ import inspect
 import logging
 import ssl
 
-from kio._common import call_error_cb, connect_error, error_callbacks, now_ms, open_socket, sleep_time
-from kio._tls import context_for, tls_error
+from kio._shared.common import call_error_cb, connect_error, error_callbacks, now_ms, open_socket, sleep_time
+from kio._shared.tls import context_for, tls_error
 from kproto.client import Close, Connect
 
 __all__ = ["Engine"]

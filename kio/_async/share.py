@@ -1,18 +1,18 @@
 """The async share consumer: ``kio.aio.ShareConsumer`` and
 ``kio.trio.ShareConsumer`` bind :class:`AsyncShareConsumer` to their backend.
 
-The method bodies are :class:`kio._share_ops.ShareConsumerOps`', shared with
+The method bodies are :class:`kio._shared.share_ops.ShareConsumerOps`', shared with
 the threading :class:`kio.ShareConsumer`; this class only awaits their
-waits on the engine (:meth:`kio._async_clients._Client._run`; closing:
-:class:`kio._async_clients.PolledClient`) and types the awaitable surface.
+waits on the engine (:meth:`kio._async.clients._Client._run`; closing:
+:class:`kio._async.clients.PolledClient`) and types the awaitable surface.
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-from kio._async_clients import PolledClient
-from kio._share_ops import ShareConsumerOps
+from kio._async.clients import PolledClient
+from kio._shared.share_ops import ShareConsumerOps
 from kproto.cluster import TopicPartition
 from kproto.errors import KafkaError
 from kproto.share import ShareRecord

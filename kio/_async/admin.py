@@ -1,9 +1,9 @@
 """The async admin client: ``kio.aio.Admin`` and ``kio.trio.Admin`` bind
 :class:`AsyncAdmin` to their backend.
 
-The operations are :class:`kio._admin_ops.AdminOps`', shared with the
+The operations are :class:`kio._shared.admin_ops.AdminOps`', shared with the
 blocking :class:`kio.Admin`: here ``_call`` returns an awaitable of the
-result. Type checkers read ``kio/_async_admin.pyi`` instead of this module:
+result. Type checkers read ``kio/_async/admin.pyi`` instead of this module:
 the same operations as ``async def``, generated from AdminOps by
 ``tools/gen_async_admin_stub.py``.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from kio._admin_ops import AdminOps
-from kio._async_clients import _Client
-from kio._common import INF, Steps, now_ms
+from kio._shared.admin_ops import AdminOps
+from kio._async.clients import _Client
+from kio._shared.common import INF, Steps, now_ms
 from kproto.admin import AdminCore, AdminHandle
 
 __all__ = ["AsyncAdmin"]
