@@ -172,7 +172,10 @@ class Sender:
             if b.attempts == 0:
                 self.cluster.touch(b.topic, now)
                 n = self.cluster.partition_count(b.topic)
-                if n:
+                # Only a batch of the topic's sticky partition moves the sticky
+                # choice (on_new_batch would do nothing else): keyed batches,
+                # one per partition, skip the call.
+                if n and self.partitioner.current(b.topic, n) == b.partition:
                     self.partitioner.on_new_batch(b.topic, n, b.partition,
                                                   self.cluster.available_partitions(b.topic))
         # Produce v13 (KIP-516) names topics by id only: used when the broker
