@@ -244,7 +244,7 @@ def consume_aiokafka(bootstrap, topic, total, deadline):
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def main():
-            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         await c.start()
         try:
             tp = TopicPartition(topic, 0)

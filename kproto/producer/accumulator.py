@@ -81,6 +81,12 @@ class RecordAccumulator:
         self._drain_index: dict[int, int] = {}
         self._ratio: dict[str, float] = {}     # per-topic compression ratio estimate
         self.incomplete = set()                 # every batch not yet completed
+        # No queued batch has a delivery deadline before this (None: none is
+        # queued): ``expired`` walks the queues only once it has passed, not on
+        # every round of the sender, which with many partitions was the
+        # round's main cost. Lowered by every batch queued (note_deadline),
+        # made exact again by the walk.
+        self._expiry_floor = None
         # Set when a batch was opened or filled: the sender has something new
         # (a new linger deadline or a full batch); drivers wake their network
         # loop and clear it (Java: RecordAppendResult.batchIsFull/newBatchCreated).
@@ -115,6 +121,7 @@ class RecordAccumulator:
         self.waiting_for_memory = False
         batch = ProducerBatch(topic, partition, builder, now, now + self.delivery_timeout_ms, reserve)
         self.incomplete.add(batch)
+        self.note_deadline(batch.deadline_ms)
         return batch
 
     def _grow(self, batch):
@@ -307,6 +314,7 @@ class RecordAccumulator:
         batch.retry_after_ms = now + backoff_ms
         batch.in_flight = False
         dq = self.queues.setdefault(batch.tp, collections.deque())
+        self.note_deadline(batch.deadline_ms)
         if batch.has_sequence:
             i = 0
             while i < len(dq) and dq[i].has_sequence and dq[i].base_sequence < batch.base_sequence:
@@ -335,8 +343,17 @@ class RecordAccumulator:
             except ValueError:
                 pass
 
+    def note_deadline(self, deadline_ms):
+        """A batch with this delivery deadline was queued (keeps ``_expiry_floor`` a floor)."""
+        floor = self._expiry_floor
+        if floor is None or deadline_ms < floor:
+            self._expiry_floor = deadline_ms
+
     def expired(self, now):
         """Queued (not in flight) batches past their delivery deadline, removed."""
+        floor = self._expiry_floor
+        if floor is None or now < floor:
+            return []
         out = []
         for dq in self.queues.values():
             while dq and dq[0].deadline_ms <= now and not dq[0].in_flight:
@@ -346,14 +363,12 @@ class RecordAccumulator:
                 for b in [b for b in dq if b.deadline_ms <= now and not b.in_flight]:
                     dq.remove(b)
                     out.append(b)
+        self._expiry_floor = min((b.deadline_ms for dq in self.queues.values() for b in dq), default=None)
         return out
 
     def next_expiry(self):
-        best = None
-        for dq in self.queues.values():
-            if dq and (best is None or dq[0].deadline_ms < best):
-                best = dq[0].deadline_ms
-        return best
+        """When ``expired`` may next find something (a floor: it may find nothing then)."""
+        return self._expiry_floor
 
     @property
     def has_undrained(self):

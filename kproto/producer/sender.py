@@ -61,6 +61,10 @@ class Sender:
         self.results: list = []                 # BatchResult events not yet collected
         self.results_records = 0                # how many records those results hold
         self.in_flight: dict = {}               # id(batch) -> batch, sent and unanswered
+        # No batch in flight has a delivery deadline before this (None: none
+        # sent since the last walk): in_flight is walked for expiry only once it
+        # has passed (see RecordAccumulator._expiry_floor).
+        self._in_flight_floor = None
         self.retry_backoff = ExponentialBackoff(cfg.retry_backoff_ms, max(cfg.retry_backoff_max_ms,
                                                                         cfg.retry_backoff_ms), rng=rng)
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
@@ -112,9 +116,9 @@ class Sender:
 
     def _next_expiry(self):
         best = self.acc.next_expiry()
-        for b in self.in_flight.values():
-            if not b.done and (best is None or b.deadline_ms < best):
-                best = b.deadline_ms
+        floor = self._in_flight_floor
+        if floor is not None and (best is None or floor < best):
+            best = floor
         return best
 
     # -- producer id ---------------------------------------------------------------------
@@ -167,6 +171,9 @@ class Sender:
             by_tp[(b.topic, b.partition)] = b
             b.in_flight = True
             self.in_flight[id(b)] = b
+            floor = self._in_flight_floor
+            if floor is None or b.deadline_ms < floor:
+                self._in_flight_floor = b.deadline_ms
             if self.guarantee_order:
                 self._muted.add(b.tp)
             if b.attempts == 0:
@@ -352,6 +359,7 @@ class Sender:
             nb.retry_after_ms = now
             self.acc.incomplete.add(nb)
         new[0].reserved = b.reserved
+        self.acc.note_deadline(b.deadline_ms)
         dq = self.acc.queues[b.tp]
         for nb in reversed(new):
             dq.appendleft(nb)
@@ -363,7 +371,11 @@ class Sender:
         # An expired in-flight batch stays in in_flight (done) until its
         # request comes back, so an epoch bump waits for that request.
         expired = [(b, False) for b in self.acc.expired(now)]
-        expired += [(b, True) for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]
+        floor = self._in_flight_floor
+        if floor is not None and now >= floor:
+            expired += [(b, True) for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]
+            self._in_flight_floor = min((b.deadline_ms for b in self.in_flight.values()
+                                         if not b.done and b.deadline_ms > now), default=None)
         for b, in_flight in expired:
             if self.idem is not None:
                 # A batch sent before (in flight, or waiting for a retry) leaves
