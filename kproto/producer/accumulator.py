@@ -91,6 +91,14 @@ class RecordAccumulator:
         # (a new linger deadline or a full batch); drivers wake their network
         # loop and clear it (Java: RecordAppendResult.batchIsFull/newBatchCreated).
         self.wakeup = False
+        # What the sender's last round said about the next one (see
+        # _wants_round): by when it runs anyway (None: no time set), and the
+        # leaders it could not send to because their requests in flight are
+        # at the limit - a response brings a round for them. ``leader`` is the
+        # cluster's (topic, partition) -> node, set by the core.
+        self.next_round_ms = None
+        self.awaited_nodes: frozenset = frozenset()
+        self.leader = None
 
     # -- appending ----------------------------------------------------------------------
     def check_record_size(self, key_len, value_len, headers):
@@ -183,9 +191,14 @@ class RecordAccumulator:
                             batch.callbacks += (handle.on_delivery, n, ts)
                     return batch
                 batch.full = True
-        elif dq is None:
-            dq = self.queues[(topic, partition)] = collections.deque()
-        self.wakeup = True
+                # a full batch is sendable now, not after linger.ms
+                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now)
+            else:
+                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
+        else:
+            if dq is None:
+                dq = self.queues[(topic, partition)] = collections.deque()
+            self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
@@ -198,6 +211,24 @@ class RecordAccumulator:
                 batch.callbacks += (handle.on_delivery, 0, ts)
         dq.append(batch)
         return batch
+
+    def _wants_round(self, topic, partition, now, due):
+        """Whether a batch opened (or filled) now for ``topic``/``partition``,
+        sendable at ``due``, needs the network side woken: not when its next
+        round comes by then anyway, nor when the partition's leader waits
+        for a response (that brings a round). One wake-up per new batch made
+        the network thread run a round per record when records are spread
+        over many partitions (each one opens a batch)."""
+        if self.flushing:
+            due = now                       # a flush wants every batch sent now
+        nxt = self.next_round_ms
+        if nxt is not None and nxt <= due:
+            return False
+        if self.awaited_nodes and self.leader is not None and \
+                self.leader(topic, partition) in self.awaited_nodes:
+            return False
+        self.next_round_ms = due if nxt is None or due < nxt else nxt
+        return True
 
     def append_many(self, topic, partition, ts, keys, values, headers, handle, now, start=0):
         """Append ``values[start:]`` (and keys/headers) to as many batches as it
@@ -236,10 +267,17 @@ class RecordAccumulator:
 
     # -- readiness ------------------------------------------------------------------------
     def ready(self, cluster, now, muted=()):
-        """(ready_nodes, next_check_ms_from_now, topics_with_unknown_leader)."""
+        """(ready_nodes, next_check_ms_from_now, topics_with_unknown_leader).
+
+        The next check counts only partitions of leaders that are not ready:
+        a ready leader's partitions all go with its next request (``drain``
+        takes every partition's head), so their linger times need no round
+        of their own - while that leader waits for responses, they made the
+        network side wake for nothing, once per partition."""
         nodes = set()
         unknown = set()
-        next_delay = None
+        waits = {}                # leader -> the earliest linger wait of its partitions
+        retry_delay = None
         exhausted = self.waiting_for_memory
         for tp, dq in self.queues.items():
             if not dq:
@@ -262,10 +300,18 @@ class RecordAccumulator:
             sendable = full or wait <= 0 or exhausted or self.flushing > 0
             if sendable and not backing_off:
                 nodes.add(leader)
+            elif backing_off:
+                # drain skips it: its retry time counts whatever its leader does
+                if retry_delay is None or wait < retry_delay:
+                    retry_delay = wait
             else:
                 wait = max(wait, 0)
-                if next_delay is None or wait < next_delay:
-                    next_delay = wait
+                known = waits.get(leader)
+                if known is None or wait < known:
+                    waits[leader] = wait
+        next_delay = min((w for node, w in waits.items() if node not in nodes), default=None)
+        if retry_delay is not None and (next_delay is None or retry_delay < next_delay):
+            next_delay = retry_delay
         return nodes, next_delay, unknown
 
     def drain(self, cluster, nodes, now, can_drain=None):

@@ -88,6 +88,7 @@ class Sender:
                 self._fatal(txn.error)
         elif self.idem is not None and not self._maybe_init_producer_id(now):
             # No producer id yet: nothing may be drained, but deadlines still run.
+            self.acc.next_round_ms = None           # every new batch wakes the driver
             self._expire(now)
             exp = self._next_expiry()
             if self._init_retry_at > now and (exp is None or self._init_retry_at < exp):
@@ -99,19 +100,32 @@ class Sender:
         if delay is not None and (next_at is None or now + delay < next_at):
             next_at = now + delay
         ready_nodes = []
+        awaited = ()
         for node in nodes:
             if self.client.ready(node, now):
                 ready_nodes.append(node)
+            elif self.client.in_flight(node):
+                # at its limit of requests in flight: its next response brings a round
+                awaited = awaited + (node,)
         can_drain = self.idem.can_drain if self.idem is not None else None
         if txn is not None:
             can_drain = lambda b: txn.can_drain(b) and self.idem.can_drain(b)  # noqa: E731
         drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else {}
+        for node in ready_nodes:
+            if node not in drained and self.client.in_flight():
+                # every head held back (can_drain: an idempotent partition's
+                # first batch of an epoch goes alone; a transaction's partition
+                # not added yet) until an answer in flight comes: it brings a round
+                awaited = awaited + (node,)
         self._expire(now)
         for node, batches in drained.items():
             self._send_produce(node, batches, now)
         exp = self._next_expiry()
         if exp is not None and (next_at is None or exp < next_at):
             next_at = exp
+        # What the accumulator needs to tell whether a new batch must wake the driver.
+        self.acc.next_round_ms = next_at
+        self.acc.awaited_nodes = frozenset(awaited)
         return next_at
 
     def _next_expiry(self):
