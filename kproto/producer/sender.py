@@ -175,30 +175,44 @@ class Sender:
 
     # -- sending -------------------------------------------------------------------------
     def _send_produce(self, node, batches, now):
+        # Per batch only what each batch needs: with many partitions a request
+        # carries a batch of a record or two per partition, so per-topic work
+        # (metadata.max.idle.ms bookkeeping, the sticky partition) is done once
+        # per topic, not once per batch.
         topics: dict = {}
         by_tp = {}
+        idem, acc, in_flight, muted = self.idem, self.acc, self.in_flight, self._muted
+        compressed, guarantee_order = acc.compression, self.guarantee_order
+        floor = self._in_flight_floor
+        sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
         for b in batches:
-            if self.idem is not None:
-                self.idem.assign(b)
-            topics.setdefault(b.topic, []).append({"index": b.partition, "records": b.builder.build()})
-            self.acc.record_compression(b)
-            by_tp[(b.topic, b.partition)] = b
+            if idem is not None:
+                idem.assign(b)
+            topic = b.topic
+            parts = topics.get(topic)
+            if parts is None:
+                parts = topics[topic] = []
+            parts.append({"index": b.partition, "records": b.builder.build()})
+            if compressed:
+                acc.record_compression(b)
+            by_tp[(topic, b.partition)] = b
             b.in_flight = True
-            self.in_flight[id(b)] = b
-            floor = self._in_flight_floor
+            in_flight[id(b)] = b
             if floor is None or b.deadline_ms < floor:
-                self._in_flight_floor = b.deadline_ms
-            if self.guarantee_order:
-                self._muted.add(b.tp)
+                floor = b.deadline_ms
+            if guarantee_order:
+                muted.add(b.tp)
             if b.attempts == 0:
-                self.cluster.touch(b.topic, now)
-                n = self.cluster.partition_count(b.topic)
+                if topic not in sticky:
+                    self.cluster.touch(topic, now)
+                    sticky[topic] = self._sticky_partition(topic)
                 # Only a batch of the topic's sticky partition moves the sticky
-                # choice (on_new_batch would do nothing else): keyed batches,
-                # one per partition, skip the call.
-                if n and self.partitioner.current(b.topic, n) == b.partition:
-                    self.partitioner.on_new_batch(b.topic, n, b.partition,
-                                                  self.cluster.available_partitions(b.topic))
+                # choice (on_new_batch would do nothing else).
+                if sticky[topic] == b.partition:
+                    n = self.cluster.partition_count(topic)
+                    self.partitioner.on_new_batch(topic, n, b.partition, self.cluster.available_partitions(topic))
+                    sticky[topic] = self._sticky_partition(topic)
+        self._in_flight_floor = floor
         # Produce v13 (KIP-516) names topics by id only: used when the broker
         # offers it and every topic's id is known, else v12 and names.
         version = self.client.api_version(node, "Produce")
@@ -221,6 +235,10 @@ class Sender:
         m["batches_sent"] += len(batches)
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
                          callback=lambda req: self._on_produce(req, by_tp, by_id))
+
+    def _sticky_partition(self, topic):
+        n = self.cluster.partition_count(topic)
+        return self.partitioner.current(topic, n) if n else None
 
     def _on_produce(self, req, by_tp, by_id=None):
         now = req.completed_at
