@@ -249,7 +249,7 @@ def plot(results, partition_counts, path, title):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, role, heading in zip(axes, ("produce", "assigned", "group"),
                                  ("producer, random keys", "consumer, all assigned", "consumer in a group")):
-        for (client, call, r, _), _ in sorted({k: 1 for k in results if k[2] == role}.items()):
+        for client, call in sorted({(k[0], k[1]) for k in results if k[2] == role}):
             xs, ys = [], []
             for parts in partition_counts:
                 runs = results.get((client, call, role, parts))
