@@ -87,9 +87,10 @@ class RecordAccumulator:
         # round's main cost. Lowered by every batch queued (note_deadline),
         # made exact again by the walk.
         self._expiry_floor = None
-        # Set when a batch was opened or filled: the sender has something new
-        # (a new linger deadline or a full batch); drivers wake their network
-        # loop and clear it (Java: RecordAppendResult.batchIsFull/newBatchCreated).
+        # Set when a batch was opened or filled and the sender's next round
+        # would come too late for it (see _wants_round): drivers wake their
+        # network loop and clear it (Java wakes on every
+        # RecordAppendResult.batchIsFull/newBatchCreated).
         self.wakeup = False
         # What the sender's last round said about the next one (see
         # _wants_round): by when it runs anyway (None: no time set), and the
