@@ -124,6 +124,11 @@ class ClusterMetadata:
         self.need_update = True
         self._urgent = False
         self._by_node: Optional[dict] = None
+        # topic -> its partitions with a known leader, built once per change of
+        # ``partitions`` (see _changed): the producer asks for it per new batch
+        # and a sticky or user partitioner per record, and building it walks
+        # every partition of the topic.
+        self._available: dict[str, tuple] = {}
 
     # -- interest --------------------------------------------------------------
     def add_topic(self, topic: str, now=None) -> bool:
@@ -187,7 +192,7 @@ class ClusterMetadata:
             self.leader_epochs.pop(t, None)
             self.topic_ids.pop(t, None)
             self.topic_errors.pop(t, None)
-            self._by_node = None
+            self._changed()
 
     def failed_update(self, now):
         """The Metadata request failed (no answer): back off, rotate bootstrap."""
@@ -304,7 +309,7 @@ class ClusterMetadata:
             if any(v < 0 for v in parts.values()):
                 retry_soon = True
             self.partitions[name] = parts
-        self._by_node = None
+        self._changed()
         self.version += 1
         self.last_refresh_ms = now
         self.last_attempt_ms = now
@@ -340,9 +345,19 @@ class ClusterMetadata:
         leader = parts.get(partition, -1)
         return leader if leader >= 0 else None
 
-    def available_partitions(self, topic) -> list:
-        parts = self.partitions.get(topic) or {}
-        return [p for p, l in parts.items() if l >= 0]
+    def _changed(self):
+        """``partitions`` changed: drop what was derived from it."""
+        self._by_node = None
+        self._available = {}
+
+    def available_partitions(self, topic) -> tuple:
+        """The partitions of ``topic`` with a known leader (a tuple, shared
+        between calls until the metadata changes: do not hold it across an update)."""
+        got = self._available.get(topic)
+        if got is None:
+            parts = self.partitions.get(topic) or {}
+            got = self._available[topic] = tuple(p for p, l in parts.items() if l >= 0)
+        return got
 
     def partitions_by_node(self) -> dict:
         """{node: [(topic, partition), ...]} for partitions with a known leader."""
@@ -360,7 +375,7 @@ class ClusterMetadata:
         parts = self.partitions.get(topic)
         if parts is not None and partition in parts:
             parts[partition] = -1
-            self._by_node = None
+            self._changed()
         self.need_update = True
 
     def update_leader(self, topic, partition, leader_id, leader_epoch, endpoints=()) -> bool:

@@ -43,6 +43,7 @@ class FakeKafka:
         self.hold = False                        # swallow Produce requests (timeouts)
         self.hold_replies = False                # process Produce, keep the answer until release
         self.seq = {}                            # (pid, epoch, topic, p) -> last sequence written
+        self.max_epoch = 0                       # the highest epoch a batch carried
         self.recent = {}                         # same key -> base sequences of the last 5 batches
         self.produce_requests = []
         self.pid = 1000
@@ -128,7 +129,10 @@ class FakeKafka:
             # producer it has no state for on this partition (a new producer, or
             # one whose state expired); a known producer with a new epoch must
             # start at 0; otherwise the sequence must follow the last one.
-            known = any(k[0] == batch.producer_id and k[2:] == tp for k in self.seq)
+            # (epoch by epoch, not a walk over every partition's state: the
+            # many-partition tests and bench/partition_cost.py send thousands of batches)
+            self.max_epoch = max(self.max_epoch, batch.producer_epoch)
+            known = any((batch.producer_id, e) + tp in self.seq for e in range(self.max_epoch + 1))
             if known and batch.base_sequence != (last + 1) % 2 ** 31:
                 res["error_code"] = 45                          # OUT_OF_ORDER_SEQUENCE_NUMBER
                 return res
@@ -1019,3 +1023,44 @@ def test_a_topic_the_broker_refuses_fails_at_once_and_is_asked_again_on_the_next
     kafka.partitions["secret"] = 2
     assert core.partitions_for("secret", sim.now) is None
     sim.run_until(lambda: core.partitions_for("secret", sim.now) == 2, max_ms=5000)
+
+
+# --- many partitions: wake-ups and linger ------------------------------------------------------
+
+def test_new_batches_over_many_partitions_wake_the_driver_once_per_round_and_still_go_within_linger():
+    # Random keys over 1,000 partitions: nearly every record opens a batch. The
+    # driver is woken (accumulator.wakeup) only when the core's next round would
+    # come later than the new batch is due, not once per batch; polled only then
+    # and at its deadlines (as kio's drivers do), every batch still leaves within
+    # linger.ms of its creation (plus the 0.25 ms clock step).
+    core, kafka, sim = make(FakeKafka(partitions={"t": 1000}), linger_ms=5)
+    sim.send(b"warm", key=b"w")
+    sim.run_until(lambda: not core.pending)
+    acc = core.accumulator
+    drained = []
+    drain = acc.drain
+
+    def noting_drain(cluster, nodes, now, can_drain=None):
+        out = drain(cluster, nodes, now, can_drain)
+        drained.extend(now - b.created_ms for bs in out.values() for b in bs)
+        return out
+    acc.drain = noting_drain
+    rng = random.Random(3)
+    wakeups = 0
+    for i in range(3000):
+        core.send("t", b"v%d" % i, key=rng.getrandbits(64).to_bytes(8, "big"), now=sim.now)
+        sim.now += 0.25
+        deadline = core.next_deadline(sim.now)
+        if acc.wakeup:
+            wakeups += 1
+        if acc.wakeup or (deadline is not None and deadline <= sim.now):
+            acc.wakeup = False
+            sim.step()
+    core.begin_flush()
+    sim.run_until(lambda: not core.pending)
+    assert core.metrics()["records_sent"] == 3001
+    batches = core.metrics()["batches_sent"]
+    assert batches > 2000                              # a batch per record or so: the case at hand
+    assert wakeups < batches / 10, (wakeups, batches)
+    assert len(drained) == batches - 1
+    assert max(drained) <= 5 + 0.25, max(drained)

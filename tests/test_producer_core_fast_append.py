@@ -352,6 +352,62 @@ def test_more_partitions_after_a_metadata_refresh_match():
     assert {tp[1] for tp in out["logs"]} == set(range(7))
 
 
+def _keyed_over_many_partitions(s, rng, start, count, topic="t"):
+    """``count`` sends with random 16-byte keys (every one may open a batch
+    of its own partition; one in three goes to one of 30 hot keys, whose open
+    batches the fast path appends to), the network side polled the way a
+    driver polls it: when the core asks to be woken (``accumulator.wakeup``)
+    and when its next deadline has come; the clock moves 0-2 ms between sends."""
+    acc = s.core.accumulator
+    for i in range(start, start + count):
+        key = b"hot%d" % rng.randrange(30) if i % 3 == 0 else rng.getrandbits(128).to_bytes(16, "big")
+        s.send(topic, b"%s-%d" % (topic.encode(), i), key=key,
+               partition=rng.randrange(40) if i % 17 == 0 else None, kind=HANDLE_KINDS[i % len(HANDLE_KINDS)])
+        s.sim.now += rng.choice([0] * 8 + [0.5, 1, 2])
+        deadline = s.core.next_deadline(s.sim.now)
+        if acc.wakeup or (deadline is not None and deadline <= s.sim.now):
+            acc.wakeup = False
+            s.sim.step()
+        if i % 1500 == 0:
+            s.snapshot(f"snapshot {i}")
+
+
+def _in_send_order(logs):
+    """Every partition's log holds its records in the order they were sent."""
+    for tp, records in logs.items():
+        sent = [int(r[2].rsplit(b"-", 1)[1]) for r in records if r[2] and b"-" in r[2]]
+        assert sent == sorted(sent), tp
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+def test_keyed_sends_over_a_thousand_partitions_match_the_python_path(idempotence):
+    # Many partitions, each with a batch of a record or two: the accumulator's
+    # wake-up decisions, ready/drain over every partition, per-batch sequences
+    # and a partition count that grows mid-way, the same on both paths.
+    def play(s):
+        s.send("t", b"warm", partition=0)
+        rng = random.Random(17)
+        _keyed_over_many_partitions(s, rng, 0, 4000)
+        s.kafka.partitions["t"] = 1500
+        s.core.cluster.request_update()
+        s.sim.run_until(lambda: s.core.partitions_for("t") == 1500)
+        _keyed_over_many_partitions(s, rng, 4000, 3000)
+        s.snapshot("end of sends")
+        return s.finish()
+
+    fast, out = compare(play, setup=lambda k: k.partitions.update({"t": 1000}), min_fast=150,
+                        linger_ms=5, enable_idempotence=idempotence)
+    assert len(out["logs"]) > 1200                       # spread over (nearly) every partition
+    assert out["metrics"]["records_sent"] == 7001 and out["metrics"]["records_failed"] == 0
+    _in_send_order(out["logs"])
+    if idempotence:
+        # per partition, each batch's sequence follows the previous one's last record
+        nxt = {}
+        for topic, p, pid, epoch, base, count, _ in out["sequences"]:
+            assert base == nxt.get((topic, p), 0), (topic, p)
+            nxt[(topic, p)] = base + count
+
+
 def test_closed_producer_refuses_through_the_python_path():
     def play(s):
         s.send("t", b"warm", partition=0)

@@ -25,7 +25,7 @@ import inspect
 import logging
 import ssl
 
-from kio._shared.common import call_error_cb, connect_error, error_callbacks, now_ms, open_socket, sleep_time
+from kio._shared.common import RecvBuffer, call_error_cb, connect_error, error_callbacks, now_ms, open_socket, sleep_time
 from kio._shared.tls import context_for, tls_error
 from kproto.client import Close, Connect
 
@@ -54,6 +54,7 @@ class Engine:
         self.core = core
         self.io = backend
         self.recv_size = recv_size
+        self._recv = RecvBuffer(recv_size).recv
         self.after_poll = after_poll
         self.on_failure = on_failure
         self.conns: dict = {}
@@ -196,7 +197,7 @@ class Engine:
         while self.conns.get(node) is conn:
             await self.io.wait_readable(sock)
             try:
-                data = sock.recv(self.recv_size)
+                data = self._recv(sock)
                 while data and self.tls is not None and sock.pending():   # decrypted, select() won't tell
                     data += sock.recv(sock.pending())
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):

@@ -13,7 +13,7 @@ from typing import Any, Callable, Generator, Optional, TypeVar
 from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 
 __all__ = ["INF", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error",
-           "error_callbacks", "call_error_cb", "runs_body_of"]
+           "error_callbacks", "call_error_cb", "runs_body_of", "RecvBuffer"]
 
 #: a wait without a deadline (a step of a blocking operation, see kio._shared.consumer_ops)
 INF = math.inf
@@ -181,3 +181,23 @@ def call_error_cb(cb, error, can_await=True):
                                          "await it; use kio.aio or kio.trio for coroutine functions", cb)
         return None
     return result
+
+
+class RecvBuffer:
+    """Reads from sockets into one buffer kept for the client's life.
+
+    ``sock.recv(size)`` allocates ``size`` bytes per call: above glibc's mmap
+    threshold (128 KiB; a receive size is 256 KiB or 1 MiB) that is an mmap,
+    an mremap down to what arrived and a munmap - three syscalls and fresh
+    pages per read, and at a low rate a read per response. Here the kernel
+    fills the kept buffer and only what arrived is copied out. One reader at
+    a time: the bytes are copied out before the caller can yield."""
+
+    def __init__(self, size: int) -> None:
+        self._buf = bytearray(size)
+        self._view = memoryview(self._buf)
+
+    def recv(self, sock: Any) -> bytes:
+        """What ``sock.recv(size)`` returns (b"" at end of stream; its exceptions too)."""
+        n = sock.recv_into(self._buf)
+        return bytes(self._view[:n])

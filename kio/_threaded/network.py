@@ -18,7 +18,7 @@ import selectors
 import socket
 import ssl
 
-from kio._shared.common import connect_error, open_socket
+from kio._shared.common import RecvBuffer, connect_error, open_socket
 from kio._shared.tls import context_for, tls_error
 from kproto.client import Close, Connect
 
@@ -31,6 +31,7 @@ class SocketLoop:
     def __init__(self, core, recv_size: int = 1 << 18):
         self.core = core
         self.recv_size = recv_size
+        self._recv = RecvBuffer(recv_size).recv
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -174,7 +175,7 @@ class SocketLoop:
             return
         if mask & _READ:
             try:
-                data = sock.recv(self.recv_size)
+                data = self._recv(sock)
                 # TLS: records already decrypted inside the SSL object do not
                 # wake select() again - take them now.
                 while data and self.tls is not None and sock.pending():

@@ -81,10 +81,25 @@ class RecordAccumulator:
         self._drain_index: dict[int, int] = {}
         self._ratio: dict[str, float] = {}     # per-topic compression ratio estimate
         self.incomplete = set()                 # every batch not yet completed
-        # Set when a batch was opened or filled: the sender has something new
-        # (a new linger deadline or a full batch); drivers wake their network
-        # loop and clear it (Java: RecordAppendResult.batchIsFull/newBatchCreated).
+        # No queued batch has a delivery deadline before this (None: none is
+        # queued): ``expired`` walks the queues only once it has passed, not on
+        # every round of the sender, which with many partitions was the
+        # round's main cost. Lowered by every batch queued (note_deadline),
+        # made exact again by the walk.
+        self._expiry_floor = None
+        # Set when a batch was opened or filled and the sender's next round
+        # would come too late for it (see _wants_round): drivers wake their
+        # network loop and clear it (Java wakes on every
+        # RecordAppendResult.batchIsFull/newBatchCreated).
         self.wakeup = False
+        # What the sender's last round said about the next one (see
+        # _wants_round): by when it runs anyway (None: no time set), and the
+        # leaders it could not send to because their requests in flight are
+        # at the limit - a response brings a round for them. ``leader`` is the
+        # cluster's (topic, partition) -> node, set by the core.
+        self.next_round_ms = None
+        self.awaited_nodes: frozenset = frozenset()
+        self.leader = None
 
     # -- appending ----------------------------------------------------------------------
     def check_record_size(self, key_len, value_len, headers):
@@ -115,6 +130,7 @@ class RecordAccumulator:
         self.waiting_for_memory = False
         batch = ProducerBatch(topic, partition, builder, now, now + self.delivery_timeout_ms, reserve)
         self.incomplete.add(batch)
+        self.note_deadline(batch.deadline_ms)
         return batch
 
     def _grow(self, batch):
@@ -176,9 +192,14 @@ class RecordAccumulator:
                             batch.callbacks += (handle.on_delivery, n, ts)
                     return batch
                 batch.full = True
-        elif dq is None:
-            dq = self.queues[(topic, partition)] = collections.deque()
-        self.wakeup = True
+                # a full batch is sendable now, not after linger.ms
+                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now)
+            else:
+                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
+        else:
+            if dq is None:
+                dq = self.queues[(topic, partition)] = collections.deque()
+            self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
@@ -191,6 +212,24 @@ class RecordAccumulator:
                 batch.callbacks += (handle.on_delivery, 0, ts)
         dq.append(batch)
         return batch
+
+    def _wants_round(self, topic, partition, now, due):
+        """Whether a batch opened (or filled) now for ``topic``/``partition``,
+        sendable at ``due``, needs the network side woken: not when its next
+        round comes by then anyway, nor when the partition's leader waits
+        for a response (that brings a round). One wake-up per new batch made
+        the network thread run a round per record when records are spread
+        over many partitions (each one opens a batch)."""
+        if self.flushing:
+            due = now                       # a flush wants every batch sent now
+        nxt = self.next_round_ms
+        if nxt is not None and nxt <= due:
+            return False
+        if self.awaited_nodes and self.leader is not None and \
+                self.leader(topic, partition) in self.awaited_nodes:
+            return False
+        self.next_round_ms = due if nxt is None or due < nxt else nxt
+        return True
 
     def append_many(self, topic, partition, ts, keys, values, headers, handle, now, start=0):
         """Append ``values[start:]`` (and keys/headers) to as many batches as it
@@ -229,10 +268,17 @@ class RecordAccumulator:
 
     # -- readiness ------------------------------------------------------------------------
     def ready(self, cluster, now, muted=()):
-        """(ready_nodes, next_check_ms_from_now, topics_with_unknown_leader)."""
+        """(ready_nodes, next_check_ms_from_now, topics_with_unknown_leader).
+
+        The next check counts only partitions of leaders that are not ready:
+        a ready leader's partitions all go with its next request (``drain``
+        takes every partition's head), so their linger times need no round
+        of their own - while that leader waits for responses, they made the
+        network side wake for nothing, once per partition."""
         nodes = set()
         unknown = set()
-        next_delay = None
+        waits = {}                # leader -> the earliest linger wait of its partitions
+        retry_delay = None
         exhausted = self.waiting_for_memory
         for tp, dq in self.queues.items():
             if not dq:
@@ -255,10 +301,18 @@ class RecordAccumulator:
             sendable = full or wait <= 0 or exhausted or self.flushing > 0
             if sendable and not backing_off:
                 nodes.add(leader)
+            elif backing_off:
+                # drain skips it: its retry time counts whatever its leader does
+                if retry_delay is None or wait < retry_delay:
+                    retry_delay = wait
             else:
                 wait = max(wait, 0)
-                if next_delay is None or wait < next_delay:
-                    next_delay = wait
+                known = waits.get(leader)
+                if known is None or wait < known:
+                    waits[leader] = wait
+        next_delay = min((w for node, w in waits.items() if node not in nodes), default=None)
+        if retry_delay is not None and (next_delay is None or retry_delay < next_delay):
+            next_delay = retry_delay
         return nodes, next_delay, unknown
 
     def drain(self, cluster, nodes, now, can_drain=None):
@@ -307,6 +361,7 @@ class RecordAccumulator:
         batch.retry_after_ms = now + backoff_ms
         batch.in_flight = False
         dq = self.queues.setdefault(batch.tp, collections.deque())
+        self.note_deadline(batch.deadline_ms)
         if batch.has_sequence:
             i = 0
             while i < len(dq) and dq[i].has_sequence and dq[i].base_sequence < batch.base_sequence:
@@ -335,8 +390,17 @@ class RecordAccumulator:
             except ValueError:
                 pass
 
+    def note_deadline(self, deadline_ms):
+        """A batch with this delivery deadline was queued (keeps ``_expiry_floor`` a floor)."""
+        floor = self._expiry_floor
+        if floor is None or deadline_ms < floor:
+            self._expiry_floor = deadline_ms
+
     def expired(self, now):
         """Queued (not in flight) batches past their delivery deadline, removed."""
+        floor = self._expiry_floor
+        if floor is None or now < floor:
+            return []
         out = []
         for dq in self.queues.values():
             while dq and dq[0].deadline_ms <= now and not dq[0].in_flight:
@@ -346,14 +410,12 @@ class RecordAccumulator:
                 for b in [b for b in dq if b.deadline_ms <= now and not b.in_flight]:
                     dq.remove(b)
                     out.append(b)
+        self._expiry_floor = min((b.deadline_ms for dq in self.queues.values() for b in dq), default=None)
         return out
 
     def next_expiry(self):
-        best = None
-        for dq in self.queues.values():
-            if dq and (best is None or dq[0].deadline_ms < best):
-                best = dq[0].deadline_ms
-        return best
+        """When ``expired`` may next find something (a floor: it may find nothing then)."""
+        return self._expiry_floor
 
     @property
     def has_undrained(self):

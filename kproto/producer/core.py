@@ -294,6 +294,7 @@ class ProducerCore(DriverIO):
             batch_size=cfg.batch_size, linger_ms=cfg.linger_ms, buffer_memory=cfg.buffer_memory,
             compression=cfg.compression_type, delivery_timeout_ms=cfg.delivery_timeout_ms,
             max_request_size=cfg.max_request_size, compression_level=cfg.compression_level)
+        self.accumulator.leader = self.cluster.leader
         self.idempotence = None
         if cfg.enable_idempotence:
             self.idempotence = IdempotenceManager(cfg.transactional_id, cfg.transaction_timeout_ms)

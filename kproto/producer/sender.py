@@ -61,6 +61,10 @@ class Sender:
         self.results: list = []                 # BatchResult events not yet collected
         self.results_records = 0                # how many records those results hold
         self.in_flight: dict = {}               # id(batch) -> batch, sent and unanswered
+        # No batch in flight has a delivery deadline before this (None: none
+        # sent since the last walk): in_flight is walked for expiry only once it
+        # has passed (see RecordAccumulator._expiry_floor).
+        self._in_flight_floor = None
         self.retry_backoff = ExponentialBackoff(cfg.retry_backoff_ms, max(cfg.retry_backoff_max_ms,
                                                                         cfg.retry_backoff_ms), rng=rng)
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
@@ -84,6 +88,7 @@ class Sender:
                 self._fatal(txn.error)
         elif self.idem is not None and not self._maybe_init_producer_id(now):
             # No producer id yet: nothing may be drained, but deadlines still run.
+            self.acc.next_round_ms = None           # every new batch wakes the driver
             self._expire(now)
             exp = self._next_expiry()
             if self._init_retry_at > now and (exp is None or self._init_retry_at < exp):
@@ -95,26 +100,39 @@ class Sender:
         if delay is not None and (next_at is None or now + delay < next_at):
             next_at = now + delay
         ready_nodes = []
+        awaited = ()
         for node in nodes:
             if self.client.ready(node, now):
                 ready_nodes.append(node)
+            elif self.client.in_flight(node):
+                # at its limit of requests in flight: its next response brings a round
+                awaited = awaited + (node,)
         can_drain = self.idem.can_drain if self.idem is not None else None
         if txn is not None:
             can_drain = lambda b: txn.can_drain(b) and self.idem.can_drain(b)  # noqa: E731
         drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else {}
+        for node in ready_nodes:
+            if node not in drained and self.client.in_flight():
+                # every head held back (can_drain: an idempotent partition's
+                # first batch of an epoch goes alone; a transaction's partition
+                # not added yet) until an answer in flight comes: it brings a round
+                awaited = awaited + (node,)
         self._expire(now)
         for node, batches in drained.items():
             self._send_produce(node, batches, now)
         exp = self._next_expiry()
         if exp is not None and (next_at is None or exp < next_at):
             next_at = exp
+        # What the accumulator needs to tell whether a new batch must wake the driver.
+        self.acc.next_round_ms = next_at
+        self.acc.awaited_nodes = frozenset(awaited)
         return next_at
 
     def _next_expiry(self):
         best = self.acc.next_expiry()
-        for b in self.in_flight.values():
-            if not b.done and (best is None or b.deadline_ms < best):
-                best = b.deadline_ms
+        floor = self._in_flight_floor
+        if floor is not None and (best is None or floor < best):
+            best = floor
         return best
 
     # -- producer id ---------------------------------------------------------------------
@@ -157,24 +175,44 @@ class Sender:
 
     # -- sending -------------------------------------------------------------------------
     def _send_produce(self, node, batches, now):
+        # Per batch only what each batch needs: with many partitions a request
+        # carries a batch of a record or two per partition, so per-topic work
+        # (metadata.max.idle.ms bookkeeping, the sticky partition) is done once
+        # per topic, not once per batch.
         topics: dict = {}
         by_tp = {}
+        idem, acc, in_flight, muted = self.idem, self.acc, self.in_flight, self._muted
+        compressed, guarantee_order = acc.compression, self.guarantee_order
+        floor = self._in_flight_floor
+        sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
         for b in batches:
-            if self.idem is not None:
-                self.idem.assign(b)
-            topics.setdefault(b.topic, []).append({"index": b.partition, "records": b.builder.build()})
-            self.acc.record_compression(b)
-            by_tp[(b.topic, b.partition)] = b
+            if idem is not None:
+                idem.assign(b)
+            topic = b.topic
+            parts = topics.get(topic)
+            if parts is None:
+                parts = topics[topic] = []
+            parts.append({"index": b.partition, "records": b.builder.build()})
+            if compressed:
+                acc.record_compression(b)
+            by_tp[(topic, b.partition)] = b
             b.in_flight = True
-            self.in_flight[id(b)] = b
-            if self.guarantee_order:
-                self._muted.add(b.tp)
+            in_flight[id(b)] = b
+            if floor is None or b.deadline_ms < floor:
+                floor = b.deadline_ms
+            if guarantee_order:
+                muted.add(b.tp)
             if b.attempts == 0:
-                self.cluster.touch(b.topic, now)
-                n = self.cluster.partition_count(b.topic)
-                if n:
-                    self.partitioner.on_new_batch(b.topic, n, b.partition,
-                                                  self.cluster.available_partitions(b.topic))
+                if topic not in sticky:
+                    self.cluster.touch(topic, now)
+                    sticky[topic] = self._sticky_partition(topic)
+                # Only a batch of the topic's sticky partition moves the sticky
+                # choice (on_new_batch would do nothing else).
+                if sticky[topic] == b.partition:
+                    n = self.cluster.partition_count(topic)
+                    self.partitioner.on_new_batch(topic, n, b.partition, self.cluster.available_partitions(topic))
+                    sticky[topic] = self._sticky_partition(topic)
+        self._in_flight_floor = floor
         # Produce v13 (KIP-516) names topics by id only: used when the broker
         # offers it and every topic's id is known, else v12 and names.
         version = self.client.api_version(node, "Produce")
@@ -197,6 +235,10 @@ class Sender:
         m["batches_sent"] += len(batches)
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
                          callback=lambda req: self._on_produce(req, by_tp, by_id))
+
+    def _sticky_partition(self, topic):
+        n = self.cluster.partition_count(topic)
+        return self.partitioner.current(topic, n) if n else None
 
     def _on_produce(self, req, by_tp, by_id=None):
         now = req.completed_at
@@ -356,6 +398,7 @@ class Sender:
             nb.retry_after_ms = now
             self.acc.incomplete.add(nb)
         new[0].reserved = b.reserved
+        self.acc.note_deadline(b.deadline_ms)
         dq = self.acc.queues[b.tp]
         for nb in reversed(new):
             dq.appendleft(nb)
@@ -367,7 +410,11 @@ class Sender:
         # An expired in-flight batch stays in in_flight (done) until its
         # request comes back, so an epoch bump waits for that request.
         expired = [(b, False) for b in self.acc.expired(now)]
-        expired += [(b, True) for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]
+        floor = self._in_flight_floor
+        if floor is not None and now >= floor:
+            expired += [(b, True) for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]
+            self._in_flight_floor = min((b.deadline_ms for b in self.in_flight.values()
+                                         if not b.done and b.deadline_ms > now), default=None)
         for b, in_flight in expired:
             if self.idem is not None:
                 # A batch sent before (in flight, or waiting for a retry) leaves

@@ -1,0 +1,428 @@
+"""End-to-end latency at a fixed rate, and what a quiet client costs: kio vs confluent-kafka and aiokafka.
+
+For each rate (``--rates``, default 1,000, 10,000 and 50,000 records/s) and
+each client, a producer process sends 100-byte records to a fresh
+one-partition topic at that rate for ``--seconds`` (default 10) while a
+consumer process of the same client, positioned at the end before the
+producer starts, reads them. Each value carries its send time (wall clock,
+µs); latency = the consumer's wall clock when the record is in its hands
+minus that. Reported: p50, p99, p99.9 and max latency, and the whole-process
+CPU (getrusage user+system, every thread) per record of the producer (from
+its first send to the end of its flush) and of the consumer (from the
+first record until the last arrived), both idle time included:
+what an application running far below its peak pays.
+
+Clients: kio threading (``kio.Producer``/``kio.Consumer``), kio asyncio
+(``kio.aio``), kio trio (``kio.trio``), confluent-kafka (``produce`` +
+``poll(0)``; ``Consumer.poll``: ``consume(n, timeout)`` waits for n records
+or the timeout, which would add to the latency) and aiokafka. Each at its
+defaults (kio and librdkafka: acks=all + idempotence, linger.ms 5;
+aiokafka: acks=1, linger 0) and with linger.ms=0 (``--settings``). Rows run
+in alternating rounds (``--repeat``); the table gives medians of the
+rounds' figures and ratios against confluent-kafka's row of the same rate
+and settings. The Java client is left out (its tools do not timestamp
+records for an end-to-end measure).
+
+    python bench/bench_latency.py --seconds 10 --repeat 3 --plot bench/latency.png
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _bench import broker_label, cpu, create_topic, load_average, local_broker  # noqa: E402
+
+PAD = b"x" * 92             # + the 8-byte send time: 100-byte values
+
+
+def stamp():
+    return time.time_ns() // 1000
+
+
+def value():
+    return stamp().to_bytes(8, "big") + PAD
+
+
+def sent_at(v):
+    return int.from_bytes(v[:8], "big")
+
+
+# -- the producer side: pacing ------------------------------------------------------------------------
+
+def paced(send, rate, total):
+    """Call send() ``total`` times at ``rate`` per second (catching up after a late wake-up)."""
+    t0 = time.monotonic()
+    i = 0
+    while i < total:
+        due = min(total, int((time.monotonic() - t0) * rate) + 1)
+        while i < due:
+            send()
+            i += 1
+        ahead = t0 + i / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+async def paced_async(send, rate, total, sleep):
+    t0 = time.monotonic()
+    i = 0
+    while i < total:
+        due = min(total, int((time.monotonic() - t0) * rate) + 1)
+        while i < due:
+            await send()
+            i += 1
+        ahead = t0 + i / rate - time.monotonic()
+        await sleep(ahead if ahead > 0 else 0)
+
+
+def produce_kio(bootstrap, topic, rate, total, linger0):
+    from kio import Producer
+    p = Producer(bootstrap_servers=bootstrap, **({"linger_ms": 0} if linger0 else {}))
+    p.partitions_for(topic)
+    c0 = cpu()
+    paced(lambda: p.send(topic, value(), partition=0), rate, total)
+    assert p.flush() == 0
+    c1 = cpu()
+    p.close()
+    return c1 - c0
+
+
+async def _produce_kio_async(mod, sleep, bootstrap, topic, rate, total, linger0):
+    async with mod.Producer(bootstrap_servers=bootstrap, **({"linger_ms": 0} if linger0 else {})) as p:
+        await p.partitions_for(topic)
+        c0 = cpu()
+
+        async def send():
+            await p.send(topic, value(), partition=0)
+        await paced_async(send, rate, total, sleep)
+        assert await p.flush() == 0
+        return cpu() - c0
+
+
+def produce_kio_asyncio(bootstrap, topic, rate, total, linger0):
+    import asyncio
+
+    import kio.aio
+    return asyncio.run(_produce_kio_async(kio.aio, asyncio.sleep, bootstrap, topic, rate, total, linger0))
+
+
+def produce_kio_trio(bootstrap, topic, rate, total, linger0):
+    import trio
+
+    import kio.trio
+    return trio.run(_produce_kio_async, kio.trio, trio.sleep, bootstrap, topic, rate, total, linger0)
+
+
+def produce_confluent(bootstrap, topic, rate, total, linger0):
+    import confluent_kafka as ck
+    p = ck.Producer({"bootstrap.servers": bootstrap, **({"linger.ms": 0} if linger0 else {})})
+    p.list_topics(topic, timeout=10)
+    c0 = cpu()
+
+    def send():
+        p.produce(topic, value(), partition=0)
+        p.poll(0)
+    paced(send, rate, total)
+    assert p.flush(60) == 0
+    return cpu() - c0
+
+
+def produce_aiokafka(bootstrap, topic, rate, total, linger0):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def main():
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, **({"linger_ms": 0} if linger0 else {}))
+        await p.start()
+        try:
+            await p.partitions_for(topic)
+            c0 = cpu()
+
+            async def send():
+                await p.send(topic, value(), partition=0)
+            await paced_async(send, rate, total, asyncio.sleep)
+            await p.flush()
+            return cpu() - c0
+        finally:
+            await p.stop()
+    return asyncio.run(main())
+
+
+# -- the consumer side -----------------------------------------------------------------------------------
+
+class Tally:
+    """The latencies seen, and the CPU from the first record on (the
+    producer's start-up, before it, is not the consumer's cost)."""
+
+    def __init__(self):
+        self.lat = []
+        self.cpu0 = None
+
+    def add(self, v):
+        if self.cpu0 is None:
+            self.cpu0 = cpu()
+        self.lat.append(stamp() - sent_at(v))
+
+    def result(self):
+        return self.lat, (cpu() - self.cpu0) if self.cpu0 is not None else 0.0
+
+
+def _ready():
+    print("ready", flush=True)
+    sys.stdin.readline()           # the parent starts the producer, then says go
+    return Tally()
+
+
+def consume_kio(bootstrap, topic, total, deadline):
+    from kio import Consumer, TopicPartition
+    with Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False) as c:
+        c.assign([TopicPartition(topic, 0)])
+        c.seek(TopicPartition(topic, 0), 0)
+        c.poll(0.5)                                   # connected and fetching
+        t = _ready()
+        while len(t.lat) < total and time.monotonic() < deadline:
+            for r in c.poll(0.5):
+                t.add(r.value)
+        return t.result()
+
+
+async def _consume_kio_async(mod, bootstrap, topic, total, deadline):
+    from kio import TopicPartition
+    async with mod.Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False) as c:
+        c.assign([TopicPartition(topic, 0)])
+        c.seek(TopicPartition(topic, 0), 0)
+        await c.poll(0.5)
+        t = _ready()
+        while len(t.lat) < total and time.monotonic() < deadline:
+            for r in await c.poll(0.5):
+                t.add(r.value)
+        return t.result()
+
+
+def consume_kio_asyncio(bootstrap, topic, total, deadline):
+    import asyncio
+
+    import kio.aio
+    return asyncio.run(_consume_kio_async(kio.aio, bootstrap, topic, total, deadline))
+
+
+def consume_kio_trio(bootstrap, topic, total, deadline):
+    import trio
+
+    import kio.trio
+    return trio.run(_consume_kio_async, kio.trio, bootstrap, topic, total, deadline)
+
+
+def consume_confluent(bootstrap, topic, total, deadline):
+    import confluent_kafka as ck
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "lat-" + topic, "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+        c.poll(0.5)
+        t = _ready()
+        while len(t.lat) < total and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                t.add(m.value())
+        return t.result()
+    finally:
+        c.close()
+
+
+def consume_aiokafka(bootstrap, topic, total, deadline):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main():
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await c.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            c.seek(tp, 0)
+            await c.getmany(timeout_ms=500)
+            t = _ready()
+            while len(t.lat) < total and time.monotonic() < deadline:
+                for records in (await c.getmany(timeout_ms=500)).values():
+                    for r in records:
+                        t.add(r.value)
+            return t.result()
+        finally:
+            await c.stop()
+    return asyncio.run(main())
+
+
+CLIENTS = {
+    "kio": (produce_kio, consume_kio),
+    "kio asyncio": (produce_kio_asyncio, consume_kio_asyncio),
+    "kio trio": (produce_kio_trio, consume_kio_trio),
+    "confluent-kafka": (produce_confluent, consume_confluent),
+    "aiokafka": (produce_aiokafka, consume_aiokafka),
+}
+
+
+def child(spec):
+    produce, consume = CLIENTS[spec["client"]]
+    total = spec["rate"] * spec["seconds"]
+    if spec["role"] == "produce":
+        used = produce(spec["bootstrap"], spec["topic"], spec["rate"], total, spec["linger0"])
+        print(json.dumps({"cpu": used}), flush=True)
+    else:
+        lat, used = consume(spec["bootstrap"], spec["topic"], total, time.monotonic() + spec["seconds"] + 60)
+        lat.sort()
+        n = len(lat)
+
+        def pct(q):
+            return lat[min(n - 1, int(q * n))] / 1000 if n else float("nan")
+        print(json.dumps({"received": n, "cpu": used, "p50": pct(0.5), "p99": pct(0.99), "p999": pct(0.999),
+                          "max": lat[-1] / 1000 if n else float("nan")}), flush=True)
+
+
+def run_pair(bootstrap, client, rate, seconds, linger0):
+    """Consumer started and positioned, then the producer: both results."""
+    topic = create_topic(bootstrap)
+    spec = {"bootstrap": bootstrap, "topic": topic, "client": client, "rate": rate, "seconds": seconds,
+            "linger0": linger0}
+    me = [sys.executable, os.path.abspath(__file__), "--child"]
+    cons = subprocess.Popen(me + [json.dumps({**spec, "role": "consume"})], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = cons.stdout.readline()
+        if line.strip() != b"ready":
+            raise RuntimeError(f"consumer: {line!r} {cons.stderr.read().decode()[-1500:]}")
+        prod = subprocess.Popen(me + [json.dumps({**spec, "role": "produce"})], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        cons.stdin.write(b"go\n")
+        cons.stdin.flush()
+        pout, perr = prod.communicate(timeout=seconds + 120)
+        cout, cerr = cons.communicate(timeout=seconds + 120)
+    finally:
+        if cons.poll() is None:
+            cons.kill()
+    if prod.returncode or cons.returncode:
+        raise RuntimeError(f"producer {prod.returncode}: {perr.decode()[-800:]}\n"
+                           f"consumer {cons.returncode}: {cerr.decode()[-800:]}")
+    p, c = json.loads(pout.decode().splitlines()[-1]), json.loads(cout.decode().splitlines()[-1])
+    total = rate * seconds
+    if c["received"] < total:
+        raise RuntimeError(f"the consumer got {c['received']} of {total} records")
+    return {"p50": c["p50"], "p99": c["p99"], "p999": c["p999"], "max": c["max"],
+            "producer_us": p["cpu"] / total * 1e6, "consumer_us": c["cpu"] / total * 1e6}
+
+
+FIELDS = (("p50", "p50 ms"), ("p99", "p99 ms"), ("p999", "p99.9 ms"), ("max", "max ms"),
+          ("producer_us", "producer CPU µs/rec"), ("consumer_us", "consumer CPU µs/rec"))
+
+
+def markdown(results, title):
+    out = [title, "", "| rate/s | settings | client | " + " | ".join(h for _, h in FIELDS) + " |",
+           "|---|---|---|" + "---|" * len(FIELDS)]
+    med = {k: {f: statistics.median(r[f] for r in runs) for f, _ in FIELDS} for k, runs in results.items() if runs}
+    for (client, rate, settings), m in med.items():
+        base = med.get(("confluent-kafka", rate, settings))
+        cells = []
+        for f, _ in FIELDS:
+            ratio = f" ({m[f] / base[f]:.2f}×)" if base and client != "confluent-kafka" and base[f] else ""
+            cells.append(f"{m[f]:.1f}{ratio}")
+        out.append(f"| {rate:,} | {settings} | {client} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("(×: against confluent-kafka at the same rate and settings)")
+    return "\n".join(out)
+
+
+def plot(results, rates, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    keys = sorted({(k[0], k[2]) for k, runs in results.items() if runs})
+    for ax, (field, label) in zip(axes, (("p99", "p99 latency ms"), ("p999", "p99.9 latency ms"),
+                                        ("producer_us", "producer CPU µs/record"))):
+        for client, settings in keys:
+            xs = [r for r in rates if results.get((client, r, settings))]
+            ys = [statistics.median(x[field] for x in results[(client, r, settings)]) for r in xs]
+            ax.plot(xs, ys, marker="o", linestyle="-" if settings == "defaults" else "--",
+                    label=f"{client} [{settings}]")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("records/s")
+        ax.set_title(label)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="1000,10000,50000")
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--settings", default="defaults,linger.ms=0")
+    ap.add_argument("--only", action="append", help="run only clients whose name contains this")
+    ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka")
+    ap.add_argument("--bootstrap", help="use this running broker instead of starting one")
+    ap.add_argument("--plot", help="write the PNG plot here")
+    ap.add_argument("--table", help="write the markdown table here too")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(json.loads(args.child))
+    rates = [int(r) for r in args.rates.split(",")]
+    settings = args.settings.split(",")
+    clients = [c for c in CLIENTS if not args.only or any(o in c for o in args.only)]
+    load_before = load_average()
+    results = {}
+
+    def run(bootstrap):
+        for k in range(args.repeat):
+            for rate in rates:
+                for which in settings:
+                    for client in clients:
+                        key = (client, rate, which)
+                        try:
+                            r = run_pair(bootstrap, client, rate, args.seconds, which != "defaults")
+                        except Exception as e:  # noqa: BLE001 - report and go on with the others
+                            print(f"{client} {rate} {which}: failed: {e}", file=sys.stderr, flush=True)
+                            results.setdefault(key, [])
+                            continue
+                        results.setdefault(key, []).append(r)
+                        print(f"round {k + 1}: {rate:6,}/s {which:12s} {client:16s} "
+                              + " ".join(f"{h} {r[f]:.1f}" for f, h in FIELDS)
+                              + f" (load {load_average()})", flush=True)
+
+    if args.bootstrap:
+        run(args.bootstrap)
+        label = "a running broker"
+    else:
+        with local_broker(args.broker) as broker:
+            run(broker.bootstrap_servers)
+            label = broker_label(broker)
+    title = (f"`python bench/bench_latency.py --seconds {args.seconds} --repeat {args.repeat} --rates "
+             f"{args.rates}`: 100-byte records to one partition; {label}; Python {sys.version.split()[0]}; "
+             f"median of {args.repeat} alternating rounds; "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
+             f"{load_before} before, {load_average()} after")
+    table = markdown(results, title)
+    print()
+    print(table)
+    if args.table:
+        with open(args.table, "w") as f:
+            f.write(table + "\n")
+    if args.plot:
+        plot(results, rates, args.plot, f"{label}; median of {args.repeat} rounds; load {load_before}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Instructions per keyed record over many partitions, without a network: a load-independent measure.
+
+The producer's core (``ProducerCore``) runs against the scripted brokers of
+the core's own tests (tests/test_producer_core.py: ``FakeKafka`` answers
+Metadata, InitProducerId and Produce as Kafka does, sequence checks
+included) under simulated time: records with random 16-byte keys arrive at
+``--rate`` per simulated second, and the core is polled as the threading
+driver polls it - after a send that opened or filled a batch (the driver's
+wake-up) and when its next deadline comes. Everything is deterministic, so
+the instruction count of a run does not depend on the machine's load:
+under callgrind, two runs with a different ``--records`` give the
+instructions per record (start-up, imports and metadata cancel out)::
+
+    python bench/partition_cost.py --partitions 1000 --callgrind 5000,25000
+
+prints instructions per record, whole process (the core, the scripted
+broker's answers included: the same work for the same batches), with the
+number of batches and requests per record. Without ``--callgrind`` it runs
+once and prints those counts.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, HERE)
+
+VALUE = b"x" * 100
+
+
+def run(partitions: int, records: int, rate: int) -> dict:
+    """Send ``records`` keyed records over ``partitions`` partitions in simulated time."""
+    import random
+
+    from test_producer_core import FakeKafka, make
+
+    core, kafka, sim = make(FakeKafka(partitions={"t": partitions}))
+    rnd = random.Random(1)
+    keys = [rnd.getrandbits(128).to_bytes(16, "big") for _ in range(records)]
+    sim.send(VALUE, key=keys[0])                         # metadata and producer id first
+    sim.run_until(lambda: not core.pending)
+    acc = core.accumulator
+    start = sim.now
+    step_ms = 1000.0 / rate
+    for i, key in enumerate(keys):
+        sim.now = start + i * step_ms
+        core.send("t", VALUE, key=key, now=sim.now)
+        deadline = core.next_deadline(sim.now)
+        if acc.wakeup or (deadline is not None and deadline <= sim.now):
+            acc.wakeup = False
+            sim.step()
+    core.begin_flush()
+    sim.run_until(lambda: not core.pending)
+    m = core.metrics()
+    assert m["records_sent"] == records + 1, m
+    return m
+
+
+def _instructions(path: str) -> int:
+    from send_cost import _instructions as read
+    return read(path, "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--partitions", type=int, default=1000)
+    ap.add_argument("--records", type=int, default=20_000)
+    ap.add_argument("--rate", type=int, default=60_000, help="records per simulated second")
+    ap.add_argument("--callgrind", metavar="N0,N1", help="instructions per record: two runs under callgrind")
+    args = ap.parse_args()
+    if not args.callgrind:
+        m = run(args.partitions, args.records, args.rate)
+        print(f"{args.partitions} partitions, {args.records:,} records: {m['batches_sent']:,} batches, "
+              f"{m['requests']:,} requests")
+        return
+    counts = [int(x) for x in args.callgrind.split(",")]
+    found = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            out = os.path.join(tmp, f"cg.{n}")
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                            os.path.abspath(__file__), "--partitions", str(args.partitions), "--records", str(n),
+                            "--rate", str(args.rate)], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            found.append(_instructions(out))
+    m0, m1 = run(args.partitions, counts[0], args.rate), run(args.partitions, counts[1], args.rate)
+    dn = counts[1] - counts[0]
+    print(f"{args.partitions} partitions at {args.rate:,} records/s (simulated): "
+          f"{(found[1] - found[0]) / dn:,.0f} instructions per record (callgrind, whole process, "
+          f"{counts[0]:,} vs {counts[1]:,} records); {(m1['batches_sent'] - m0['batches_sent']) / dn:.3f} "
+          f"batches and {(m1['requests'] - m0['requests']) / dn:.4f} requests per record")
+
+
+if __name__ == "__main__":
+    main()
