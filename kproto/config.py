@@ -249,6 +249,8 @@ COMMON = [
     Setting("reconnect.backoff.ms", INT, 50, in_range(0), "initial backoff before reconnecting"),
     Setting("reconnect.backoff.max.ms", INT, 1000, in_range(0), "maximum reconnect backoff"),
     Setting("metadata.max.age.ms", INT, 300000, in_range(0), "refresh metadata at least this often"),
+    Setting("enable.metrics.push", BOOL, True,
+            doc="push client metrics to the cluster when it subscribes to them (KIP-714 client telemetry)"),
     Setting("connections.max.idle.ms", INT, 540000, in_range(-1), "close idle connections after this"),
     Setting("socket.connection.setup.timeout.ms", INT, 10000, in_range(1), "how long a connect may take"),
     Setting("security.protocol", STR, "PLAINTEXT", one_of("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),

@@ -170,7 +170,7 @@ class ConsumerCore(DriverIO):
         # only; assign() and lookups never create a topic (see _set_mode).
         self.cluster, self.client = network_for(
             cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=False,
-            cluster_class=_ConsumerCluster)
+            cluster_class=_ConsumerCluster, telemetry_type="consumer")
         self.client.on_metadata = self._on_metadata
         self.positions = Positions(cfg.auto_offset_reset)
         self.fetcher = Fetcher(
@@ -841,7 +841,9 @@ class ConsumerCore(DriverIO):
             m = self.membership
             if (m is None or self.mode not in ("subscribe", "pattern") or m.closed
                     or now >= self._close_deadline):
-                self._close_step = "done"
+                self._close_step = "telemetry"
+        if self._close_step == "telemetry" and (self.client.telemetry_closed(now) or now >= self._close_deadline):
+            self._close_step = "done"     # after the terminating telemetry push (KIP-714)
 
     def close(self, now) -> list:
         """Close every connection; returns Close actions."""

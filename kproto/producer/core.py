@@ -289,7 +289,7 @@ class ProducerCore(DriverIO):
         self.cluster, self.client = network_for(
             cfg, rng=self.rng, max_in_flight=cfg.max_in_flight_requests_per_connection,
             allow_auto_topic_creation=cfg.allow_auto_create_topics,
-            metadata_max_idle_ms=cfg.metadata_max_idle_ms)
+            metadata_max_idle_ms=cfg.metadata_max_idle_ms, telemetry_type="producer")
         self.accumulator = RecordAccumulator(
             batch_size=cfg.batch_size, linger_ms=cfg.linger_ms, buffer_memory=cfg.buffer_memory,
             compression=cfg.compression_type, delivery_timeout_ms=cfg.delivery_timeout_ms,
