@@ -235,8 +235,8 @@ class ClientTelemetry:
     # -- the payload -----------------------------------------------------------------------------
     def wanted(self, name: str) -> bool:
         """Whether the subscription asks for metric ``name`` (prefix match;
-        an empty string asks for every metric)."""
-        return any(name.startswith(p) for p in self.requested)
+        an empty string, or Kafka 4.4's "*", asks for every metric)."""
+        return any(p == "*" or name.startswith(p) for p in self.requested)
 
     def collect(self, now) -> list:
         """The subscribed metrics, with delta sums when the broker asks for them."""

@@ -205,3 +205,9 @@ def test_network_client_measures_connections_requests_and_latency():
     _, quiet = network_for(off, rng=random.Random(0), max_in_flight=5, allow_auto_topic_creation=False,
                            telemetry_type="producer")
     assert quiet.telemetry is None
+
+
+def test_a_star_subscribes_every_metric():
+    tel, client = _telemetry(), FakeClient()
+    _subscribed(tel, client, requested_metrics=["*"])
+    assert len(tel.collect(0)) == 2

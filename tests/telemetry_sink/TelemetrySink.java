@@ -1,6 +1,6 @@
 // A broker metrics reporter that receives KIP-714 client telemetry and writes
 // each pushed payload to a file of the folder named by the broker setting
-// "telemetry.sink.dir": <n>-<client instance id>-<terminating>.bin.
+// "telemetry.sink.dir": <n>-<client id>-<terminating>.bin.
 // tests/test_telemetry_broker.py compiles it with the machine's javac.
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -36,7 +36,7 @@ public class TelemetrySink implements MetricsReporter, ClientTelemetry, ClientTe
         ByteBuffer data = payload.data().duplicate();
         byte[] bytes = new byte[data.remaining()];
         data.get(bytes);
-        String name = count.incrementAndGet() + "-" + payload.clientInstanceId() + "-"
+        String name = count.incrementAndGet() + "-" + context.clientId() + "-"
                 + payload.isTerminating() + ".bin";
         try {
             Path tmp = dir.resolve(name + ".tmp");
