@@ -32,7 +32,7 @@ from kproto.cluster import ClusterMetadata
 from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState
 from kproto.errors import AllBrokersDownError, AuthenticationError
 from kproto.sasl import authenticator_for
-from kproto.telemetry import ClientTelemetry, MetricPoint, TelemetryState, metric_name
+from kproto.telemetry import API_LATENCY_METRICS, ClientTelemetry, MetricPoint, TelemetryState, metric_name
 
 __all__ = ["NetworkClient", "Connect", "Close"]
 
@@ -94,7 +94,9 @@ class NetworkClient:
         self.telemetry: Optional[ClientTelemetry] = None
         self._telemetry_waits = False       # its request waits for a connection
         self.stats = {"connection_creation": 0, "connection_close": 0, "requests": 0, "responses": 0}
+        # Latency windows since the last push (Java's avg/max are windowed too):
         self.node_latency: dict = {}        # node -> [total ms, count, max ms]
+        self.api_latency: dict = {}         # API name -> [total ms, count, max ms]
 
     # -- connections ------------------------------------------------------------------
     def _conn(self, node) -> Optional[Connection]:
@@ -211,21 +213,22 @@ class NetworkClient:
         if self.telemetry is not None:
             self.stats["requests"] += 1
             if expect_response:
-                callback = self._timed(node, callback)
+                callback = self._timed(node, api, callback)
         return c.send(api, body, now, version=version, expect_response=expect_response,
                       timeout_ms=timeout_ms, callback=callback)
 
-    def _timed(self, node, callback):
+    def _timed(self, node, api, callback):
         """``callback`` that first records the request's latency (telemetry)."""
         def done(req):
             if req.error is None and req.completed_at is not None and req.sent_at is not None:
                 self.stats["responses"] += 1
                 ms = req.completed_at - req.sent_at
-                lat = self.node_latency.setdefault(node, [0.0, 0, 0.0])
-                lat[0] += ms
-                lat[1] += 1
-                if ms > lat[2]:
-                    lat[2] = ms
+                for lat in (self.node_latency.setdefault(node, [0.0, 0, 0.0]),
+                            self.api_latency.setdefault(api, [0.0, 0, 0.0])):
+                    lat[0] += ms
+                    lat[1] += 1
+                    if ms > lat[2]:
+                        lat[2] = ms
             if callback is not None:
                 callback(req)
         return done
@@ -236,7 +239,12 @@ class NetworkClient:
         is Java's metric group prefix: producer, consumer, admin-client)."""
         self.telemetry = ClientTelemetry(client_type, self.client_id, base_metrics=self.telemetry_metrics,
                                          retry_backoff_ms=retry_backoff_ms, rng=rng)
+        self.telemetry.on_pushed = self._new_latency_window
         return self.telemetry
+
+    def _new_latency_window(self) -> None:
+        self.node_latency.clear()
+        self.api_latency.clear()
 
     def telemetry_metrics(self, now) -> list:
         """What the network client measures, with Java's names (selector and node metrics)."""
@@ -255,6 +263,11 @@ class NetworkClient:
             attrs = (("node_id", str(node)),)
             points.append(MetricPoint(metric_name(ng, "request-latency-avg"), total / count, False, attrs))
             points.append(MetricPoint(metric_name(ng, "request-latency-max"), float(top), False, attrs))
+        for api, (group, prefix) in API_LATENCY_METRICS.get(t, {}).items():
+            lat = self.api_latency.get(api)
+            if lat is not None:
+                points.append(MetricPoint(metric_name(group, prefix + "-avg"), lat[0] / lat[1]))
+                points.append(MetricPoint(metric_name(group, prefix + "-max"), float(lat[2])))
         return points
 
     def telemetry_closed(self, now) -> bool:

@@ -23,7 +23,8 @@ from typing import Callable, Optional
 from kproto import compression, otlp
 from kproto.otlp import MetricPoint
 
-__all__ = ["ClientTelemetry", "TelemetryState", "DEFAULT_PUSH_INTERVAL_MS", "ZERO_UUID"]
+__all__ = ["ClientTelemetry", "TelemetryState", "DEFAULT_PUSH_INTERVAL_MS", "ZERO_UUID", "API_LATENCY_METRICS",
+           "metric_name"]
 
 log = logging.getLogger("kproto.telemetry")
 
@@ -41,6 +42,16 @@ _INVALID_REQUEST, _INVALID_RECORD, _UNSUPPORTED_VERSION = 42, 87, 35
 _UNKNOWN_SUBSCRIPTION_ID, _UNSUPPORTED_COMPRESSION_TYPE = 117, 76
 _TELEMETRY_TOO_LARGE, _THROTTLING_QUOTA_EXCEEDED = 118, 89
 _NEVER = None
+
+#: Java's latency metrics that are the latency of one API's requests:
+#: {client type: {API: (metric group, name without -avg/-max)}}. The network
+#: client times every request; these name the windows of those APIs.
+API_LATENCY_METRICS = {
+    "producer": {"Produce": ("producer-metrics", "request-latency")},
+    "consumer": {"Fetch": ("consumer-fetch-manager-metrics", "fetch-latency"),
+                 "ShareFetch": ("consumer-share-fetch-manager-metrics", "fetch-latency"),
+                 "OffsetCommit": ("consumer-coordinator-metrics", "commit-latency")},
+}
 
 
 class TelemetryState(enum.Enum):
@@ -97,6 +108,8 @@ class ClientTelemetry:
         self.base_metrics = base_metrics
         #: what the core measures beyond the network client: ``f(now) -> [MetricPoint]``
         self.extra_metrics: Optional[Callable[[float], list]] = None
+        #: called after each payload is built: the avg/max windows start again
+        self.on_pushed: Optional[Callable[[], None]] = None
         self.retry_backoff_ms = retry_backoff_ms
         self.rng = rng
         self.wall_ns = wall_ns
@@ -265,6 +278,8 @@ class ClientTelemetry:
             self.collect(now), time_ns=t, resource=(("client_id", self.client_id),),
             temporality=otlp.DELTA if self.delta else otlp.CUMULATIVE)
         self._last_push_ns = t
+        if self.on_pushed is not None:
+            self.on_pushed()
         return data
 
     def push_body(self, now, terminating: bool) -> dict:

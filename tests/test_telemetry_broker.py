@@ -94,13 +94,17 @@ def test_producer_and_consumer_push_the_subscribed_metrics_and_a_terminating_pus
     finally:
         producer.close(10)
         consumer.close()
+    own = {"producer": ["record.send.total", "record.error.total", "buffer.available.bytes",
+                        "request.latency.avg", "request.latency.max"],
+           "consumer": ["fetch.manager.fetch.latency.avg", "fetch.manager.fetch.latency.max",
+                        "coordinator.assigned.partitions"]}
     for client_id, kind in (("kio-tel-producer", "producer"), ("kio-tel-consumer", "consumer")):
         assert _wait(lambda: _pushes(folder, client_id)[True]), f"no terminating push of {client_id}"
         pushes = _pushes(folder, client_id)
         assert len(pushes[True]) == 1
         names = _names(pushes[False] + pushes[True])
-        for name in ("connection.creation.total", "connection.count", "request.total", "response.total",
-                     "node.request.latency.avg", "node.request.latency.max"):
+        for name in ["connection.creation.total", "connection.count", "request.total", "response.total",
+                     "node.request.latency.avg", "node.request.latency.max", *own[kind]]:
             assert f"org.apache.kafka.{kind}.{name}" in names, (client_id, sorted(names))
         resource = pushes[True][0].resource_metrics[0].resource.attributes
         assert ("client_id", client_id) in [(a.key, a.value.string_value) for a in resource]

@@ -201,6 +201,14 @@ def test_network_client_measures_connections_requests_and_latency():
     assert pts[("org.apache.kafka.producer.request.total", ())].value == 4
     assert pts[("org.apache.kafka.producer.node.request.latency.avg", (("node_id", "1"),))].value == 10.0
     assert pts[("org.apache.kafka.producer.node.request.latency.max", (("node_id", "1"),))].value == 20.0
+    assert ("org.apache.kafka.producer.request.latency.avg", ()) not in pts   # no Produce answered yet
+    client.api_latency["Produce"] = [8.0, 2, 5.0]
+    names = {p.name: p.value for p in client.telemetry_metrics(0)}
+    assert (names["org.apache.kafka.producer.request.latency.avg"],
+            names["org.apache.kafka.producer.request.latency.max"]) == (4.0, 5.0)
+    client.telemetry.requested = [""]
+    client.telemetry.payload(0)                 # a push starts new avg/max windows
+    assert client.node_latency == {} and client.api_latency == {}
     off = parse_producer_config({"bootstrap.servers": "127.0.0.1:1", "enable.metrics.push": False})
     _, quiet = network_for(off, rng=random.Random(0), max_in_flight=5, allow_auto_topic_creation=False,
                            telemetry_type="producer")

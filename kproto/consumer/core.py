@@ -57,6 +57,7 @@ from kproto.consumer.positions import (
     EARLIEST, LATEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, NoOffsetForPartitionError, Positions,
 )
 from kproto.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError, UnsupportedVersionError
+from kproto.telemetry import MetricPoint, metric_name
 
 __all__ = ["ConsumerCore", "OffsetsHandle", "OffsetAndTimestamp", "InvalidGroupIdError",
            "ConsumerClosedError", "OffsetsTimeoutError"]
@@ -172,6 +173,8 @@ class ConsumerCore(DriverIO):
             cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=False,
             cluster_class=_ConsumerCluster, telemetry_type="consumer")
         self.client.on_metadata = self._on_metadata
+        if self.client.telemetry is not None:
+            self.client.telemetry.extra_metrics = self._telemetry_metrics
         self.positions = Positions(cfg.auto_offset_reset)
         self.fetcher = Fetcher(
             self.positions, fetch_min_bytes=cfg.fetch_min_bytes, fetch_max_wait_ms=cfg.fetch_max_wait_ms,
@@ -316,6 +319,11 @@ class ConsumerCore(DriverIO):
         self._topic_error = self._auth_fallback = None     # about the topics used before
         self.cluster.allow_auto_topic_creation = (
             mode == "subscribe" and bool(self.config.allow_auto_create_topics))
+
+    def _telemetry_metrics(self, now) -> list:
+        """The consumer's own KIP-714 metrics (Java's names)."""
+        return [MetricPoint(metric_name("consumer-coordinator-metrics", "assigned-partitions"),
+                            len(self.positions.assigned()))]
 
     def assignment(self) -> set:
         return set(self.positions.assigned())
