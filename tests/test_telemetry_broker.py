@@ -143,3 +143,32 @@ def test_no_subscription_no_pushes_no_errors(broker):
     assert time.monotonic() - started < 5
     assert errors == []
     assert tel.state in (TelemetryState.TERMINATED, TelemetryState.DISABLED)
+
+
+def test_asyncio_producer_and_admin_push_too(sink_broker):
+    """The same shared code in the asyncio driver (terminating push on close)
+    and in the admin client (pushes as admin.client)."""
+    import asyncio
+
+    import kio.aio
+
+    b, folder = sink_broker
+
+    async def run():
+        async with kio.aio.Producer(bootstrap_servers=b.bootstrap_servers, client_id="kio-tel-aio") as p:
+            h = await p.send(f"telemetry-aio-{uuid.uuid4().hex[:8]}", b"x")
+            await h
+            end = time.monotonic() + 20
+            while not _pushes(folder, "kio-tel-aio")[False] and time.monotonic() < end:
+                await asyncio.sleep(0.2)
+
+    asyncio.run(run())
+    assert _wait(lambda: _pushes(folder, "kio-tel-aio")[True], 10)
+    assert "org.apache.kafka.producer.record.send.total" in _names(_pushes(folder, "kio-tel-aio")[True])
+    # The threading Admin drives its sockets only while an operation runs
+    # (no network thread): it pushes when a push is due during one.
+    with kio.Admin(bootstrap_servers=b.bootstrap_servers, client_id="kio-tel-admin") as admin:
+        assert _wait(lambda: admin.list_topics() is not None and _pushes(folder, "kio-tel-admin")[False], 20)
+    names = _names(_pushes(folder, "kio-tel-admin")[False])
+    assert {"org.apache.kafka.admin.client.request.total",
+            "org.apache.kafka.admin.client.connection.creation.total"} <= names
