@@ -172,3 +172,21 @@ def test_asyncio_producer_and_admin_push_too(sink_broker):
     names = _names(_pushes(folder, "kio-tel-admin")[False])
     assert {"org.apache.kafka.admin.client.request.total",
             "org.apache.kafka.admin.client.connection.creation.total"} <= names
+
+
+def test_share_consumer_pushes_and_ends_with_a_terminating_push(sink_broker):
+    from kio import ShareConsumer
+
+    b, folder = sink_broker
+    topic = f"telemetry-share-{uuid.uuid4().hex[:8]}"
+    with kio.Producer(bootstrap_servers=b.bootstrap_servers) as p:
+        p.send(topic, b"x").result(30)
+    with ShareConsumer(bootstrap_servers=b.bootstrap_servers, group_id=f"g-{topic}",
+                       client_id="kio-tel-share") as c:
+        c.subscribe([topic])
+        end = time.monotonic() + 20
+        while not _pushes(folder, "kio-tel-share")[False] and time.monotonic() < end:
+            c.poll(0.3)
+    assert _wait(lambda: _pushes(folder, "kio-tel-share")[True], 10)
+    names = _names(_pushes(folder, "kio-tel-share")[False])
+    assert {"org.apache.kafka.consumer.request.total", "org.apache.kafka.consumer.connection.count"} <= names
