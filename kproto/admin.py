@@ -397,7 +397,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
         self.config = cfg
         self.rng = rng or random.Random()
         self.cluster, self.client = network_for(cfg, rng=self.rng, max_in_flight=5,
-                                                allow_auto_topic_creation=False)
+                                                allow_auto_topic_creation=False, telemetry_type="admin-client")
         self._calls: list[_Call] = []          # waiting to be sent (maybe backing off)
         self._in_flight: set = set()
         self._completed: list = []

@@ -33,6 +33,7 @@ from kproto.connection import Connection, ConnectionClosed, ConnectionReady, Con
 from kproto.error_codes import error_for_code
 from kproto.errors import AllBrokersDownError, AuthenticationError
 from kproto.sasl import authenticator_for
+from kproto.telemetry import API_LATENCY_METRICS, ClientTelemetry, MetricPoint, TelemetryState, metric_name
 
 __all__ = ["NetworkClient", "Connect", "Close"]
 
@@ -92,6 +93,15 @@ class NetworkClient:
         # because they back off: next_deadline wakes the driver when they can
         # be used again, so no core needs a polling timer to notice.
         self._wanted: set = set()
+        # KIP-714 client telemetry (enable_telemetry), and what this client
+        # measures for it: connections made and closed, requests, responses,
+        # and per node the request latencies (sum, count, max).
+        self.telemetry: Optional[ClientTelemetry] = None
+        self._telemetry_waits = False       # its request waits for a connection
+        self.stats = {"connection_creation": 0, "connection_close": 0, "requests": 0, "responses": 0}
+        # Latency windows since the last push (Java's avg/max are windowed too):
+        self.node_latency: dict = {}        # node -> [total ms, count, max ms]
+        self.api_latency: dict = {}         # API name -> [total ms, count, max ms]
 
     # -- connections ------------------------------------------------------------------
     def _conn(self, node) -> Optional[Connection]:
@@ -212,8 +222,77 @@ class NetworkClient:
         """Queue a request on a ready node; ``callback(request)`` runs when it
         completes or fails (``request.result`` / ``request.error``)."""
         c = self.connections[node]
+        if self.telemetry is not None:
+            self.stats["requests"] += 1
+            if expect_response:
+                callback = self._timed(node, api, callback)
         return c.send(api, body, now, version=version, expect_response=expect_response,
                       timeout_ms=timeout_ms, callback=callback)
+
+    def _timed(self, node, api, callback):
+        """``callback`` that first records the request's latency (telemetry)."""
+        def done(req):
+            if req.error is None and req.completed_at is not None and req.sent_at is not None:
+                self.stats["responses"] += 1
+                ms = req.completed_at - req.sent_at
+                for lat in (self.node_latency.setdefault(node, [0.0, 0, 0.0]),
+                            self.api_latency.setdefault(api, [0.0, 0, 0.0])):
+                    lat[0] += ms
+                    lat[1] += 1
+                    if ms > lat[2]:
+                        lat[2] = ms
+            if callback is not None:
+                callback(req)
+        return done
+
+    # -- KIP-714 client telemetry -----------------------------------------------------------------
+    def enable_telemetry(self, client_type: str, *, retry_backoff_ms: int = 100, rng=None) -> ClientTelemetry:
+        """Push client metrics when a broker subscribes to them (``client_type``
+        is Java's metric group prefix: producer, consumer, admin-client)."""
+        self.telemetry = ClientTelemetry(client_type, self.client_id, base_metrics=self.telemetry_metrics,
+                                         retry_backoff_ms=retry_backoff_ms, rng=rng)
+        self.telemetry.on_pushed = self._new_latency_window
+        return self.telemetry
+
+    def _new_latency_window(self) -> None:
+        self.node_latency.clear()
+        self.api_latency.clear()
+
+    def telemetry_metrics(self, now) -> list:
+        """What the network client measures, with Java's names (selector and node metrics)."""
+        t = self.telemetry.client_type
+        g, s = f"{t}-metrics", self.stats
+        points = [
+            MetricPoint(metric_name(g, "connection-creation-total"), s["connection_creation"], True),
+            MetricPoint(metric_name(g, "connection-close-total"), s["connection_close"], True),
+            MetricPoint(metric_name(g, "connection-count"),
+                        sum(1 for c in self.connections.values() if c.is_ready)),
+            MetricPoint(metric_name(g, "request-total"), s["requests"], True),
+            MetricPoint(metric_name(g, "response-total"), s["responses"], True),
+        ]
+        ng = f"{t}-node-metrics"
+        for node, (total, count, top) in sorted(self.node_latency.items()):
+            attrs = (("node_id", str(node)),)
+            points.append(MetricPoint(metric_name(ng, "request-latency-avg"), total / count, False, attrs))
+            points.append(MetricPoint(metric_name(ng, "request-latency-max"), float(top), False, attrs))
+        for api, (group, prefix) in API_LATENCY_METRICS.get(t, {}).items():
+            lat = self.api_latency.get(api)
+            if lat is not None:
+                points.append(MetricPoint(metric_name(group, prefix + "-avg"), lat[0] / lat[1]))
+                points.append(MetricPoint(metric_name(group, prefix + "-max"), float(lat[2])))
+        return points
+
+    def telemetry_closed(self, now) -> bool:
+        """Start telemetry's terminating push (once) and tell whether it is
+        over; True at once without telemetry. Closing cores wait for this
+        before :meth:`close`, which would drop the push."""
+        tel = self.telemetry
+        if tel is None:
+            return True
+        if not tel.done and tel.state not in (TelemetryState.TERMINATING_PUSH_NEEDED,
+                                                    TelemetryState.TERMINATING_PUSH_IN_PROGRESS):
+            tel.terminate(now)
+        return tel.done
 
     def api_version(self, node, api) -> Optional[int]:
         c = self.connections.get(node)
@@ -322,6 +401,7 @@ class NetworkClient:
             self.progress += 1
         for ev in events:
             if isinstance(ev, ConnectionClosed):
+                self.stats["connection_close"] += 1
                 if isinstance(ev.error, AuthenticationError):
                     if self.auth_error is None:
                         self.report_error(ev.error)
@@ -334,6 +414,7 @@ class NetworkClient:
                 if not from_driver:
                     self._actions.append(Close(ev.node_id, ev.reason))
             elif isinstance(ev, ConnectionReady):
+                self.stats["connection_creation"] += 1
                 self.auth_error = None
                 self._all_down = False
                 if self.on_ready is not None:
@@ -384,6 +465,14 @@ class NetworkClient:
                 if c.is_idle(now):
                     self._handle(c.close("idle", now))
         self._maybe_update_metadata(now)
+        tel = self.telemetry
+        if tel is not None and not self.closing:
+            sent_before = self.stats["requests"]
+            tel.poll(self, now)
+            # Due but not sent: it waits for a connection, whose readiness
+            # (progress) or backoff (_wanted) wakes the driver - not a timer.
+            self._telemetry_waits = (tel.next_deadline(now) is not None and tel.next_deadline(now) <= now
+                                     and self.stats["requests"] == sent_before)
         actions, self._actions = self._actions, []
         self._polled_progress = self.progress
         return actions
@@ -409,6 +498,11 @@ class NetworkClient:
             # backoff (Java's metadata updater waits for the connection too).
             if d > 0 and (best is None or now + d < best):
                 best = now + d
+        tel = self.telemetry
+        if tel is not None and not self.closing and not self._telemetry_waits:
+            d = tel.next_deadline(now)
+            if d is not None and (best is None or d < best):
+                best = d
         for node in list(self._wanted):
             t = self.ready_at(node, now) if not self.closing else None
             if t is None or t <= now:
@@ -422,6 +516,8 @@ class NetworkClient:
     def close(self, now):
         """Close every connection (fails what is in flight); returns Close actions."""
         self.closing = True
+        if self.telemetry is not None and not self.telemetry.done:
+            self.telemetry.state = TelemetryState.TERMINATED     # too late for a push
         for node, c in self.connections.items():
             self._handle(c.close("client closed", now, permanent=True))
         # An OIDC login refreshes its token in a thread of its own: stop it.
@@ -467,9 +563,11 @@ def host_port(s) -> tuple:
 
 
 def network_for(cfg, *, rng, max_in_flight, allow_auto_topic_creation, cluster_class=ClusterMetadata,
-                **cluster_kwargs):
+                telemetry_type: Optional[str] = None, **cluster_kwargs):
     """The metadata cache and NetworkClient every core builds from the common
-    settings (kproto.config.COMMON): (cluster, client)."""
+    settings (kproto.config.COMMON): (cluster, client). ``telemetry_type``
+    (Java's metric group prefix) turns on KIP-714 telemetry when the
+    ``enable.metrics.push`` setting is true."""
     cluster = cluster_class(
         [host_port(s) for s in cfg.bootstrap_servers],
         metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
@@ -483,4 +581,6 @@ def network_for(cfg, *, rng, max_in_flight, allow_auto_topic_creation, cluster_c
         connections_max_idle_ms=cfg.connections_max_idle_ms,
         connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms, rng=rng,
         authenticator_factory=authenticator_for(cfg))
+    if getattr(cfg, "enable_metrics_push", False) and telemetry_type is not None:
+        client.enable_telemetry(telemetry_type, retry_backoff_ms=cfg.retry_backoff_ms, rng=rng)
     return cluster, client

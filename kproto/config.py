@@ -257,6 +257,8 @@ COMMON = [
     Setting("metadata.recovery.rebootstrap.trigger.ms", INT, 300000, in_range(0),
             "rebootstrap when metadata could not be refreshed for this long "
             "(metadata.recovery.strategy=rebootstrap)"),
+    Setting("enable.metrics.push", BOOL, True,
+            doc="push client metrics to the cluster when it subscribes to them (KIP-714 client telemetry)"),
     Setting("connections.max.idle.ms", INT, 540000, in_range(-1), "close idle connections after this"),
     Setting("socket.connection.setup.timeout.ms", INT, 10000, in_range(1), "how long a connect may take"),
     Setting("security.protocol", STR, "PLAINTEXT", one_of("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),

@@ -2334,6 +2334,39 @@ class WriteTxnMarkersResponse(TypedDict, total=False):
     markers: List[WriteTxnMarkersResponseWritableTxnMarkerResult]  # v0+
 
 
+class GetTelemetrySubscriptionsRequest(TypedDict, total=False):
+    """The body of the GetTelemetrySubscriptions request (api key 71)."""
+    client_instance_id: uuid.UUID  # v0+
+
+
+class GetTelemetrySubscriptionsResponse(TypedDict, total=False):
+    """The body of the GetTelemetrySubscriptions response (api key 71)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    client_instance_id: uuid.UUID  # v0+
+    subscription_id: int  # v0+
+    accepted_compression_types: List[int]  # v0+
+    push_interval_ms: int  # v0+
+    telemetry_max_bytes: int  # v0+
+    delta_temporality: bool  # v0+
+    requested_metrics: List[str]  # v0+
+
+
+class PushTelemetryRequest(TypedDict, total=False):
+    """The body of the PushTelemetry request (api key 72)."""
+    client_instance_id: uuid.UUID  # v0+
+    subscription_id: int  # v0+
+    terminating: bool  # v0+
+    compression_type: int  # v0+
+    metrics: bytes  # v0+
+
+
+class PushTelemetryResponse(TypedDict, total=False):
+    """The body of the PushTelemetry response (api key 72)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -2495,6 +2528,10 @@ __all__ = [
     "ListTransactionsResponse",
     "WriteTxnMarkersRequest",
     "WriteTxnMarkersResponse",
+    "GetTelemetrySubscriptionsRequest",
+    "GetTelemetrySubscriptionsResponse",
+    "PushTelemetryRequest",
+    "PushTelemetryResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",

@@ -81,17 +81,25 @@ class BrokerChannel:
         return b"".join(out)
 
 
+#: APIs a ScriptedBroker advertises only when ``api_versions`` lists them.
+_UNLESS_LISTED = frozenset({"GetTelemetrySubscriptions", "PushTelemetry"})
+
+
 class ScriptedBroker:
     """See the module docstring. ``api_versions`` maps API names to
     (min, max) the broker claims; APIs not listed default to the full range
     this client implements (pass ``only_listed=True`` to advertise just those)."""
 
     def __init__(self, api_versions=None, only_listed=False, node_id=0, sasl_mechanisms=("PLAIN",)):
+        # The KIP-714 telemetry APIs are advertised only when listed: a
+        # scripted broker is one without client telemetry (a client then
+        # turns it off quietly), so scripted request sequences stay as written.
         self.node_id = node_id
         self.versions = {}
         if not only_listed:
             for a in messages.APIS_BY_KEY.values():
-                self.versions[a.name] = (a.min_version, a.max_version)
+                if a.name not in _UNLESS_LISTED:
+                    self.versions[a.name] = (a.min_version, a.max_version)
         for name, rng in (api_versions or {}).items():
             self.versions[name] = tuple(rng)
         self.sasl_mechanisms = list(sasl_mechanisms)

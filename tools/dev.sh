@@ -33,8 +33,10 @@ ensure_stunnel() {
 
 ensure_java() {
     # PySpark (the spark extra) and the Apache Kafka broker of the test suite run
-    # on a JVM: Java 17 from Debian if none is there.
+    # on a JVM: Java 17 from Debian if none is there. The telemetry tests compile
+    # a broker plugin (tests/telemetry_sink), so the JDK's javac too.
     command -v java >/dev/null 2>&1 || ensure_debian_packages openjdk-17-jre-headless
+    command -v javac >/dev/null 2>&1 || ensure_debian_packages openjdk-17-jdk-headless
 }
 
 ensure_maven() {

@@ -100,6 +100,9 @@ APIS = [
     ("DescribeTransactions", "describe_transactions"),
     ("ListTransactions", "list_transactions"),
     ("WriteTxnMarkers", "write_txn_markers"),
+    # KIP-714 client telemetry: the subscription the broker asks for, the pushes.
+    ("GetTelemetrySubscriptions", "get_telemetry_subscriptions"),
+    ("PushTelemetry", "push_telemetry"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

@@ -303,10 +303,19 @@ class ProducerOps:
         ProducerClosedError; the driver then stops its network side, which
         closes the core."""
         self._refuse_on_network_thread("close")
+        end = INF if timeout is None else now_ms() + timeout * 1000.0
         remaining = yield from self._flush_steps(timeout)
         with self._lock:
             self._mark_closed(False)
             if remaining:
                 self._core.abort_pending(ProducerClosedError(
                     f"the producer was closed (timeout={timeout}s) before these records were delivered"))
+            # KIP-714: the terminating telemetry push starts (if a subscription
+            # is active); waited for below, before the connections close.
+            telemetry_done = self._core.client.telemetry_closed(now_ms())
         self._kick()
+        end = min(end, now_ms() + self._core.config.request_timeout_ms)
+        while not telemetry_done and self._fatal is None and now_ms() < end:
+            yield end
+            with self._lock:
+                telemetry_done = self._core.client.telemetry_closed(now_ms())

@@ -153,8 +153,11 @@ class KafkaBroker(BrokerProcess):
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
                  advertised_port: int | None = None, log_path: str | None = None,
                  config: dict[str, object] | None = None, version: str = KAFKA_VERSION,
-                 heap: str = "1g"):
+                 heap: str = "1g", extra_classpath: list[str] | None = None):
         super().__init__(host, port, advertised_port, log_path)
+        # Plugins of the broker (a metrics reporter, an authorizer) compiled
+        # elsewhere: folders or jars appended to its classpath.
+        self.extra_classpath = [str(p) for p in extra_classpath or []]
         self.controller_port = free_port(host)
         self.version = version
         self.heap = heap
@@ -237,7 +240,8 @@ class KafkaBroker(BrokerProcess):
 
     def _command(self) -> list[str]:
         assert self.workdir is not None
-        return [java_binary(), *self._jvm_options(self.heap), "-cp", kafka_classpath(self.version),
+        classpath = os.pathsep.join([kafka_classpath(self.version), *self.extra_classpath])
+        return [java_binary(), *self._jvm_options(self.heap), "-cp", classpath,
                 "kafka.Kafka", str(self.workdir / "server.properties")]
 
     def _cleanup(self) -> None:

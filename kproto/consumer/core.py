@@ -57,6 +57,7 @@ from kproto.consumer.positions import (
     EARLIEST, LATEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, NoOffsetForPartitionError, Positions,
 )
 from kproto.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError, UnsupportedVersionError
+from kproto.telemetry import MetricPoint, metric_name
 
 __all__ = ["ConsumerCore", "OffsetsHandle", "OffsetAndTimestamp", "InvalidGroupIdError",
            "ConsumerClosedError", "OffsetsTimeoutError"]
@@ -170,8 +171,10 @@ class ConsumerCore(DriverIO):
         # only; assign() and lookups never create a topic (see _set_mode).
         self.cluster, self.client = network_for(
             cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=False,
-            cluster_class=_ConsumerCluster)
+            cluster_class=_ConsumerCluster, telemetry_type="consumer")
         self.client.on_metadata = self._on_metadata
+        if self.client.telemetry is not None:
+            self.client.telemetry.extra_metrics = self._telemetry_metrics
         self.positions = Positions(cfg.auto_offset_reset)
         self.fetcher = Fetcher(
             self.positions, fetch_min_bytes=cfg.fetch_min_bytes, fetch_max_wait_ms=cfg.fetch_max_wait_ms,
@@ -319,6 +322,11 @@ class ConsumerCore(DriverIO):
         self._topic_error = self._auth_fallback = None     # about the topics used before
         self.cluster.allow_auto_topic_creation = (
             mode == "subscribe" and bool(self.config.allow_auto_create_topics))
+
+    def _telemetry_metrics(self, now) -> list:
+        """The consumer's own KIP-714 metrics (Java's names)."""
+        return [MetricPoint(metric_name("consumer-coordinator-metrics", "assigned-partitions"),
+                            len(self.positions.assigned()))]
 
     def assignment(self) -> set:
         return set(self.positions.assigned())
@@ -844,7 +852,9 @@ class ConsumerCore(DriverIO):
             m = self.membership
             if (m is None or self.mode not in ("subscribe", "pattern") or m.closed
                     or now >= self._close_deadline):
-                self._close_step = "done"
+                self._close_step = "telemetry"
+        if self._close_step == "telemetry" and (self.client.telemetry_closed(now) or now >= self._close_deadline):
+            self._close_step = "done"     # after the terminating telemetry push (KIP-714)
 
     def close(self, now) -> list:
         """Close every connection; returns Close actions."""

@@ -38,6 +38,7 @@ from kproto.producer.accumulator import (
     BufferExhausted, RecordAccumulator, RecordTooLargeError,
 )
 from kproto.records import RECORD_BATCH_OVERHEAD
+from kproto.telemetry import MetricPoint, metric_name
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
 from kproto.producer.partitioner import (
@@ -289,7 +290,7 @@ class ProducerCore(DriverIO):
         self.cluster, self.client = network_for(
             cfg, rng=self.rng, max_in_flight=cfg.max_in_flight_requests_per_connection,
             allow_auto_topic_creation=cfg.allow_auto_create_topics,
-            metadata_max_idle_ms=cfg.metadata_max_idle_ms)
+            metadata_max_idle_ms=cfg.metadata_max_idle_ms, telemetry_type="producer")
         self.accumulator = RecordAccumulator(
             batch_size=cfg.batch_size, linger_ms=cfg.linger_ms, buffer_memory=cfg.buffer_memory,
             compression=cfg.compression_type, delivery_timeout_ms=cfg.delivery_timeout_ms,
@@ -307,6 +308,8 @@ class ProducerCore(DriverIO):
                          "request_latency_ms_total": 0.0, "errors": {}}
         self.sender = Sender(cfg, self.client, self.cluster, self.accumulator, self.idempotence,
                              self.partitioner, self._metrics, self.rng)
+        if self.client.telemetry is not None:
+            self.client.telemetry.extra_metrics = self._telemetry_metrics
         self.transactions = None
         if cfg.transactional_id is not None:
             self.transactions = TransactionManager(cfg.transactional_id, self.idempotence,
@@ -772,6 +775,13 @@ class ProducerCore(DriverIO):
         sender = self.sender
         out, sender.results, sender.results_records = sender.results, [], 0
         return out
+
+    def _telemetry_metrics(self, now) -> list:
+        """The producer's own KIP-714 metrics (Java's producer-metrics names)."""
+        m = self._metrics
+        return [MetricPoint(metric_name("producer-metrics", "record-send-total"), m["records_sent"], True),
+                MetricPoint(metric_name("producer-metrics", "record-error-total"), m["records_failed"], True),
+                MetricPoint(metric_name("producer-metrics", "buffer-available-bytes"), self.buffer_available)]
 
     def metrics(self) -> dict:
         m = dict(self._metrics)

@@ -69,6 +69,8 @@ from kproto.schema import describe_producers
 from kproto.schema import describe_transactions
 from kproto.schema import list_transactions
 from kproto.schema import write_txn_markers
+from kproto.schema import get_telemetry_subscriptions
+from kproto.schema import push_telemetry
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -132,4 +134,6 @@ API_MODULES = (
     describe_transactions,
     list_transactions,
     write_txn_markers,
+    get_telemetry_subscriptions,
+    push_telemetry,
 )

@@ -56,7 +56,7 @@ class ShareConsumerCore(DriverIO):
         self.rng = rng or random.Random()
         self.cluster, self.client = network_for(
             cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=False,
-            cluster_class=_ConsumerCluster)
+            cluster_class=_ConsumerCluster, telemetry_type="consumer")
         self.client.on_metadata = self._on_metadata
         self.group_id = cfg.group_id
         self.coordinator = GroupCoordinator(
@@ -345,7 +345,9 @@ class ShareConsumerCore(DriverIO):
             self._close_step = "leave"
             self.membership.leave(now)
         if self._close_step == "leave" and (self.membership.done or now >= self._close_deadline):
-            self._close_step = "done"
+            self._close_step = "telemetry"
+        if self._close_step == "telemetry" and (self.client.telemetry_closed(now) or now >= self._close_deadline):
+            self._close_step = "done"     # after the terminating telemetry push (KIP-714)
 
     def close(self, now) -> list:
         """Close every connection; returns Close actions."""
