@@ -33,6 +33,7 @@ from kproto.connection import Connection, ConnectionClosed, ConnectionReady, Con
 from kproto.error_codes import error_for_code
 from kproto.errors import AllBrokersDownError, AuthenticationError
 from kproto.sasl import authenticator_for
+from kproto.topic_ids import BY_TOPIC_ID, name_topics, with_topic_ids
 from kproto.telemetry import API_LATENCY_METRICS, ClientTelemetry, MetricPoint, TelemetryState, metric_name
 
 __all__ = ["NetworkClient", "Connect", "Close"]
@@ -222,12 +223,36 @@ class NetworkClient:
         """Queue a request on a ready node; ``callback(request)`` runs when it
         completes or fails (``request.result`` / ``request.error``)."""
         c = self.connections[node]
+        if api in BY_TOPIC_ID:
+            version, body, callback = self._by_topic_id(c, api, body, version, callback)
         if self.telemetry is not None:
             self.stats["requests"] += 1
             if expect_response:
                 callback = self._timed(node, api, callback)
         return c.send(api, body, now, version=version, expect_response=expect_response,
                       timeout_ms=timeout_ms, callback=callback)
+
+    def _by_topic_id(self, c, api, body, version, callback):
+        """OffsetCommit/OffsetFetch v10, TxnOffsetCommit v6: topics by id where
+        the broker takes it and the metadata knows every id (kproto.topic_ids)."""
+        v = version
+        if v is None and c.versions is not None:
+            v = c.versions.get(api)
+        if v is None:
+            return version, body, callback
+        build = body if callable(body) else None      # a body that depends on the version
+        v2, body, names = with_topic_ids(api, v, build(v) if build else body, self.cluster.topic_ids)
+        if names is None:
+            if v2 != v:
+                return v2, (build(v2) if build else body), callback
+            return version, body, callback
+
+        def named(req, callback=callback):
+            if req.error is None and req.result is not None:
+                name_topics(api, req.result, names)
+            if callback is not None:
+                callback(req)
+        return v2, body, named
 
     def _timed(self, node, api, callback):
         """``callback`` that first records the request's latency (telemetry)."""

@@ -23,18 +23,13 @@ CLIENT_API_VERSIONS_MAX = APIS_BY_KEY[API_VERSIONS_KEY].max_version
 UNSUPPORTED_VERSION = 35
 
 
-#: Versions newer than these exist in the schema tables (they follow the official
-#: definitions of the pinned Kafka release) but change what a request means in a
-#: way this client does not speak yet, so it never picks them: from these on, the
-#: requests name topics by topic id only (KIP-848's OffsetCommit/OffsetFetch v10,
-#: KIP-1319's TxnOffsetCommit v6). Brokers keep serving the named versions.
-#: (Produce v13, topic ids too, is spoken: the sender picks v12 for a request
-#: with a topic whose id it does not know.)
-CLIENT_VERSION_CAPS = {
-    "OffsetCommit": 9,
-    "OffsetFetch": 9,
-    "TxnOffsetCommit": 5,
-}
+#: Versions newer than these exist in the schema tables but this client never
+#: picks them. None today: OffsetCommit/OffsetFetch v10 and TxnOffsetCommit v6,
+#: which name topics by id only, are sent where the metadata knows the ids
+#: (kproto.topic_ids; the network client falls back to the last named version
+#: otherwise), as Produce v13 is (the sender picks v12 for a topic whose id it
+#: does not know).
+CLIENT_VERSION_CAPS: dict = {}
 _CAPS_BY_KEY = {_api(name).key: v for name, v in CLIENT_VERSION_CAPS.items()}
 
 

@@ -219,6 +219,22 @@ def test_the_coordinators_invalid_producer_epoch_is_fatal():
         sim.send(b"more")
 
 
+def test_send_offsets_to_transaction_takes_java_types_and_refuses_bad_offsets():
+    """{TopicPartition: OffsetAndMetadata} as Java's sendOffsetsToTransaction
+    takes it (epoch and metadata committed too), or plain ints; anything else
+    is a ValueError naming the partition at the call, not an encode failure
+    on the network side later."""
+    from kproto.consumer import OffsetAndMetadata
+    core, kafka, sim = txn_producer(linger_ms=0)
+    core.begin_transaction()
+    for bad in ("7", -1, 2.0, None, True):
+        with pytest.raises(ValueError, match=r"offset of \('t', 0\) must be an int >= 0 or an OffsetAndMetadata"):
+            core.send_offsets_to_transaction({("t", 0): bad}, "g")
+    res = core.send_offsets_to_transaction({("t", 0): OffsetAndMetadata(5, "m", 3), ("t", 1): 9}, "g")
+    sim.run_until(lambda: res.done)
+    assert res.error is None
+
+
 def test_send_offsets_to_transaction():
     core, kafka, sim = txn_producer(linger_ms=0)
     core.begin_transaction()

@@ -21,8 +21,8 @@ def test_highest_common_version_from_api_keys_list():
     ])
     assert isinstance(table, VersionTable)
     assert table.pick("Produce") == m.api("Produce").max_version == client_max_version("Produce")
-    # OffsetCommit v10 names topics by id only: capped at v9 (CLIENT_VERSION_CAPS)
-    assert client_max_version("OffsetCommit") == 9 < m.api("OffsetCommit").max_version
+    # OffsetCommit v10 names topics by id only: spoken (kproto/topic_ids.py), not capped
+    assert client_max_version("OffsetCommit") == m.api("OffsetCommit").max_version == 10
     assert table.pick(1) == 11 and table.pick(m.api("Fetch")) == 11
     assert table.get("DeleteRecords") is None
     assert "Fetch" in table and "DeleteRecords" not in table and "Metadata" not in table

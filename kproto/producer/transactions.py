@@ -169,7 +169,21 @@ class TransactionManager:
             self.pending_partitions.add(tp)
 
     def send_offsets_to_transaction(self, offsets: dict, group_id: str):
-        """``offsets``: {(topic, partition): next_offset_to_consume}."""
+        """``offsets``: {(topic, partition): next offset to consume, an int or
+        an OffsetAndMetadata (Java's type: its leader epoch and metadata are
+        committed too)}."""
+        entries = {}
+        for tp, off in offsets.items():
+            epoch, meta = -1, ""
+            if hasattr(off, "offset") and not isinstance(off, int):
+                epoch = getattr(off, "leader_epoch", None)
+                epoch = -1 if epoch is None else epoch
+                meta = getattr(off, "metadata", None) or ""
+                off = off.offset
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise ValueError(f"send_offsets_to_transaction: the offset of {tp!r} must be an "
+                                 f"int >= 0 or an OffsetAndMetadata, not {off!r}")
+            entries[tuple(tp)] = (off, epoch, meta)
         if self.state is not TxnState.IN_TRANSACTION:
             self._check_not_fatal()
             raise TransactionStateError(f"send_offsets_to_transaction outside a transaction "
@@ -179,9 +193,9 @@ class TransactionManager:
 
         def commit_offsets(_body):
             topics = {}
-            for (t, p), off in sorted(offsets.items()):
+            for (t, p), (off, epoch, meta) in sorted(entries.items()):
                 topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
-                                                 "committed_leader_epoch": -1, "committed_metadata": ""})
+                                                 "committed_leader_epoch": epoch, "committed_metadata": meta})
             self.steps.appendleft(_Step(
                 "TxnOffsetCommit", ("group", group_id),
                 lambda v: {"transactional_id": self.transactional_id, "group_id": group_id,
