@@ -33,6 +33,7 @@ from kproto.connection import Connection, ConnectionClosed, ConnectionReady, Con
 from kproto.error_codes import error_for_code
 from kproto.errors import AllBrokersDownError, AuthenticationError
 from kproto.sasl import authenticator_for
+from kproto.messages import api as api_by_name
 from kproto.topic_ids import BY_TOPIC_ID, name_topics, with_topic_ids
 from kproto.telemetry import API_LATENCY_METRICS, ClientTelemetry, MetricPoint, TelemetryState, metric_name
 
@@ -233,26 +234,30 @@ class NetworkClient:
                       timeout_ms=timeout_ms, callback=callback)
 
     def _by_topic_id(self, c, api, body, version, callback):
-        """OffsetCommit/OffsetFetch v10, TxnOffsetCommit v6: topics by id where
-        the broker takes it and the metadata knows every id (kproto.topic_ids)."""
-        v = version
-        if v is None and c.versions is not None:
-            v = c.versions.get(api)
-        if v is None:
+        """OffsetCommit/OffsetFetch v10, TxnOffsetCommit v6 (topics by id
+        only; a plain request stops below them, CLIENT_VERSION_CAPS): sent
+        where the broker takes them and the metadata knows every topic's id
+        (kproto.topic_ids), the answer's topics named again from the request."""
+        if c.versions is None:
+            return version, body, callback
+        negotiated = c.versions.get(api)
+        rng = c.versions.broker_range(api)
+        if rng is None or negotiated is None or (version is not None and version != negotiated):
+            return version, body, callback
+        top = min(rng[1], api_by_name(api).max_version)
+        if top < BY_TOPIC_ID[api]:
             return version, body, callback
         build = body if callable(body) else None      # a body that depends on the version
-        v2, body, names = with_topic_ids(api, v, build(v) if build else body, self.cluster.topic_ids)
+        v2, filled, names = with_topic_ids(api, top, build(top) if build else body, self.cluster.topic_ids)
         if names is None:
-            if v2 != v:
-                return v2, (build(v2) if build else body), callback
-            return version, body, callback
+            return version, body, callback              # an unknown id: by name, as negotiated
 
         def named(req, callback=callback):
             if req.error is None and req.result is not None:
                 name_topics(api, req.result, names)
             if callback is not None:
                 callback(req)
-        return v2, body, named
+        return v2, filled, named
 
     def _timed(self, node, api, callback):
         """``callback`` that first records the request's latency (telemetry)."""

@@ -23,13 +23,18 @@ CLIENT_API_VERSIONS_MAX = APIS_BY_KEY[API_VERSIONS_KEY].max_version
 UNSUPPORTED_VERSION = 35
 
 
-#: Versions newer than these exist in the schema tables but this client never
-#: picks them. None today: OffsetCommit/OffsetFetch v10 and TxnOffsetCommit v6,
-#: which name topics by id only, are sent where the metadata knows the ids
-#: (kproto.topic_ids; the network client falls back to the last named version
-#: otherwise), as Produce v13 is (the sender picks v12 for a topic whose id it
-#: does not know).
-CLIENT_VERSION_CAPS: dict = {}
+#: Versions newer than these exist in the schema tables but a plain request
+#: (a Connection picking the highest common version, as kio.blocking does)
+#: never goes at them: from them on, requests name topics by id only
+#: (KIP-848's OffsetCommit/OffsetFetch v10, KIP-1319's TxnOffsetCommit v6).
+#: The cores' network client sends those versions itself where the metadata
+#: knows every topic's id (kproto.topic_ids), as the producer sends Produce v13
+#: (v12 for a topic whose id it does not know).
+CLIENT_VERSION_CAPS = {
+    "OffsetCommit": 9,
+    "OffsetFetch": 9,
+    "TxnOffsetCommit": 5,
+}
 _CAPS_BY_KEY = {_api(name).key: v for name, v in CLIENT_VERSION_CAPS.items()}
 
 

@@ -52,13 +52,13 @@ at the newest version both sides support within the range below. Versions
 Kafka 4 removed (KIP-896) are gone from the tables too.
 
 "Versions sent" stops below the tables' newest where that version is marked
-unstable in the definitions (or capped in `kproto.versions.CLIENT_VERSION_CAPS`,
-empty today). Versions that name topics by id only are sent when every
-topic's id is known from Metadata, else the last version by name: Produce v13
-(else v12), OffsetCommit and OffsetFetch v10 (else v9; an OffsetFetch of all a
-group's topics always v9), TxnOffsetCommit v6 (else v5), see
-`kproto/topic_ids.py`; a raw `Connection.send(...)` naming topics must pass
-such a version or lower. "Sent by" lists the parts of the code that name
+unstable in the definitions, or where from it on requests name topics by id
+only (`kproto.versions.CLIENT_VERSION_CAPS`: what a plain `Connection.send`
+picks). The clients send those by-id versions themselves when every topic's
+id is known from Metadata, else the last version by name: Produce v13 (else
+v12), OffsetCommit and OffsetFetch v10 (else v9; an OffsetFetch of all a
+group's topics always v9) and TxnOffsetCommit v6 (else v5), see
+`kproto/topic_ids.py`. "Sent by" lists the parts of the code that name
 the API; any API can also be sent raw with `kio.blocking.BlockingClient.request`
 or `kproto.connection.Connection`.
 """
