@@ -640,6 +640,28 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
         """Let the shared cache learn brokers and the controller from any Metadata answer."""
         self.cluster.update({**body, "topics": []}, now)
 
+    def _ask_every_broker(self, op, key, left, ask):
+        """Metadata to any broker (for item ``key`` of ``op``), then the call
+        ``ask(node)`` to every broker it lists; ``left`` gets each such node
+        (its handler pops the node once answered). No broker listed: retried."""
+        core = self
+
+        class Brokers(_Call):
+            def build(call, core_, node):
+                return {"topics": [], "allow_auto_topic_creation": False}
+
+            def handle(call, core_, body, now):
+                core._seen_metadata(body, now)
+                nodes = sorted(b["node_id"] for b in body.get("brokers") or [])
+                if not nodes:
+                    core._retry(call, KafkaError("Metadata listed no brokers"), now)
+                    return
+                for n in nodes:
+                    left[n] = True
+                    core._submit(ask(n))
+
+        self._submit(Brokers(op, "Metadata", [key]))
+
     # -- topics ----------------------------------------------------------------------------
     def create_topics(self, topics, *, validate_only=False, timeout_ms=None, now) -> AdminHandle:
         """Create topics (NewTopic or names) on the controller; one item per topic name."""
@@ -1008,21 +1030,8 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
                 else:
                     finish_node(call.node)
 
-        class Brokers(_Call):
-            def build(call, core, node):
-                return {"topics": [], "allow_auto_topic_creation": False}
-
-            def handle(call, core, body, now):
-                self._seen_metadata(body, now)
-                nodes = sorted(b["node_id"] for b in body.get("brokers") or [])
-                if not nodes:
-                    self._retry(call, KafkaError("Metadata listed no brokers"), now)
-                    return
-                for n in nodes:
-                    left[n] = True
-                    self._submit(ListCall(op, "ListGroups", ["groups"], target=NODE, node=n))
-
-        self._submit(Brokers(op, "Metadata", ["groups"]))
+        self._ask_every_broker(op, "groups", left,
+                               lambda n: ListCall(op, "ListGroups", ["groups"], target=NODE, node=n))
         return op
 
     def describe_consumer_groups(self, group_ids, *, timeout_ms=None, now) -> AdminHandle:

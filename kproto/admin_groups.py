@@ -23,7 +23,7 @@ from typing import Iterable, List, NamedTuple, Optional
 from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
-from kproto.errors import KafkaError, UnsupportedVersionError
+from kproto.errors import UnsupportedVersionError
 
 __all__ = ["GroupAdmin", "GroupListing", "GROUP_TYPES", "group_offsets_by_topic"]
 
@@ -113,21 +113,7 @@ class GroupAdmin:
                 if not left:
                     core._complete(op, key, value=finish())
 
-        class Brokers(_Call):
-            def build(call, core_, node):
-                return {"topics": [], "allow_auto_topic_creation": False}
-
-            def handle(call, core_, body, now):
-                core._seen_metadata(body, now)
-                nodes = sorted(b["node_id"] for b in body.get("brokers") or [])
-                if not nodes:
-                    core._retry(call, KafkaError("Metadata listed no brokers"), now)
-                    return
-                for n in nodes:
-                    left[n] = True
-                    core._submit(Ask(op, api, [key], target=NODE, node=n))
-
-        self._submit(Brokers(op, "Metadata", [key]))
+        self._ask_every_broker(op, key, left, lambda n: Ask(op, api, [key], target=NODE, node=n))
 
     def list_groups(self, *, types=None, states=None, timeout_ms=None, now):
         """[GroupListing] of every broker (KIP-1043): ``types`` keeps these

@@ -100,21 +100,8 @@ class ShareGroupAdmin:
                     listing = [g for g in found.values() if wanted is None or (g.state or "").lower() in wanted]
                     core._complete(op, "groups", value=sorted(listing))
 
-        class Brokers(_Call):
-            def build(call, core_, node):
-                return {"topics": [], "allow_auto_topic_creation": False}
-
-            def handle(call, core_, body, now):
-                core._seen_metadata(body, now)
-                nodes = sorted(b["node_id"] for b in body.get("brokers") or [])
-                if not nodes:
-                    core._retry(call, KafkaError("Metadata listed no brokers"), now)
-                    return
-                for n in nodes:
-                    left[n] = True
-                    core._submit(ListCall(op, "ListGroups", ["groups"], target=NODE, node=n))
-
-        self._submit(Brokers(op, "Metadata", ["groups"]))
+        self._ask_every_broker(op, "groups", left,
+                               lambda n: ListCall(op, "ListGroups", ["groups"], target=NODE, node=n))
         return op
 
     def describe_share_groups(self, group_ids, *, timeout_ms=None, now):
