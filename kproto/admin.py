@@ -60,6 +60,7 @@ from kproto.admin_cluster import ClusterAdmin
 from kproto.admin_configs import ConfigAdmin
 from kproto.admin_scram import ScramAdmin
 from kproto.admin_groups import GroupAdmin
+from kproto.admin_streams import StreamsGroupAdmin
 from kproto.admin_transactions import TransactionAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.requests import find_coordinator_body, offset_fetch_body
@@ -390,8 +391,8 @@ class _Call:
         return f"{self.what} to {where}"
 
 
-class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin, ScramAdmin,
-                ClusterAdmin):
+class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin,
+                ScramAdmin, ClusterAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
@@ -1119,9 +1120,14 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
 
     def delete_consumer_groups(self, group_ids, *, timeout_ms=None, now) -> AdminHandle:
         """DeleteGroups at each group's coordinator; one item per group."""
+        return self._delete_groups("delete_consumer_groups", group_ids, timeout_ms, now)
+
+    def _delete_groups(self, operation, group_ids, timeout_ms, now) -> AdminHandle:
+        """DeleteGroups at each group's coordinator, as ``operation`` (Java's
+        Admin deletes consumer, share and streams groups alike)."""
         groups = list(group_ids)
-        _no_dups(groups, "delete_consumer_groups")
-        op = self._op("delete_consumer_groups", groups, now, timeout_ms)
+        _no_dups(groups, operation)
+        op = self._op(operation, groups, now, timeout_ms)
         for g in groups:
             def build(node, call=None, g=g):
                 return {"groups_names": [g]}
@@ -1142,7 +1148,13 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
                                     timeout_ms=None, now) -> AdminHandle:
         """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
         partitions, or ``partitions``); partitions without a commit are left out."""
-        op = self._op("list_consumer_group_offsets", [group_id], now, timeout_ms, single=True)
+        return self._list_group_offsets("list_consumer_group_offsets", group_id, partitions, require_stable,
+                                        timeout_ms, now)
+
+    def _list_group_offsets(self, operation, group_id, partitions, require_stable, timeout_ms, now) -> AdminHandle:
+        """OffsetFetch at ``group_id``'s coordinator, as ``operation`` (the
+        offsets of consumer and streams groups are both kept this way)."""
+        op = self._op(operation, [group_id], now, timeout_ms, single=True)
         g = group_id
         topics = None
         if partitions is not None:

@@ -23,7 +23,7 @@ from typing import Iterable, List, NamedTuple, Optional
 from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
-from kproto.errors import UnsupportedVersionError
+from kproto.errors import KafkaError, UnsupportedVersionError
 
 __all__ = ["GroupAdmin", "GroupListing", "GROUP_TYPES", "group_offsets_by_topic"]
 
@@ -115,6 +115,30 @@ class GroupAdmin:
 
         self._ask_every_broker(op, key, left, lambda n: Ask(op, api, [key], target=NODE, node=n))
 
+    def _describe_each_group(self, op, api, what, body, describe):
+        """``api`` (ShareGroupDescribe, StreamsGroupDescribe: the next-generation
+        groups' describe) at the coordinator of each of ``op``'s groups: the
+        request is ``body(group)`` (a body, or a function of the version), the
+        item's value ``describe(entry, coordinator)`` of the group's entry in
+        the answer. A group's error fails its item (GROUP_ID_NOT_FOUND:
+        GroupIdNotFoundError, as Java's Admin); ``what`` names the group kind."""
+        for g in op.items:
+            def build(node, call=None, g=g):
+                return body(g)
+
+            def handle(call, resp, now, g=g):
+                d = next((x for x in resp.get("groups") or [] if x.get("group_id") == g), None)
+                if d is None:
+                    self._fail_call(call, KafkaError(f"{api} did not describe group {g!r}"))
+                    return
+                if self._group_error(call, d["error_code"], d.get("error_message"),
+                                     f"describe {what} {g!r}", now):
+                    return
+                self._complete(op, g, value=describe(d, getattr(call, "coordinator", None)))
+
+            self._group_call(op, g, api, build, handle)
+        return op
+
     def list_groups(self, *, types=None, states=None, timeout_ms=None, now):
         """[GroupListing] of every broker (KIP-1043): ``types`` keeps these
         group types only (classic, consumer, share, streams), ``states``
@@ -151,7 +175,11 @@ class GroupAdmin:
         one item per partition. The coordinator takes it only while the
         group is empty; a group with members fails each partition with
         UnknownMemberIdError (as Java's Admin surfaces it)."""
-        what = "alter_consumer_group_offsets"
+        return self._alter_group_offsets("alter_consumer_group_offsets", group_id, offsets, timeout_ms, now)
+
+    def _alter_group_offsets(self, what, group_id, offsets, timeout_ms, now):
+        """OffsetCommit as an admin, as operation ``what`` (consumer and
+        streams groups: Java's Admin commits both this way)."""
         items = {TopicPartition(*tp): _offset_and_metadata(tp, v, what) for tp, v in offsets.items()}
         group_offsets_by_topic(items, what)
         op = self._op(what, list(items), now, timeout_ms)
@@ -193,7 +221,10 @@ class GroupAdmin:
         (OffsetDelete): one item per partition. A partition of a topic the
         group's members still subscribe to fails with
         GroupSubscribedToTopicError; an unknown group with GroupIdNotFoundError."""
-        what = "delete_consumer_group_offsets"
+        return self._delete_group_offsets("delete_consumer_group_offsets", group_id, partitions, timeout_ms, now)
+
+    def _delete_group_offsets(self, what, group_id, partitions, timeout_ms, now):
+        """OffsetDelete, as operation ``what`` (consumer and streams groups)."""
         by = group_offsets_by_topic(partitions, what)
         keys = [TopicPartition(t, p) for t, ps in by.items() for p in ps]
         op = self._op(what, keys, now, timeout_ms)
@@ -304,9 +335,7 @@ class GroupAdmin:
         coordinator, as Java's Admin); one item per group. A group with
         members fails with NonEmptyGroupError, an unknown one with
         GroupIdNotFoundError."""
-        op = self.delete_consumer_groups(group_ids, timeout_ms=timeout_ms, now=now)
-        op.operation = "delete_share_groups"
-        return op
+        return self._delete_groups("delete_share_groups", group_ids, timeout_ms, now)
 
     def alter_share_group_offsets(self, group_id, offsets, *, timeout_ms=None, now):
         """Set where share group ``group_id`` starts on each partition:

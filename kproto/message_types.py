@@ -2367,6 +2367,266 @@ class PushTelemetryResponse(TypedDict, total=False):
     error_code: int  # v0+
 
 
+class StreamsGroupHeartbeatRequestKeyValue(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestKeyValue: a struct in StreamsGroupHeartbeatRequest."""
+    key: str  # v0+
+    value: str  # v0+
+
+
+class StreamsGroupHeartbeatRequestTopicInfo(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestTopicInfo: a struct in StreamsGroupHeartbeatRequest."""
+    name: str  # v0+
+    partitions: int  # v0+
+    replication_factor: int  # v0+
+    topic_configs: List[StreamsGroupHeartbeatRequestKeyValue]  # v0+
+
+
+class StreamsGroupHeartbeatRequestCopartitionGroup(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestCopartitionGroup: a struct in StreamsGroupHeartbeatRequest."""
+    source_topics: List[int]  # v0+
+    source_topic_regex: List[int]  # v0+
+    repartition_source_topics: List[int]  # v0+
+
+
+class StreamsGroupHeartbeatRequestSubtopology(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestSubtopology: a struct in StreamsGroupHeartbeatRequest."""
+    subtopology_id: str  # v0+
+    source_topics: List[str]  # v0+
+    source_topic_regex: List[str]  # v0+
+    state_changelog_topics: List[StreamsGroupHeartbeatRequestTopicInfo]  # v0+
+    repartition_sink_topics: List[str]  # v0+
+    repartition_source_topics: List[StreamsGroupHeartbeatRequestTopicInfo]  # v0+
+    copartition_groups: List[StreamsGroupHeartbeatRequestCopartitionGroup]  # v0+
+
+
+class StreamsGroupHeartbeatRequestTopology(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestTopology: a struct in StreamsGroupHeartbeatRequest."""
+    epoch: int  # v0+
+    subtopologies: List[StreamsGroupHeartbeatRequestSubtopology]  # v0+
+
+
+class StreamsGroupHeartbeatRequestTaskIds(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestTaskIds: a struct in StreamsGroupHeartbeatRequest."""
+    subtopology_id: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class StreamsGroupHeartbeatRequestEndpoint(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestEndpoint: a struct in StreamsGroupHeartbeatRequest."""
+    host: str  # v0+
+    port: int  # v0+
+
+
+class StreamsGroupHeartbeatRequestTaskOffset(TypedDict, total=False):
+    """StreamsGroupHeartbeatRequestTaskOffset: a struct in StreamsGroupHeartbeatRequest."""
+    subtopology_id: str  # v0+
+    partition: int  # v0+
+    offset: int  # v0+
+
+
+class StreamsGroupHeartbeatRequest(TypedDict, total=False):
+    """The body of the StreamsGroupHeartbeat request (api key 88)."""
+    group_id: str  # v0+
+    member_id: str  # v0+
+    member_epoch: int  # v0+
+    endpoint_information_epoch: int  # v0+
+    instance_id: Optional[str]  # v0+
+    rack_id: Optional[str]  # v0+
+    rebalance_timeout_ms: int  # v0+
+    topology: Optional[StreamsGroupHeartbeatRequestTopology]  # v0+
+    active_tasks: Optional[List[StreamsGroupHeartbeatRequestTaskIds]]  # v0+
+    standby_tasks: Optional[List[StreamsGroupHeartbeatRequestTaskIds]]  # v0+
+    warmup_tasks: Optional[List[StreamsGroupHeartbeatRequestTaskIds]]  # v0+
+    process_id: Optional[str]  # v0+
+    user_endpoint: Optional[StreamsGroupHeartbeatRequestEndpoint]  # v0+
+    client_tags: Optional[List[StreamsGroupHeartbeatRequestKeyValue]]  # v0+
+    task_offsets: Optional[List[StreamsGroupHeartbeatRequestTaskOffset]]  # v0+
+    task_end_offsets: Optional[List[StreamsGroupHeartbeatRequestTaskOffset]]  # v0+
+    shutdown_application: bool  # v0+
+
+
+class StreamsGroupHeartbeatResponseStatus(TypedDict, total=False):
+    """StreamsGroupHeartbeatResponseStatus: a struct in StreamsGroupHeartbeatResponse."""
+    status_code: int  # v0+
+    status_detail: str  # v0+
+
+
+class StreamsGroupHeartbeatResponseTaskIds(TypedDict, total=False):
+    """StreamsGroupHeartbeatResponseTaskIds: a struct in StreamsGroupHeartbeatResponse."""
+    subtopology_id: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class StreamsGroupHeartbeatResponseEndpoint(TypedDict, total=False):
+    """StreamsGroupHeartbeatResponseEndpoint: a struct in StreamsGroupHeartbeatResponse."""
+    host: str  # v0+
+    port: int  # v0+
+
+
+class StreamsGroupHeartbeatResponseTopicPartition(TypedDict, total=False):
+    """StreamsGroupHeartbeatResponseTopicPartition: a struct in StreamsGroupHeartbeatResponse."""
+    topic: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class StreamsGroupHeartbeatResponseEndpointToPartitions(TypedDict, total=False):
+    """StreamsGroupHeartbeatResponseEndpointToPartitions: a struct in StreamsGroupHeartbeatResponse."""
+    user_endpoint: StreamsGroupHeartbeatResponseEndpoint  # v0+
+    active_partitions: List[StreamsGroupHeartbeatResponseTopicPartition]  # v0+
+    standby_partitions: List[StreamsGroupHeartbeatResponseTopicPartition]  # v0+
+
+
+class StreamsGroupHeartbeatResponse(TypedDict, total=False):
+    """The body of the StreamsGroupHeartbeat response (api key 88)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    member_id: str  # v0+
+    member_epoch: int  # v0+
+    heartbeat_interval_ms: int  # v0+
+    acceptable_recovery_lag_legacy: int  # v0-v0
+    task_offset_interval_ms: int  # v0+
+    acceptable_recovery_lag: int  # v1+
+    status: Optional[List[StreamsGroupHeartbeatResponseStatus]]  # v0+
+    active_tasks: Optional[List[StreamsGroupHeartbeatResponseTaskIds]]  # v0+
+    standby_tasks: Optional[List[StreamsGroupHeartbeatResponseTaskIds]]  # v0+
+    warmup_tasks: Optional[List[StreamsGroupHeartbeatResponseTaskIds]]  # v0+
+    topology_description_required: bool  # v1+
+    endpoint_information_epoch: int  # v0+
+    partitions_by_user_endpoint: Optional[List[StreamsGroupHeartbeatResponseEndpointToPartitions]]  # v0+
+
+
+class StreamsGroupDescribeRequest(TypedDict, total=False):
+    """The body of the StreamsGroupDescribe request (api key 89)."""
+    group_ids: List[str]  # v0+
+    include_authorized_operations: bool  # v0+
+    include_topology_description: bool  # v1+
+
+
+class StreamsGroupDescribeResponseKeyValue(TypedDict, total=False):
+    """StreamsGroupDescribeResponseKeyValue: a struct in StreamsGroupDescribeResponse."""
+    key: str  # v0+
+    value: str  # v0+
+
+
+class StreamsGroupDescribeResponseTopicInfo(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTopicInfo: a struct in StreamsGroupDescribeResponse."""
+    name: str  # v0+
+    partitions: int  # v0+
+    replication_factor: int  # v0+
+    topic_configs: List[StreamsGroupDescribeResponseKeyValue]  # v0+
+
+
+class StreamsGroupDescribeResponseSubtopology(TypedDict, total=False):
+    """StreamsGroupDescribeResponseSubtopology: a struct in StreamsGroupDescribeResponse."""
+    subtopology_id: str  # v0+
+    source_topics: List[str]  # v0+
+    repartition_sink_topics: List[str]  # v0+
+    state_changelog_topics: List[StreamsGroupDescribeResponseTopicInfo]  # v0+
+    repartition_source_topics: List[StreamsGroupDescribeResponseTopicInfo]  # v0+
+
+
+class StreamsGroupDescribeResponseTopology(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTopology: a struct in StreamsGroupDescribeResponse."""
+    epoch: int  # v0+
+    subtopologies: Optional[List[StreamsGroupDescribeResponseSubtopology]]  # v0+
+
+
+class StreamsGroupDescribeResponseEndpoint(TypedDict, total=False):
+    """StreamsGroupDescribeResponseEndpoint: a struct in StreamsGroupDescribeResponse."""
+    host: str  # v0+
+    port: int  # v0+
+
+
+class StreamsGroupDescribeResponseTaskOffset(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTaskOffset: a struct in StreamsGroupDescribeResponse."""
+    subtopology_id: str  # v0+
+    partition: int  # v0+
+    offset: int  # v0+
+
+
+class StreamsGroupDescribeResponseTaskIds(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTaskIds: a struct in StreamsGroupDescribeResponse."""
+    subtopology_id: str  # v0+
+    partitions: List[int]  # v0+
+
+
+class StreamsGroupDescribeResponseAssignment(TypedDict, total=False):
+    """StreamsGroupDescribeResponseAssignment: a struct in StreamsGroupDescribeResponse."""
+    active_tasks: List[StreamsGroupDescribeResponseTaskIds]  # v0+
+    standby_tasks: List[StreamsGroupDescribeResponseTaskIds]  # v0+
+    warmup_tasks: List[StreamsGroupDescribeResponseTaskIds]  # v0+
+
+
+class StreamsGroupDescribeResponseMember(TypedDict, total=False):
+    """StreamsGroupDescribeResponseMember: a struct in StreamsGroupDescribeResponse."""
+    member_id: str  # v0+
+    member_epoch: int  # v0+
+    instance_id: Optional[str]  # v0+
+    rack_id: Optional[str]  # v0+
+    client_id: str  # v0+
+    client_host: str  # v0+
+    topology_epoch: int  # v0+
+    process_id: str  # v0+
+    user_endpoint: Optional[StreamsGroupDescribeResponseEndpoint]  # v0+
+    client_tags: List[StreamsGroupDescribeResponseKeyValue]  # v0+
+    task_offsets: List[StreamsGroupDescribeResponseTaskOffset]  # v0+
+    task_end_offsets: List[StreamsGroupDescribeResponseTaskOffset]  # v0+
+    assignment: StreamsGroupDescribeResponseAssignment  # v0+
+    target_assignment: StreamsGroupDescribeResponseAssignment  # v0+
+    is_classic: bool  # v0+
+
+
+class StreamsGroupDescribeResponseTopologyDescriptionNode(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTopologyDescriptionNode: a struct in StreamsGroupDescribeResponse."""
+    name: str  # v1+
+    node_type: int  # v1+
+    source_topics: List[str]  # v1+
+    sink_topic: Optional[str]  # v1+
+    stores: List[str]  # v1+
+    successors: List[str]  # v1+
+
+
+class StreamsGroupDescribeResponseTopologyDescriptionSubtopology(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTopologyDescriptionSubtopology: a struct in StreamsGroupDescribeResponse."""
+    subtopology_id: str  # v1+
+    nodes: List[StreamsGroupDescribeResponseTopologyDescriptionNode]  # v1+
+
+
+class StreamsGroupDescribeResponseTopologyDescriptionGlobalStore(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTopologyDescriptionGlobalStore: a struct in StreamsGroupDescribeResponse."""
+    source: StreamsGroupDescribeResponseTopologyDescriptionNode  # v1+
+    processor: StreamsGroupDescribeResponseTopologyDescriptionNode  # v1+
+
+
+class StreamsGroupDescribeResponseTopologyDescription(TypedDict, total=False):
+    """StreamsGroupDescribeResponseTopologyDescription: a struct in StreamsGroupDescribeResponse."""
+    subtopologies: List[StreamsGroupDescribeResponseTopologyDescriptionSubtopology]  # v1+
+    global_stores: List[StreamsGroupDescribeResponseTopologyDescriptionGlobalStore]  # v1+
+
+
+class StreamsGroupDescribeResponseDescribedGroup(TypedDict, total=False):
+    """StreamsGroupDescribeResponseDescribedGroup: a struct in StreamsGroupDescribeResponse."""
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+    group_id: str  # v0+
+    group_state: str  # v0+
+    group_epoch: int  # v0+
+    assignment_epoch: int  # v0+
+    topology: Optional[StreamsGroupDescribeResponseTopology]  # v0+
+    members: List[StreamsGroupDescribeResponseMember]  # v0+
+    authorized_operations: int  # v0+
+    topology_description: Optional[StreamsGroupDescribeResponseTopologyDescription]  # v1+
+    topology_description_status: int  # v1+
+    assignor_name: Optional[str]  # v1+
+
+
+class StreamsGroupDescribeResponse(TypedDict, total=False):
+    """The body of the StreamsGroupDescribe response (api key 89)."""
+    throttle_time_ms: int  # v0+
+    groups: List[StreamsGroupDescribeResponseDescribedGroup]  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -2532,6 +2792,10 @@ __all__ = [
     "GetTelemetrySubscriptionsResponse",
     "PushTelemetryRequest",
     "PushTelemetryResponse",
+    "StreamsGroupHeartbeatRequest",
+    "StreamsGroupHeartbeatResponse",
+    "StreamsGroupDescribeRequest",
+    "StreamsGroupDescribeResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",

@@ -103,6 +103,10 @@ APIS = [
     # KIP-714 client telemetry: the subscription the broker asks for, the pushes.
     ("GetTelemetrySubscriptions", "get_telemetry_subscriptions"),
     ("PushTelemetry", "push_telemetry"),
+    # KIP-1071 streams groups: the Admin describes them; the heartbeat is what
+    # makes one (the suite's tests join with it, with no Kafka Streams JVM).
+    ("StreamsGroupHeartbeat", "streams_group_heartbeat"),
+    ("StreamsGroupDescribe", "streams_group_describe"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

@@ -17,6 +17,7 @@ from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, L
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
 from kproto.admin_groups import GroupListing
 from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
+from kproto.admin_streams import StreamsGroupDescription
 from kproto.admin_transactions import AbortTransactionSpec, ProducerIdAndEpoch, ProducerState, TransactionDescription, TransactionListing
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
@@ -234,6 +235,46 @@ class AsyncAdmin(_Client):
 
     @overload
     async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, StreamsGroupDescription]:
+        ...
+
+    @overload
+    async def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def list_streams_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]]=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, OffsetAndMetadata]:
+        ...
+
+    @overload
+    async def list_streams_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]]=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def alter_streams_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, Union[int, OffsetAndMetadata]], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, None]:
+        ...
+
+    @overload
+    async def alter_streams_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, Union[int, OffsetAndMetadata]], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def delete_streams_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[TopicPartition, None]:
+        ...
+
+    @overload
+    async def delete_streams_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def delete_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, None]:
+        ...
+
+    @overload
+    async def delete_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload

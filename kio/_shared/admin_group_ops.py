@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple,
 
 from kproto.admin import AdminHandle
 from kproto.admin_groups import GroupListing
+from kproto.admin_streams import StreamsGroupDescription
 from kproto.admin_transactions import (
     AbortTransactionSpec, ProducerIdAndEpoch, ProducerState, TransactionDescription, TransactionListing,
 )
@@ -147,6 +148,92 @@ class AdminGroupOps:
         {topic: None}."""
         return self._call("delete_share_group_offsets", group_id, topics, timeout=timeout,
                           raise_errors=raise_errors)
+
+    # -- streams groups (KIP-1071) ---------------------------------------------------------------
+    @overload
+    def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                raise_errors: Literal[True] = ...) -> Dict[str, StreamsGroupDescription]: ...
+
+    @overload
+    def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+                                raise_errors: bool = True) -> Any:
+        """{group: StreamsGroupDescription(group_id, group_epoch,
+        target_assignment_epoch, topology_epoch, subtopologies, members,
+        group_state, coordinator, assignor_name)}, each member with its
+        active, standby and warm-up tasks; an unknown group fails with
+        GroupIdNotFoundError."""
+        return self._call("describe_streams_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def list_streams_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,
+                                   require_stable: bool = ..., timeout: Optional[float] = ...,
+                                   raise_errors: Literal[True] = ...) -> Dict[TopicPartition, OffsetAndMetadata]: ...
+
+    @overload
+    def list_streams_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,
+                                   require_stable: bool = ..., timeout: Optional[float] = ...,
+                                   raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def list_streams_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None, *,
+                                   require_stable: bool = True, timeout: Optional[float] = None,
+                                   raise_errors: bool = True) -> Any:
+        """{TopicPartition: OffsetAndMetadata} a streams group committed (all, or
+        ``partitions``); partitions without a commit are left out."""
+        return self._call("list_streams_group_offsets", group_id, partitions, require_stable=require_stable,
+                          timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def alter_streams_group_offsets(
+            self, group_id: str, offsets: Mapping[TopicPartition, Union[int, OffsetAndMetadata]], *,
+            timeout: Optional[float] = ..., raise_errors: Literal[True] = ...) -> Dict[TopicPartition, None]: ...
+
+    @overload
+    def alter_streams_group_offsets(
+            self, group_id: str, offsets: Mapping[TopicPartition, Union[int, OffsetAndMetadata]], *,
+            timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def alter_streams_group_offsets(
+            self, group_id: str, offsets: Mapping[TopicPartition, Union[int, OffsetAndMetadata]], *,
+            timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """Commit ``{TopicPartition: offset or OffsetAndMetadata}`` for a streams
+        group that has no members (its applications stopped): {TopicPartition:
+        None}. A group with members fails, as in Java."""
+        return self._call("alter_streams_group_offsets", group_id, offsets, timeout=timeout,
+                          raise_errors=raise_errors)
+
+    @overload
+    def delete_streams_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *,
+                                     timeout: Optional[float] = ...,
+                                     raise_errors: Literal[True] = ...) -> Dict[TopicPartition, None]: ...
+
+    @overload
+    def delete_streams_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *,
+                                     timeout: Optional[float] = ..., raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def delete_streams_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition], *,
+                                     timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+        """Delete a streams group's committed offsets of ``partitions``:
+        {TopicPartition: None}; a source topic of an active group fails with
+        GroupSubscribedToTopicError."""
+        return self._call("delete_streams_group_offsets", group_id, partitions, timeout=timeout,
+                          raise_errors=raise_errors)
+
+    @overload
+    def delete_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                              raise_errors: Literal[True] = ...) -> Dict[str, None]: ...
+
+    @overload
+    def delete_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                              raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def delete_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+                              raise_errors: bool = True) -> Any:
+        """Delete streams groups and their offsets: {group: None}; a group with
+        members fails with NonEmptyGroupError."""
+        return self._call("delete_streams_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
 
     # -- transactions -----------------------------------------------------------------------------
     @overload

@@ -1,5 +1,6 @@
 """``kio topics create|list|describe|delete`` and ``kio groups describe`` (the
-other group commands are kio/cli/groups.py's)."""
+other group commands are kio/cli/groups.py's): consumer groups with their
+lag, streams groups (KIP-1071) with their lag and each member's tasks."""
 from __future__ import annotations
 
 import sys
@@ -85,20 +86,59 @@ def topics_delete(args) -> int:
 
 def groups_describe(args) -> int:
     with _admin(args) as admin:
-        descriptions = admin.describe_consumer_groups(args.group)
+        # A streams group is described with its tasks (StreamsGroupDescribe);
+        # ListGroups says which groups are (no type: a broker before KIP-1043).
+        types = {g.group_id: g.type for g in admin.list_groups()}
+        streams = [g for g in args.group if types.get(g) == "streams"]
+        consumer = [g for g in args.group if g not in streams]
+        descriptions = admin.describe_consumer_groups(consumer) if consumer else {}
+        descriptions.update(admin.describe_streams_groups(streams) if streams else {})
         lags = {g: admin.consumer_group_lag(g) for g in args.group}
     for g in args.group:
         d = descriptions[g]
         if d is None:
             raise UsageError(f"group {g!r} not found")
+        if g in streams:
+            _print_streams_group(d, lags[g])
+            continue
         print(f"Group: {g}\tState: {d.state or 'unknown'}\tMembers: {len(d.members)}\t"
               f"Assignor: {d.assignor or '-'}")
         owner = {}
         for m in d.members:
             for tp in m.assignment.partitions:
                 owner[(tp.topic, tp.partition)] = m.client_id or m.member_id
-        print("GROUP\tTOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tCONSUMER")
-        for tp, lag in sorted(lags[g].items()):
-            print(f"{g}\t{tp.topic}\t{tp.partition}\t{lag.committed}\t{lag.end_offset}\t{lag.lag}\t"
-                  f"{owner.get((tp.topic, tp.partition), '-')}")
+        _print_lag(g, lags[g], owner, "CONSUMER")
     return EXIT_OK
+
+
+def _print_lag(group, lags, owner, owner_title) -> None:
+    print(f"GROUP\tTOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\t{owner_title}")
+    for tp, lag in sorted(lags.items()):
+        print(f"{group}\t{tp.topic}\t{tp.partition}\t{lag.committed}\t{lag.end_offset}\t{lag.lag}\t"
+              f"{owner.get((tp.topic, tp.partition), '-')}")
+
+
+def _tasks_text(tasks) -> str:
+    """Tasks as kafka-streams-groups shows them: subtopology:[partitions], or -."""
+    return " ".join(f"{t.subtopology_id}:[{','.join(map(str, t.partitions))}]" for t in tasks) or "-"
+
+
+def _print_streams_group(d, lag) -> None:
+    """A streams group: its epochs, its offsets with their lag (the member
+    whose active task reads the partition), and each member's tasks."""
+    print(f"Group: {d.group_id}\tType: streams\tState: {d.group_state or 'unknown'}\tMembers: {len(d.members)}\t"
+          f"GroupEpoch: {d.group_epoch}\tTargetAssignmentEpoch: {d.target_assignment_epoch}\t"
+          f"TopologyEpoch: {d.topology_epoch}\tAssignor: {d.assignor_name or '-'}")
+    sources = {s.subtopology_id: s.source_topics for s in d.subtopologies}
+    owner = {}
+    for m in d.members:
+        for t in m.assignment.active_tasks:
+            for topic in sources.get(t.subtopology_id, ()):
+                for p in t.partitions:
+                    owner[(topic, p)] = m.member_id
+    _print_lag(d.group_id, lag, owner, "MEMBER")
+    print("MEMBER\tPROCESS\tCLIENT-ID\tMEMBER-EPOCH\tACTIVE-TASKS\tSTANDBY-TASKS\tWARMUP-TASKS")
+    for m in sorted(d.members, key=lambda m: m.member_id):
+        a = m.assignment
+        print(f"{m.member_id}\t{m.process_id or '-'}\t{m.client_id or '-'}\t{m.member_epoch}\t"
+              f"{_tasks_text(a.active_tasks)}\t{_tasks_text(a.standby_tasks)}\t{_tasks_text(a.warmup_tasks)}")

@@ -4,7 +4,8 @@
 controller) on two free loopback ports, with the settings a test or a
 development machine wants: internal topics with one replica and one
 partition, ``group.initial.rebalance.delay.ms=0`` so a group forms at once,
-and (Kafka 4.4 defaults) the consumer and share group protocols on (KIP-848, KIP-932).
+and (Kafka 4.4 defaults) the consumer, share and streams group protocols on
+(KIP-848, KIP-932, KIP-1071).
 
 The jars come from Maven Central through the machine's ``mvn`` into a cache
 folder (``$KIO_KAFKA_HOME`` or ``~/.cache/kio/kafka``), once per version; the
@@ -201,6 +202,14 @@ class KafkaBroker(BrokerProcess):
             "group.consumer.heartbeat.interval.ms": 500,
             "group.consumer.min.session.timeout.ms": 6000,
             "group.consumer.session.timeout.ms": 10000,
+            # KIP-1071 streams groups (on by default in 4.4: streams.version 1),
+            # tuned as the consumer groups above: no initial assignment delay
+            # (3 s by default), heartbeats every 500 ms, 10 s session timeout.
+            "group.streams.initial.rebalance.delay.ms": 0,
+            "group.streams.min.heartbeat.interval.ms": 500,
+            "group.streams.heartbeat.interval.ms": 500,
+            "group.streams.min.session.timeout.ms": 6000,
+            "group.streams.session.timeout.ms": 10000,
             "auto.create.topics.enable": "true",
             "delete.topic.enable": "true",
         }

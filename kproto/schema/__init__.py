@@ -71,6 +71,8 @@ from kproto.schema import list_transactions
 from kproto.schema import write_txn_markers
 from kproto.schema import get_telemetry_subscriptions
 from kproto.schema import push_telemetry
+from kproto.schema import streams_group_heartbeat
+from kproto.schema import streams_group_describe
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -136,4 +138,6 @@ API_MODULES = (
     write_txn_markers,
     get_telemetry_subscriptions,
     push_telemetry,
+    streams_group_heartbeat,
+    streams_group_describe,
 )

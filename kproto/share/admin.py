@@ -112,31 +112,9 @@ class ShareGroupAdmin:
         groups = list(group_ids)
         _no_dups(groups, "describe_share_groups")
         op = self._op("describe_share_groups", groups, now, timeout_ms)
-        for g in groups:
-            def build(node, call=None, g=g):
-                return {"group_ids": [g], "include_authorized_operations": False}
-
-            def handle(call, body, now, g=g):
-                d = next((x for x in body.get("groups") or [] if x.get("group_id") == g), None)
-                if d is None:
-                    self._fail_call(call, KafkaError(f"ShareGroupDescribe did not describe group {g!r}"))
-                    return
-                if self._group_error(call, d["error_code"], d.get("error_message"),
-                                     f"describe share group {g!r}", now):
-                    return
-                members = tuple(ShareMemberDescription(
-                    m["member_id"], m.get("client_id") or "", m.get("client_host") or "", m.get("rack_id"),
-                    m.get("member_epoch", -1), tuple(m.get("subscribed_topic_names") or ()),
-                    tuple(sorted(TopicPartition(t["topic_name"], p)
-                                 for t in (m.get("assignment") or {}).get("topic_partitions") or ()
-                                 for p in t["partitions"])))
-                    for m in d.get("members") or [])
-                self._complete(op, g, value=ShareGroupDescription(
-                    g, d.get("group_state") or "", d.get("group_epoch", -1), d.get("assignment_epoch", -1),
-                    d.get("assignor_name") or "", members, getattr(call, "coordinator", None)))
-
-            self._group_call(op, g, "ShareGroupDescribe", build, handle)
-        return op
+        return self._describe_each_group(
+            op, "ShareGroupDescribe", "share group",
+            lambda g: {"group_ids": [g], "include_authorized_operations": False}, _share_group_description)
 
     def list_share_group_offsets(self, group_id, partitions=None, *, timeout_ms=None, now):
         """{TopicPartition: SharePartitionOffset} of ``group_id``: every
@@ -215,3 +193,16 @@ class ShareGroupAdmin:
 
         self._per_resource(op, "IncrementalAlterConfigs", resources, build, handle)
         return op
+
+
+def _share_group_description(d: dict, coordinator) -> ShareGroupDescription:
+    """A ShareGroupDescribe answer's group entry, typed."""
+    members = tuple(ShareMemberDescription(
+        m["member_id"], m.get("client_id") or "", m.get("client_host") or "", m.get("rack_id"),
+        m.get("member_epoch", -1), tuple(m.get("subscribed_topic_names") or ()),
+        tuple(sorted(TopicPartition(t["topic_name"], p)
+                     for t in (m.get("assignment") or {}).get("topic_partitions") or ()
+                     for p in t["partitions"])))
+        for m in d.get("members") or [])
+    return ShareGroupDescription(d["group_id"], d.get("group_state") or "", d.get("group_epoch", -1),
+                                 d.get("assignment_epoch", -1), d.get("assignor_name") or "", members, coordinator)
