@@ -62,7 +62,7 @@ EXPECTED_APIS = {
     "UpdateFeatures", "DescribeTopicPartitions", "ListConfigResources",
     "OffsetDelete", "AlterShareGroupOffsets", "DeleteShareGroupOffsets", "DescribeProducers",
     "DescribeTransactions", "ListTransactions", "WriteTxnMarkers",
-    "GetTelemetrySubscriptions", "PushTelemetry",
+    "GetTelemetrySubscriptions", "PushTelemetry", "StreamsGroupHeartbeat", "StreamsGroupDescribe",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
               "bool", "string", "bytes", "records", "uuid"}
