@@ -11,6 +11,8 @@ member with OffsetCommit. Tansu has no streams groups: test_tansu_lacks_streams_
 pins what it answers.
 """
 import asyncio
+import contextlib
+import threading
 import time
 import uuid
 
@@ -29,6 +31,7 @@ from kproto.error_codes import (
     GroupIdNotFoundError, GroupSubscribedToTopicError, NonEmptyGroupError, UnknownMemberIdError,
 )
 from kproto.errors import UnsupportedVersionError
+from test_admin_java_tools import java_tool
 from test_cli import kio as kio_cli
 from test_cli import ok
 
@@ -101,6 +104,24 @@ class StreamsMember:
                 {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
                  "committed_metadata": ""} for p, o in offsets.items()]}]})
         assert [p["error_code"] for t in r["topics"] for p in t["partitions"]] == [0] * len(offsets), r
+
+    @contextlib.contextmanager
+    def kept_alive(self):
+        """Heartbeat every 500 ms in a thread while the block runs (a JVM tool
+        takes longer than the test broker's 10 s session timeout)."""
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(0.5):
+                self.epoch = self._heartbeat()["member_epoch"]
+
+        t = threading.Thread(target=beat, daemon=True)
+        t.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            t.join()
 
     def leave(self):
         r = self._heartbeat(member_epoch=-1)
@@ -233,6 +254,29 @@ def test_async_and_trio_admins_have_the_streams_operations(bootstrap, make_topic
         member.commit({0: 0})
         for result in (asyncio.run(run(kio.aio.Admin)), trio.run(run, kio.trio.Admin)):
             assert result == ("Stable", [StreamsTaskIds("0", (0,))], {TP(topic, 0): OffsetAndMetadata(0, "", -1)})
+
+
+@kafka_only
+def test_describe_as_kafka_streams_groups_shows_it(bootstrap, make_topic):
+    """Java's kafka-streams-groups (kafka-tools' StreamsGroupCommand) and kio
+    on the same group: the same members, processes, epochs and tasks."""
+    topic = make_topic(2)
+    group = name("streams-java")
+    tool = "org.apache.kafka.tools.streams.StreamsGroupCommand"
+    with StreamsMember(bootstrap, group, topic) as member, member.kept_alive():
+        theirs = java_tool(tool, "--bootstrap-server", bootstrap, "--describe", "--group", group,
+                           "--members", "--verbose")
+        listed = java_tool(tool, "--bootstrap-server", bootstrap, "--list").split()
+        mine = _table(ok(kio_cli("groups", "describe", "--bootstrap-server", bootstrap, "--group", group)))
+    # GROUP TARGET-ASSIGNMENT-EPOCH TOPOLOGY-EPOCH MEMBER MEMBER-PROTOCOL MEMBER-EPOCH PROCESS CLIENT-ID
+    # ASSIGNMENTS ("ACTIVE: 0:[0,1]; TARGET-ACTIVE: 0:[0,1];")
+    (row,) = [line.split() for line in theirs.splitlines() if line.startswith(group)]
+    epochs = dict(cell.split(": ") for cell in mine[0][4:7])
+    assert (row[1], row[2]) == (epochs["TargetAssignmentEpoch"], epochs["TopologyEpoch"])
+    (member_row,) = [r for r in mine if r[0] == member.member_id]
+    assert [row[3], row[6], row[7], row[5]] == member_row[:4]        # member, process, client id, member epoch
+    assert row[8:10] == ["ACTIVE:", member_row[4] + ";"]             # 0:[0,1]
+    assert group in listed
 
 
 @pytest.mark.parametrize("broker", ["tansu"], indirect=True)
