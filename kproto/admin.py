@@ -57,6 +57,7 @@ from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupAdmin
 from kproto.admin_acls import AclAdmin
 from kproto.admin_cluster import ClusterAdmin
+from kproto.admin_quorum import QuorumAdmin
 from kproto.admin_configs import ConfigAdmin
 from kproto.admin_scram import ScramAdmin
 from kproto.admin_groups import GroupAdmin
@@ -391,7 +392,7 @@ class _Call:
 
 
 class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin, ScramAdmin,
-                ClusterAdmin):
+                ClusterAdmin, QuorumAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg

@@ -103,6 +103,12 @@ APIS = [
     # KIP-714 client telemetry: the subscription the broker asks for, the pushes.
     ("GetTelemetrySubscriptions", "get_telemetry_subscriptions"),
     ("PushTelemetry", "push_telemetry"),
+    # KRaft quorum administration (KIP-853 dynamic quorums, KIP-631): every one
+    # is accepted by brokers (which forward it to the active controller) as well
+    # as by controllers ("listeners" in the definitions).
+    ("AddRaftVoter", "add_raft_voter"),
+    ("RemoveRaftVoter", "remove_raft_voter"),
+    ("UnregisterBroker", "unregister_broker"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

@@ -71,6 +71,9 @@ from kproto.schema import list_transactions
 from kproto.schema import write_txn_markers
 from kproto.schema import get_telemetry_subscriptions
 from kproto.schema import push_telemetry
+from kproto.schema import add_raft_voter
+from kproto.schema import remove_raft_voter
+from kproto.schema import unregister_broker
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -136,4 +139,7 @@ API_MODULES = (
     write_txn_markers,
     get_telemetry_subscriptions,
     push_telemetry,
+    add_raft_voter,
+    remove_raft_voter,
+    unregister_broker,
 )
