@@ -8,9 +8,10 @@
 
 Where they go: every one of these APIs is accepted by brokers as well as by
 controllers (the definitions' "listeners"); a broker forwards it to the active
-controller. Java's Admin, bootstrapped with ``bootstrap.servers``, sends them
-to the least loaded broker (``LeastLoadedBrokerOrActiveKController``), so
-kproto does too - no ``bootstrap.controllers`` (KIP-919) is needed for them.
+controller. Java's Admin sends them to the least loaded broker, or, when
+bootstrapped from the controllers (``bootstrap.controllers``, KIP-919), to
+the active controller (``LeastLoadedBrokerOrActiveKController``); so does
+kproto.
 
 Retries, as Java: NOT_CONTROLLER (the controller moved while the broker
 forwarded) is retried for the voter calls, REQUEST_TIMED_OUT for
@@ -182,5 +183,5 @@ class QuorumAdmin(AdminMixin):
             else:
                 self._fail_call(call, err)
 
-        self._submit(_SelfCall(op, api, [key], build, handle))
+        self._submit(_SelfCall(op, api, [key], build, handle, target=self._broker_or_active_controller))
         return op

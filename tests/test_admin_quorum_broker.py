@@ -114,6 +114,34 @@ def test_async_drivers_add_and_remove_a_voter(quorum):
     assert trio.run(cycle, kio.trio.Admin) == ([1, 2], [1])
 
 
+def test_bootstrap_controllers(quorum):
+    """KIP-919: an admin bootstrapped from the controllers (Java's
+    ``bootstrap.controllers``) learns them with DescribeCluster, sends the
+    quorum calls to the active controller, and describes the controllers as
+    the cluster; what only brokers serve fails naming the API. Naming a
+    broker there fails at once with MismatchedEndpointTypeError."""
+    directory, endpoints = _controller_2(quorum)
+    with kio.Admin(bootstrap_controllers=quorum.first.controller_address, default_api_timeout_ms=30000) as admin:
+        cluster = admin.describe_cluster()
+        assert cluster.controller.id == 1 and cluster.cluster_id == quorum.cluster_id
+        assert (1, quorum.first.controller_port) in {(n.id, n.port) for n in cluster.nodes}
+        assert 3 not in {n.id for n in cluster.nodes}                  # brokers are not listed
+        assert admin.describe_metadata_quorum().leader_id == 1
+        admin.add_raft_voter(2, directory, endpoints)
+        assert _voters(admin.describe_metadata_quorum()) == [1, 2]
+        admin.remove_raft_voter(2, directory)
+        assert _voters(admin.describe_metadata_quorum()) == [1]
+        with pytest.raises(error_codes.BrokerIdNotRegisteredError):
+            admin.unregister_broker(99)
+        with pytest.raises(UnsupportedVersionError, match="Metadata"):
+            admin.list_topics()
+    with kio.Admin(bootstrap_controllers=quorum.bootstrap_servers, default_api_timeout_ms=20000) as admin:
+        start = time.monotonic()
+        with pytest.raises(error_codes.MismatchedEndpointTypeError, match="must name KRaft controllers"):
+            admin.describe_metadata_quorum()
+        assert time.monotonic() - start < 5
+
+
 def _registered(quorum):
     """{broker id: fenced} as the cluster lists them (DescribeCluster v2 with
     include_fenced_brokers: a stopped broker is fenced, still registered)."""

@@ -131,3 +131,60 @@ def test_bad_ids_are_refused_before_sending():
     with pytest.raises(ValueError, match="voter_directory_id 'xyz' is not a Kafka Uuid"):
         sim.core.add_raft_voter(2, "xyz", [("CONTROLLER", "h", 1)], now=0)
     assert not sim.core.pending
+
+
+# --- bootstrap.controllers (KIP-919) -------------------------------------------------------------
+
+def _controllers(fc, active):
+    """Every node answers DescribeCluster as a KRaft controller does for the
+    controller endpoint type: the controllers, and the active one."""
+    def describe(req):
+        assert req.body["endpoint_type"] == 2, "the admin must ask for the controllers"
+        return {"cluster_id": "cid", "controller_id": active, "endpoint_type": 2,
+                "brokers": [{"broker_id": n, "host": f"b{n}", "port": 9092} for n in sorted(fc.brokers)]}
+    fc.on_all("DescribeCluster", describe)
+
+
+def test_bootstrap_controllers_sends_to_the_active_controller():
+    """bootstrap.controllers: the metadata is DescribeCluster (controller
+    endpoints; controllers have no Metadata), and the voter calls, the quorum
+    and cluster descriptions go to the active controller, as Java's
+    LeastLoadedBrokerOrActiveKController does."""
+    from kproto.errors import ConfigError
+
+    fc = FakeCluster(nodes=(1, 2, 3))
+    _controllers(fc, active=2)
+    _answers(fc, "AddRaftVoter")
+    fc.on_all("DescribeQuorum", lambda req: {"topics": [{"topic_name": "__cluster_metadata", "partitions": [
+        {"partition_index": 0, "leader_id": 2, "leader_epoch": 4, "high_watermark": 9,
+         "current_voters": [{"replica_id": 2, "log_end_offset": 9}], "observers": []}]}]})
+    sim = Sim(fc, **{"bootstrap.servers": None, "bootstrap.controllers": "b1:9092"})
+    assert sim.core.using_bootstrap_controllers
+    add = sim.core.add_raft_voter(3, DIR, [("CONTROLLER", "b3", 9093)], now=0)
+    quorum = sim.core.describe_metadata_quorum(now=0)
+    cluster = sim.core.describe_cluster(now=0)
+    sim.run(add, quorum, cluster)
+    assert add.result() is None and quorum.result().leader_id == 2
+    desc = cluster.result()
+    assert desc.controller.id == 2 and [n.id for n in desc.nodes] == [1, 2, 3] and desc.cluster_id == "cid"
+    assert {n for n, _ in sim.requests("AddRaftVoter")} == {n for n, _ in sim.requests("DescribeQuorum")} == {2}
+    assert not sim.requests("Metadata")
+    with pytest.raises(ConfigError, match="not both"):
+        Sim(fc, **{"bootstrap.servers": "b1:9092", "bootstrap.controllers": "b1:9092"})
+
+
+def test_bootstrap_controllers_naming_a_broker_fails_at_once():
+    """A broker answers the controllers' DescribeCluster with
+    MISMATCHED_ENDPOINT_TYPE: the operations fail with it at once, saying
+    what to fix, instead of waiting for metadata until their deadline."""
+    fc = FakeCluster(nodes=(1,))
+    fc.on_all("DescribeCluster", lambda req: {
+        "error_code": 114, "error_message": "The request was sent to an endpoint of type BROKER, but we wanted "
+                                            "an endpoint of type CONTROLLER", "brokers": []})
+    sim = Sim(fc, **{"bootstrap.servers": None, "bootstrap.controllers": "b1:9092"})
+    h = sim.core.unregister_broker(3, now=0)
+    sim.run(h, limit_ms=2000)
+    err = h.items["broker"].error
+    assert isinstance(err, error_codes.MismatchedEndpointTypeError)
+    assert "endpoint of type BROKER" in str(err) and "must name KRaft controllers" in str(err)
+    assert not sim.requests("UnregisterBroker")
