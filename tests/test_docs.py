@@ -61,6 +61,7 @@ EXPECTED_OUTPUT = {
     "docs/guides/share-consumer.md#share-consumer-queues-kip-932-apache-kafka-4-1": "b'job-7' 2",
     "docs/guides/admin.md#admin": "PartitionInfo(",
     "docs/guides/admin.md#acls-configs-quotas-scram-and-the-cluster": "metadata.version",
+    "docs/guides/admin.md#the-kraft-quorum-voters-and-broker-registrations": "no broker 99: BROKER_ID_NOT_REGISTERED",
     "docs/guides/spark.md#pyspark": "rows streamed",
     "docs/guides/embedding.md#a-minimal-blocking-driver": "b'key' b'value' [('h', b'v')]",
     "docs/guides/console.md#console-tools": "k1 hello",
@@ -72,6 +73,7 @@ EXPECTED_OUTPUT = {
 KAFKA_ONLY = {
     "docs/guides/share-consumer.md#share-consumer-queues-kip-932-apache-kafka-4-1": "does not support",
     "docs/guides/admin.md#acls-configs-quotas-scram-and-the-cluster": "does not support DescribeQuorum",
+    "docs/guides/admin.md#the-kraft-quorum-voters-and-broker-registrations": "does not support DescribeQuorum",
 }
 
 # The one block that names a remote cluster instead of ADDRESS.
