@@ -121,8 +121,8 @@ class DynamicQuorumCluster:
 
     def stop(self) -> None:
         """Stop every node and remove what they stored (safe to call twice)."""
-        for n in self.nodes.values():
-            if n.running:
+        for n in self.nodes.values():          # SIGTERM all first: they shut down in parallel
+            if n.process is not None and n.running:
                 n.process.terminate()
         for n in self.nodes.values():
             n.stop()
