@@ -32,6 +32,7 @@ from kproto.admin_acls import (
     PatternType, ResourcePattern, ResourcePatternFilter, ResourceType,
 )
 from kproto.admin_cluster import ElectionType, FeatureUpdate, TopicPartitionReplica, UpgradeType
+from kproto.admin_quorum import RaftVoterEndpoint
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
 from kproto.admin_scram import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
 from kproto.admin_transactions import AbortTransactionSpec
@@ -44,7 +45,7 @@ __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigReso
            "AccessControlEntryFilter", "ResourceType", "PatternType", "AclOperation", "AclPermissionType",
            "ClientQuotaEntity", "ClientQuotaFilter", "ClientQuotaFilterComponent", "ClientQuotaAlteration",
            "ScramMechanism", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
-           "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica",
+           "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica", "RaftVoterEndpoint",
            # group and transaction operations' inputs
            "AbortTransactionSpec", "OffsetAndMetadata"]
 

@@ -21,3 +21,4 @@ class AdminMixin:
     _unanswered: Callable[..., Any]
     _seen_metadata: Callable[..., Any]
     _per_resource: Callable[..., Any]
+    _broker_or_active_controller: str

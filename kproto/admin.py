@@ -51,12 +51,14 @@ from kproto import error_codes
 from kproto.client import DriverIO, network_for
 from kproto.cluster import TopicPartition, validate_topic_name
 from kproto.config import (
-    BOOL, COMMON, INT, Config, ConfigDef, Setting, check_security, in_range, require_bootstrap,
+    BOOL, COMMON, INT, LIST, Config, ConfigDef, Setting, check_security, in_range,
 )
 from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupAdmin
 from kproto.admin_acls import AclAdmin
 from kproto.admin_cluster import ClusterAdmin
+from kproto.admin_quorum import QuorumAdmin
+from kproto.controller_metadata import CONTROLLER_ENDPOINT, ControllerMetadata
 from kproto.admin_configs import ConfigAdmin
 from kproto.admin_scram import ScramAdmin
 from kproto.admin_groups import GroupAdmin
@@ -78,12 +80,27 @@ __all__ = [
     "OffsetAndMetadata",
 ]
 
+def _require_one_bootstrap(values, explicit):
+    """bootstrap.servers or bootstrap.controllers, not both (Java's AdminClientConfig)."""
+    if values.get("bootstrap.controllers"):
+        if values.get("bootstrap.servers"):
+            raise ConfigError("set bootstrap.servers (brokers) or bootstrap.controllers (KRaft controllers), "
+                              "not both")
+        return
+    if not values.get("bootstrap.servers"):
+        raise ConfigError("bootstrap.servers is required (e.g. '127.0.0.1:9092'), or bootstrap.controllers "
+                          "to talk to the KRaft controllers")
+
+
 ADMIN_CONFIG = ConfigDef(COMMON + [
     Setting("default.api.timeout.ms", INT, 60000, in_range(1),
             "how long an admin operation may take, retries included"),
     Setting("metadata.max.idle.ms", INT, 300000, in_range(5000), "accepted for symmetry; unused"),
     Setting("allow.auto.create.topics", BOOL, False, doc="admin Metadata requests never create topics"),
-], checks=[require_bootstrap, check_security])
+    Setting("bootstrap.controllers", LIST, None,
+            doc="host:port list of KRaft controllers to talk to instead of brokers (KIP-919); "
+                "excludes bootstrap.servers"),
+], checks=[_require_one_bootstrap, check_security])
 
 
 def parse_admin_config(conf=None, **kwargs) -> Config:
@@ -392,13 +409,17 @@ class _Call:
 
 
 class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin,
-                ScramAdmin, ClusterAdmin):
+                ScramAdmin, ClusterAdmin, QuorumAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
         self.rng = rng or random.Random()
-        self.cluster, self.client = network_for(cfg, rng=self.rng, max_in_flight=5,
-                                                allow_auto_topic_creation=False, telemetry_type="admin-client")
+        #: KIP-919: the admin talks to the KRaft controllers (bootstrap.controllers), not brokers.
+        self.using_bootstrap_controllers = bool(cfg.bootstrap_controllers)
+        self.cluster, self.client = network_for(
+            cfg, rng=self.rng, max_in_flight=5, allow_auto_topic_creation=False, telemetry_type="admin-client",
+            **({"bootstrap": cfg.bootstrap_controllers, "cluster_class": ControllerMetadata}
+               if self.using_bootstrap_controllers else {}))
         self._calls: list[_Call] = []          # waiting to be sent (maybe backing off)
         self._in_flight: set = set()
         self._completed: list = []
@@ -463,6 +484,24 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         b = self.config.retry_backoff_ms * 2 ** max(0, tries - 1)
         return min(b, self.config.retry_backoff_max_ms)
 
+    def _wrong_endpoint(self) -> Optional[KafkaError]:
+        """The error to fail every call with when ``bootstrap.controllers``
+        leads to brokers, which refuse the controllers' DescribeCluster with
+        MISMATCHED_ENDPOINT_TYPE (Java's Admin fails its calls then too)."""
+        err = self.cluster.refusal
+        if isinstance(err, (error_codes.MismatchedEndpointTypeError, error_codes.UnsupportedEndpointTypeError)):
+            return error_codes.error_for_code(
+                err.code, f"{err.message}; bootstrap.controllers must name KRaft controllers (their controller "
+                          f"listeners), not brokers", "bootstrap.controllers")
+        return None
+
+    @property
+    def _broker_or_active_controller(self) -> str:
+        """Where Java's Admin sends the cluster and quorum descriptions and the
+        voter calls (LeastLoadedBrokerOrActiveKController): any broker, or,
+        bootstrapped from the controllers, the active controller."""
+        return CONTROLLER if self.using_bootstrap_controllers else ANY
+
     def _node_for(self, call, now) -> Optional[int]:
         if call.target == ANY:
             return self.client.least_loaded_node(now)
@@ -475,9 +514,11 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         return call.node
 
     def _run_calls(self, now):
-        auth_error = self.client.auth_error
+        auth_error = self.client.auth_error or self._wrong_endpoint()
         for call in list(self._calls):
-            if auth_error is not None:          # wrong credentials: fail now, not at the deadline
+            # Wrong credentials, or bootstrap.controllers naming brokers: fail
+            # now, not at the deadline.
+            if auth_error is not None:
                 self._calls.remove(call)
                 self._fail_call(call, auth_error)
                 continue
@@ -824,6 +865,8 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
 
         class Call(_Call):
             def build(call, core, node):
+                if self.using_bootstrap_controllers:      # the controllers describe themselves
+                    return {"include_cluster_authorized_operations": False, "endpoint_type": CONTROLLER_ENDPOINT}
                 if self.client.api_version(node, "DescribeCluster") is not None:
                     call.api = "DescribeCluster"
                     return {"include_cluster_authorized_operations": False}
@@ -850,7 +893,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                 self._complete(op, "cluster", value=ClusterDescription(
                     body.get("cluster_id"), ctl, tuple(sorted(nodes))))
 
-        self._submit(Call(op, "DescribeCluster", op.items))
+        self._submit(Call(op, "DescribeCluster", op.items, target=self._broker_or_active_controller))
         return op
 
     def describe_configs(self, resources, *, include_synonyms=False, timeout_ms=None, now) -> AdminHandle:

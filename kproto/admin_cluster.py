@@ -11,7 +11,8 @@
 * ``describe_features``: ApiVersions to any broker (its supported and
   finalized features);
 * ``describe_metadata_quorum``: DescribeQuorum for ``__cluster_metadata``
-  to any broker (which forwards it to the active controller).
+  to any broker (which forwards it to the active controller), or with
+  ``bootstrap.controllers`` to the active controller.
 """
 from __future__ import annotations
 
@@ -547,5 +548,6 @@ class ClusterAdmin(AdminMixin):
                 tuple(_replica(r) for r in p.get("current_voters") or ()),
                 tuple(_replica(r) for r in p.get("observers") or ()), dict(sorted(nodes.items()))))
 
-        self._submit(_SelfCall(op, "DescribeQuorum", op.items, build, handle))
+        self._submit(_SelfCall(op, "DescribeQuorum", op.items, build, handle,
+                               target=self._broker_or_active_controller))
         return op

@@ -356,7 +356,9 @@ class NetworkClient:
         if not self.ready(node, now):
             return
         body = cluster.request_body(now)
-        self._metadata_in_flight = self.send(node, "Metadata", body, now,
+        # Metadata, or DescribeCluster for an admin bootstrapped from the
+        # controllers (kproto.controller_metadata): the cache says which.
+        self._metadata_in_flight = self.send(node, cluster.metadata_api, body, now,
                                              callback=lambda req: self._on_metadata(req))
 
     def _on_metadata(self, req):
@@ -367,11 +369,13 @@ class NetworkClient:
             return
         code = req.result.get("error_code", 0)
         if code:                                 # Metadata v13+: the whole answer failed
-            self.cluster.failed_update(now)
             if code == REBOOTSTRAP_REQUIRED and self.cluster.recovery_strategy == "rebootstrap":
+                self.cluster.failed_update(now)
                 self._rebootstrap(now, "the broker answered REBOOTSTRAP_REQUIRED")
             else:
-                self.report_error(error_for_code(code, context="metadata"))
+                err = error_for_code(code, req.result.get("error_message"), self.cluster.metadata_api)
+                self.cluster.failed_update(now, err)
+                self.report_error(err)
             return
         self.cluster.update(req.result, now)
         if self.on_metadata is not None:
@@ -593,13 +597,14 @@ def host_port(s) -> tuple:
 
 
 def network_for(cfg, *, rng, max_in_flight, allow_auto_topic_creation, cluster_class=ClusterMetadata,
-                telemetry_type: Optional[str] = None, **cluster_kwargs):
+                telemetry_type: Optional[str] = None, bootstrap=None, **cluster_kwargs):
     """The metadata cache and NetworkClient every core builds from the common
     settings (kproto.config.COMMON): (cluster, client). ``telemetry_type``
     (Java's metric group prefix) turns on KIP-714 telemetry when the
-    ``enable.metrics.push`` setting is true."""
+    ``enable.metrics.push`` setting is true. ``bootstrap``: the addresses to
+    start from instead of ``bootstrap.servers`` (the admin's bootstrap.controllers)."""
     cluster = cluster_class(
-        [host_port(s) for s in cfg.bootstrap_servers],
+        [host_port(s) for s in (bootstrap or cfg.bootstrap_servers)],
         metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
         retry_backoff_max_ms=cfg.retry_backoff_max_ms, allow_auto_topic_creation=allow_auto_topic_creation,
         metadata_recovery_strategy=cfg.metadata_recovery_strategy,

@@ -79,6 +79,10 @@ class TopicPartition(NamedTuple):
 
 
 class ClusterMetadata:
+    #: The request NetworkClient refreshes this cache with (an admin
+    #: bootstrapped from the controllers: kproto.controller_metadata).
+    metadata_api = "Metadata"
+
     def __init__(self, bootstrap: list, *, metadata_max_age_ms=300000, retry_backoff_ms=100,
                  retry_backoff_max_ms=1000, allow_auto_topic_creation=True, metadata_max_idle_ms=None,
                  metadata_recovery_strategy="rebootstrap", rebootstrap_trigger_ms=300000):
@@ -117,6 +121,8 @@ class ClusterMetadata:
         self.topic_errors: dict[str, Exception] = {}        # last error per topic
         self.cluster_id = None
         self.controller_id = None
+        #: The last metadata answer's top-level error (None once one succeeds).
+        self.refusal: Optional[Exception] = None
         self.version = 0                                    # bumped on every update
         self.last_refresh_ms: Optional[float] = None
         self.last_attempt_ms: Optional[float] = None
@@ -194,8 +200,11 @@ class ClusterMetadata:
             self.topic_errors.pop(t, None)
             self._changed()
 
-    def failed_update(self, now):
-        """The Metadata request failed (no answer): back off, rotate bootstrap."""
+    def failed_update(self, now, error=None):
+        """The Metadata request failed (no answer, or ``error``: the answer's
+        top-level error, kept in ``refusal`` until an answer succeeds): back
+        off, rotate bootstrap."""
+        self.refusal = error
         self._failed_attempts += 1
         self.last_attempt_ms = now
         self._bootstrap_next += 1
@@ -263,6 +272,7 @@ class ClusterMetadata:
             self.brokers = brokers
         self.cluster_id = body.get("cluster_id")
         self.controller_id = body.get("controller_id")
+        self.refusal = None
         retry_soon = False
         for t in body.get("topics") or []:
             name = t["name"]

@@ -2627,6 +2627,56 @@ class StreamsGroupDescribeResponse(TypedDict, total=False):
     groups: List[StreamsGroupDescribeResponseDescribedGroup]  # v0+
 
 
+class AddRaftVoterRequestListener(TypedDict, total=False):
+    """AddRaftVoterRequestListener: a struct in AddRaftVoterRequest."""
+    name: str  # v0+
+    host: str  # v0+
+    port: int  # v0+
+
+
+class AddRaftVoterRequest(TypedDict, total=False):
+    """The body of the AddRaftVoter request (api key 80)."""
+    cluster_id: Optional[str]  # v0+
+    timeout_ms: int  # v0+
+    voter_id: int  # v0+
+    voter_directory_id: uuid.UUID  # v0+
+    listeners: List[AddRaftVoterRequestListener]  # v0+
+    ack_when_committed: bool  # v1+
+
+
+class AddRaftVoterResponse(TypedDict, total=False):
+    """The body of the AddRaftVoter response (api key 80)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class RemoveRaftVoterRequest(TypedDict, total=False):
+    """The body of the RemoveRaftVoter request (api key 81)."""
+    cluster_id: Optional[str]  # v0+
+    voter_id: int  # v0+
+    voter_directory_id: uuid.UUID  # v0+
+
+
+class RemoveRaftVoterResponse(TypedDict, total=False):
+    """The body of the RemoveRaftVoter response (api key 81)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
+class UnregisterBrokerRequest(TypedDict, total=False):
+    """The body of the UnregisterBroker request (api key 64)."""
+    broker_id: int  # v0+
+
+
+class UnregisterBrokerResponse(TypedDict, total=False):
+    """The body of the UnregisterBroker response (api key 64)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -2796,6 +2846,12 @@ __all__ = [
     "StreamsGroupHeartbeatResponse",
     "StreamsGroupDescribeRequest",
     "StreamsGroupDescribeResponse",
+    "AddRaftVoterRequest",
+    "AddRaftVoterResponse",
+    "RemoveRaftVoterRequest",
+    "RemoveRaftVoterResponse",
+    "UnregisterBrokerRequest",
+    "UnregisterBrokerResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",

@@ -62,6 +62,7 @@ EXPECTED_OUTPUT = {
     "docs/guides/admin.md#admin": "PartitionInfo(",
     "docs/guides/admin.md#acls-configs-quotas-scram-and-the-cluster": "metadata.version",
     "docs/guides/admin.md#streams-groups": "partition=0): OffsetAndMetadata(offset=0",
+    "docs/guides/admin.md#the-kraft-quorum-voters-and-broker-registrations": "no broker 99: BROKER_ID_NOT_REGISTERED",
     "docs/guides/spark.md#pyspark": "rows streamed",
     "docs/guides/embedding.md#a-minimal-blocking-driver": "b'key' b'value' [('h', b'v')]",
     "docs/guides/console.md#console-tools": "k1 hello",
@@ -74,6 +75,7 @@ KAFKA_ONLY = {
     "docs/guides/share-consumer.md#share-consumer-queues-kip-932-apache-kafka-4-1": "does not support",
     "docs/guides/admin.md#acls-configs-quotas-scram-and-the-cluster": "does not support DescribeQuorum",
     "docs/guides/admin.md#streams-groups": "does not support OffsetDelete",
+    "docs/guides/admin.md#the-kraft-quorum-voters-and-broker-registrations": "does not support DescribeQuorum",
 }
 
 # The one block that names a remote cluster instead of ADDRESS.

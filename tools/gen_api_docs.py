@@ -33,6 +33,8 @@ ROLES = [
     ("kproto/admin", "admin"),
     ("kproto/requests", "consumer"),
     ("kproto/client", "every client"),
+    ("kproto/cluster", "every client"),                # the metadata cache's refresh request
+    ("kproto/controller_metadata", "admin"),           # bootstrap.controllers' metadata
     ("kproto/telemetry", "every client (KIP-714 telemetry)"),
     ("kproto/connection", "every SASL connection"),   # only its Sasl* names: see _senders
     ("kio/testing/secured_kafka", "test broker set-up (raw requests)"),

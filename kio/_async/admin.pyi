@@ -16,6 +16,7 @@ from kproto.admin_acls import AclBinding, AclBindingFilter
 from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo, ReplicaLogDirInfo, TopicPartitionReplica
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
 from kproto.admin_groups import GroupListing
+from kproto.admin_quorum import RaftVoterEndpoint
 from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
 from kproto.admin_streams import StreamsGroupDescription
 from kproto.admin_transactions import AbortTransactionSpec, ProducerIdAndEpoch, ProducerState, TransactionDescription, TransactionListing
@@ -467,4 +468,28 @@ class AsyncAdmin(_Client):
 
     @overload
     async def describe_metadata_quorum(self, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def add_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str], endpoints: Iterable[Union[RaftVoterEndpoint, Tuple[str, str, int]]], *, cluster_id: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> None:
+        ...
+
+    @overload
+    async def add_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str], endpoints: Iterable[Union[RaftVoterEndpoint, Tuple[str, str, int]]], *, cluster_id: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def remove_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str], *, cluster_id: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> None:
+        ...
+
+    @overload
+    async def remove_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str], *, cluster_id: Optional[str]=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def unregister_broker(self, broker_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> None:
+        ...
+
+    @overload
+    async def unregister_broker(self, broker_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...

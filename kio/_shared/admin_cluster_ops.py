@@ -8,7 +8,8 @@ the async view of these methods too.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union, overload
+import uuid
+from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, Union, overload
 
 from kproto.admin import AdminHandle, ConfigResource
 from kproto.admin_acls import AclBinding, AclBindingFilter
@@ -16,6 +17,7 @@ from kproto.admin_cluster import (
     ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo,
     ReplicaLogDirInfo, TopicPartitionReplica,
 )
+from kproto.admin_quorum import RaftVoterEndpoint
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
 from kproto.admin_scram import (
     UserScramCredentialDeletion, UserScramCredentialsDescription, UserScramCredentialUpsertion,
@@ -27,7 +29,8 @@ __all__ = ["AdminClusterOps"]
 
 class AdminClusterOps:
     """ACLs, legacy configs, quotas, SCRAM credentials, log dirs, leaders,
-    reassignments, features and the metadata quorum (see the module)."""
+    reassignments, features, the metadata quorum and its voters, broker
+    registrations (see the module)."""
 
     def _call(self, name: str, *args: Any, timeout: Optional[float], raise_errors: bool, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -341,3 +344,66 @@ timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         """QuorumInfo(leader_id, leader_epoch, high_watermark, voters, observers,
         nodes) of the KRaft metadata quorum."""
         return self._call("describe_metadata_quorum", timeout=timeout, raise_errors=raise_errors)
+
+    # -- the KRaft quorum's voters and the brokers' registrations --------------------------------
+    @overload
+    def add_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str],
+                       endpoints: Iterable[Union[RaftVoterEndpoint, Tuple[str, str, int]]], *,
+                       cluster_id: Optional[str] = ..., timeout: Optional[float] = ...,
+                       raise_errors: Literal[True] = ...) -> None: ...
+
+    @overload
+    def add_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str],
+                       endpoints: Iterable[Union[RaftVoterEndpoint, Tuple[str, str, int]]], *,
+                       cluster_id: Optional[str] = ..., timeout: Optional[float] = ...,
+                       raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def add_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str],
+                       endpoints: Iterable[Union[RaftVoterEndpoint, Tuple[str, str, int]]], *,
+                       cluster_id: Optional[str] = None, timeout: Optional[float] = None,
+                       raise_errors: bool = True) -> Any:
+        """Make controller ``voter_id`` a voter of the KRaft metadata quorum
+        (KIP-853; Java's ``addRaftVoter``). It must run as an observer (e.g.
+        formatted with ``--no-initial-controllers``); ``voter_directory_id`` is
+        its metadata log directory's id (``directory.id`` in its
+        meta.properties: Kafka's base64 text or a uuid.UUID); ``endpoints``
+        its controller listeners as (name, host, port). Returns once the new
+        voter set is committed. A voter already: DuplicateVoterError; a quorum
+        that is not dynamic: BrokerUnsupportedVersionError; ``cluster_id``
+        not the cluster's: InconsistentClusterIdError."""
+        return self._call("add_raft_voter", voter_id, voter_directory_id, list(endpoints), cluster_id=cluster_id,
+                          timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def remove_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str], *,
+                          cluster_id: Optional[str] = ..., timeout: Optional[float] = ...,
+                          raise_errors: Literal[True] = ...) -> None: ...
+
+    @overload
+    def remove_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str], *,
+                          cluster_id: Optional[str] = ..., timeout: Optional[float] = ...,
+                          raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def remove_raft_voter(self, voter_id: int, voter_directory_id: Union[uuid.UUID, str], *,
+                          cluster_id: Optional[str] = None, timeout: Optional[float] = None,
+                          raise_errors: bool = True) -> Any:
+        """Remove voter ``voter_id`` (with that metadata log directory id)
+        from the KRaft metadata quorum (Java's ``removeRaftVoter``); no such
+        voter: VoterNotFoundError."""
+        return self._call("remove_raft_voter", voter_id, voter_directory_id, cluster_id=cluster_id,
+                          timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def unregister_broker(self, broker_id: int, *, timeout: Optional[float] = ...,
+                          raise_errors: Literal[True] = ...) -> None: ...
+
+    @overload
+    def unregister_broker(self, broker_id: int, *, timeout: Optional[float] = ...,
+                          raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def unregister_broker(self, broker_id: int, *, timeout: Optional[float] = None,
+                          raise_errors: bool = True) -> Any:
+        """Remove the registration of broker ``broker_id``, one that is gone
+        for good, from the cluster metadata (Java's ``unregisterBroker``); not
+        registered: BrokerIdNotRegisteredError."""
+        return self._call("unregister_broker", broker_id, timeout=timeout, raise_errors=raise_errors)

@@ -73,6 +73,9 @@ from kproto.schema import get_telemetry_subscriptions
 from kproto.schema import push_telemetry
 from kproto.schema import streams_group_heartbeat
 from kproto.schema import streams_group_describe
+from kproto.schema import add_raft_voter
+from kproto.schema import remove_raft_voter
+from kproto.schema import unregister_broker
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -140,4 +143,7 @@ API_MODULES = (
     push_telemetry,
     streams_group_heartbeat,
     streams_group_describe,
+    add_raft_voter,
+    remove_raft_voter,
+    unregister_broker,
 )
