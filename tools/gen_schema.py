@@ -103,6 +103,12 @@ APIS = [
     # KIP-714 client telemetry: the subscription the broker asks for, the pushes.
     ("GetTelemetrySubscriptions", "get_telemetry_subscriptions"),
     ("PushTelemetry", "push_telemetry"),
+    # Delegation tokens (KIP-48; KRaft since 3.6): Java's Admin create, renew,
+    # expire and describe, and kafka-delegation-tokens.
+    ("CreateDelegationToken", "create_delegation_token"),
+    ("RenewDelegationToken", "renew_delegation_token"),
+    ("ExpireDelegationToken", "expire_delegation_token"),
+    ("DescribeDelegationToken", "describe_delegation_token"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

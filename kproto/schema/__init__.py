@@ -71,6 +71,10 @@ from kproto.schema import list_transactions
 from kproto.schema import write_txn_markers
 from kproto.schema import get_telemetry_subscriptions
 from kproto.schema import push_telemetry
+from kproto.schema import create_delegation_token
+from kproto.schema import renew_delegation_token
+from kproto.schema import expire_delegation_token
+from kproto.schema import describe_delegation_token
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -136,4 +140,8 @@ API_MODULES = (
     write_txn_markers,
     get_telemetry_subscriptions,
     push_telemetry,
+    create_delegation_token,
+    renew_delegation_token,
+    expire_delegation_token,
+    describe_delegation_token,
 )
