@@ -59,6 +59,7 @@ from kproto.admin_acls import AclAdmin
 from kproto.admin_cluster import ClusterAdmin
 from kproto.admin_configs import ConfigAdmin
 from kproto.admin_scram import ScramAdmin
+from kproto.admin_tokens import TokenAdmin
 from kproto.admin_groups import GroupAdmin
 from kproto.admin_transactions import TransactionAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
@@ -391,7 +392,7 @@ class _Call:
 
 
 class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin, ScramAdmin,
-                ClusterAdmin):
+                TokenAdmin, ClusterAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
