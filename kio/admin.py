@@ -34,6 +34,7 @@ from kproto.admin_acls import (
 from kproto.admin_cluster import ElectionType, FeatureUpdate, TopicPartitionReplica, UpgradeType
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
 from kproto.admin_scram import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
+from kproto.admin_tokens import DelegationToken, TokenInformation
 from kproto.admin_transactions import AbortTransactionSpec
 from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
@@ -46,7 +47,9 @@ __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigReso
            "ScramMechanism", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
            "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica",
            # group and transaction operations' inputs
-           "AbortTransactionSpec", "OffsetAndMetadata"]
+           "AbortTransactionSpec", "OffsetAndMetadata",
+           # delegation tokens (results: the token is also what renew and expire take)
+           "DelegationToken", "TokenInformation"]
 
 log = logging.getLogger("kio.admin")
 

@@ -95,6 +95,13 @@ class ScramMechanism(SaslMechanism):
         return f"<ScramMechanism {self.name} user={self.username!r}{token}>"
 
     @property
+    def failure_advice(self) -> str:
+        if not self.token_auth:
+            return ""
+        return (f"the delegation token {self.username!r} is unknown to the cluster: it expired, was expired, "
+                f"or the HMAC (the password) is wrong; create a new token with the owner's own credentials")
+
+    @property
     def _who(self) -> str:
         # Failures name the user, or the token id (never the password/HMAC).
         return f"delegation token {self.username!r}" if self.token_auth else repr(self.username)
