@@ -34,8 +34,10 @@ from kproto.errors import UnsupportedVersionError
 
 try:
     from test_cli import kio as kio_cli, ok
+    from test_cli_security import _as, until
 except ImportError:  # tests/ as a package
     from tests.test_cli import kio as kio_cli, ok
+    from tests.test_cli_security import _as, until
 
 MINUTE = 60_000
 
@@ -52,19 +54,10 @@ def _token_config(secured_kafka, token, mechanism="SCRAM-SHA-512", listener="SAS
     return cfg
 
 
-def eventually(fn, ok_, seconds=15.0):
-    end = time.monotonic() + seconds
-    while True:
-        value = fn()
-        if ok_(value) or time.monotonic() > end:
-            return value
-        time.sleep(0.1)
-
-
 def _visible(admin, token, present=True):
     """Wait until the broker's token cache has (or no longer has) ``token``."""
-    ids = eventually(lambda: [t.token_id for t in admin.describe_delegation_token()],
-                     lambda v: (token.token_id in v) is present)
+    ids = until(lambda: [t.token_id for t in admin.describe_delegation_token()],
+                lambda v: (token.token_id in v) is present, 15)
     assert (token.token_id in ids) is present, f"token {token.token_id} present={not present} after 15 s"
 
 
@@ -86,7 +79,7 @@ def _round_trip_threading(cfg, topic):
         md = p.send(topic, b"by token", partition=0).result(20)
     with kio.Consumer(**cfg, auto_offset_reset="earliest") as c:
         c.assign([kio.TopicPartition(topic, 0)])
-        records = eventually(lambda: c.poll(0.2), bool, 15)
+        records = until(lambda: c.poll(0.2), bool, 15)
     return md.offset, [r.value for r in records]
 
 
@@ -161,8 +154,8 @@ def test_renew_expire_and_then_the_token_no_longer_authenticates(secured_kafka):
         expiry = admin.renew_delegation_token(token, 5 * MINUTE)
         assert asked - 5000 <= expiry - 5 * MINUTE <= int(time.time() * 1000) + 5000
         assert expiry <= token.token_info.max_timestamp
-        renewed = eventually(lambda: [t for t in admin.describe_delegation_token() if t.token_id == token.token_id],
-                             lambda v: v and v[0].token_info.expiry_timestamp == expiry)
+        renewed = until(lambda: [t for t in admin.describe_delegation_token() if t.token_id == token.token_id],
+                        lambda v: v and v[0].token_info.expiry_timestamp == expiry)
         assert renewed[0].token_info.expiry_timestamp == expiry
         # Renewing past the max timestamp stops at it.
         assert admin.renew_delegation_token(token, 90 * MINUTE) == token.token_info.max_timestamp
@@ -213,16 +206,13 @@ def test_javas_kafka_delegation_tokens_describes_the_token_kio_made(secured_kafk
 
 
 def test_kio_delegation_tokens_cli(secured_kafka):
-    cfg = _config(secured_kafka)
-    conn = ["--bootstrap-server", cfg["bootstrap_servers"]]
-    for key in ("security_protocol", "sasl_mechanism", "sasl_username", "sasl_password"):
-        conn += ["--property", f"{key.replace('_', '.')}={cfg[key]}"]
+    conn = _as(secured_kafka, "alice")
     created = ok(kio_cli("delegation-tokens", "create", *conn, "--renewer-principal", "User:bob",
                          "--max-life-time-period", str(20 * MINUTE))).rstrip("\n").split("\t")
     token_id, hmac, owner, requester, renewers = created[:5]
     assert (owner, requester, renewers) == ("User:alice", "User:alice", "User:bob") and len(created) == 8
-    described = eventually(lambda: ok(kio_cli("delegation-tokens", "describe", *conn, "--owner-principal",
-                                              "User:alice")), lambda out: token_id in out)
+    described = until(lambda: ok(kio_cli("delegation-tokens", "describe", *conn, "--owner-principal",
+                                         "User:alice")), lambda out: token_id in out)
     [line] = [line for line in described.splitlines() if line.startswith(token_id)]
     assert line.split("\t") == created
     renewed = ok(kio_cli("delegation-tokens", "renew", *conn, "--hmac", hmac, "--renew-time-period",
