@@ -35,6 +35,7 @@ from kproto.admin_cluster import ElectionType, FeatureUpdate, TopicPartitionRepl
 from kproto.admin_quorum import RaftVoterEndpoint
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
 from kproto.admin_scram import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
+from kproto.admin_tokens import DelegationToken, TokenInformation
 from kproto.admin_transactions import AbortTransactionSpec
 from kproto.consumer import OffsetAndMetadata
 from kproto.config import Config
@@ -47,7 +48,9 @@ __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigReso
            "ScramMechanism", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
            "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica", "RaftVoterEndpoint",
            # group and transaction operations' inputs
-           "AbortTransactionSpec", "OffsetAndMetadata"]
+           "AbortTransactionSpec", "OffsetAndMetadata",
+           # delegation tokens (results: the token is also what renew and expire take)
+           "DelegationToken", "TokenInformation"]
 
 log = logging.getLogger("kio.admin")
 

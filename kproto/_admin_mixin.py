@@ -1,5 +1,5 @@
 """The part of :class:`kproto.admin.AdminCore` its operation mixins
-(kproto.admin_acls, admin_configs, admin_scram, admin_cluster) use, declared
+(kproto.admin_acls, admin_configs, admin_scram, admin_tokens, admin_cluster) use, declared
 for type checkers: annotations only, so nothing here shadows the core's
 attributes at run time."""
 from __future__ import annotations

@@ -61,6 +61,7 @@ from kproto.admin_quorum import QuorumAdmin
 from kproto.controller_metadata import CONTROLLER_ENDPOINT, ControllerMetadata
 from kproto.admin_configs import ConfigAdmin
 from kproto.admin_scram import ScramAdmin
+from kproto.admin_tokens import TokenAdmin
 from kproto.admin_groups import GroupAdmin
 from kproto.admin_streams import StreamsGroupAdmin
 from kproto.admin_transactions import TransactionAdmin
@@ -409,7 +410,7 @@ class _Call:
 
 
 class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin,
-                ScramAdmin, ClusterAdmin, QuorumAdmin):
+                ScramAdmin, TokenAdmin, ClusterAdmin, QuorumAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg

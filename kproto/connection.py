@@ -323,6 +323,9 @@ class SaslMechanism:
 
     name = None
     complete = False
+    #: Appended to the broker's text when it refuses the credentials (what
+    #: the user may do about it), e.g. for a delegation token.
+    failure_advice = ""
 
     def initial_response(self):
         raise NotImplementedError
@@ -385,8 +388,10 @@ class SaslAuthenticator(Authenticator):
         if api_name == "SaslAuthenticate":
             code = body.get("error_code", 0)
             if code:
-                raise error_codes.error_for_code(code, body.get("error_message"),
-                                                 context=f"SASL {self.mechanism.name}")
+                message = body.get("error_message") or None
+                if self.mechanism.failure_advice:
+                    message = f"{message or 'authentication failed'}; {self.mechanism.failure_advice}"
+                raise error_codes.error_for_code(code, message, context=f"SASL {self.mechanism.name}")
             self.session_lifetime_ms = body.get("session_lifetime_ms", 0) or 0
             challenge = body.get("auth_bytes") or b""
             if self.mechanism.complete:

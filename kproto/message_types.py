@@ -2677,6 +2677,99 @@ class UnregisterBrokerResponse(TypedDict, total=False):
     error_message: Optional[str]  # v0+
 
 
+class CreateDelegationTokenRequestCreatableRenewers(TypedDict, total=False):
+    """CreateDelegationTokenRequestCreatableRenewers: a struct in CreateDelegationTokenRequest."""
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+
+
+class CreateDelegationTokenRequest(TypedDict, total=False):
+    """The body of the CreateDelegationToken request (api key 38)."""
+    owner_principal_type: Optional[str]  # v3+
+    owner_principal_name: Optional[str]  # v3+
+    renewers: List[CreateDelegationTokenRequestCreatableRenewers]  # v0+
+    max_lifetime_ms: int  # v0+
+
+
+class CreateDelegationTokenResponse(TypedDict, total=False):
+    """The body of the CreateDelegationToken response (api key 38)."""
+    error_code: int  # v0+
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+    token_requester_principal_type: str  # v3+
+    token_requester_principal_name: str  # v3+
+    issue_timestamp_ms: int  # v0+
+    expiry_timestamp_ms: int  # v0+
+    max_timestamp_ms: int  # v0+
+    token_id: str  # v0+
+    hmac: bytes  # v0+
+    throttle_time_ms: int  # v0+
+
+
+class RenewDelegationTokenRequest(TypedDict, total=False):
+    """The body of the RenewDelegationToken request (api key 39)."""
+    hmac: bytes  # v0+
+    renew_period_ms: int  # v0+
+
+
+class RenewDelegationTokenResponse(TypedDict, total=False):
+    """The body of the RenewDelegationToken response (api key 39)."""
+    error_code: int  # v0+
+    expiry_timestamp_ms: int  # v0+
+    throttle_time_ms: int  # v0+
+
+
+class ExpireDelegationTokenRequest(TypedDict, total=False):
+    """The body of the ExpireDelegationToken request (api key 40)."""
+    hmac: bytes  # v0+
+    expiry_time_period_ms: int  # v0+
+
+
+class ExpireDelegationTokenResponse(TypedDict, total=False):
+    """The body of the ExpireDelegationToken response (api key 40)."""
+    error_code: int  # v0+
+    expiry_timestamp_ms: int  # v0+
+    throttle_time_ms: int  # v0+
+
+
+class DescribeDelegationTokenRequestDescribeDelegationTokenOwner(TypedDict, total=False):
+    """DescribeDelegationTokenRequestDescribeDelegationTokenOwner: a struct in DescribeDelegationTokenRequest."""
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+
+
+class DescribeDelegationTokenRequest(TypedDict, total=False):
+    """The body of the DescribeDelegationToken request (api key 41)."""
+    owners: Optional[List[DescribeDelegationTokenRequestDescribeDelegationTokenOwner]]  # v0+
+
+
+class DescribeDelegationTokenResponseDescribedDelegationTokenRenewer(TypedDict, total=False):
+    """DescribeDelegationTokenResponseDescribedDelegationTokenRenewer: a struct in DescribeDelegationTokenResponse."""
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+
+
+class DescribeDelegationTokenResponseDescribedDelegationToken(TypedDict, total=False):
+    """DescribeDelegationTokenResponseDescribedDelegationToken: a struct in DescribeDelegationTokenResponse."""
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+    token_requester_principal_type: str  # v3+
+    token_requester_principal_name: str  # v3+
+    issue_timestamp: int  # v0+
+    expiry_timestamp: int  # v0+
+    max_timestamp: int  # v0+
+    token_id: str  # v0+
+    hmac: bytes  # v0+
+    renewers: List[DescribeDelegationTokenResponseDescribedDelegationTokenRenewer]  # v0+
+
+
+class DescribeDelegationTokenResponse(TypedDict, total=False):
+    """The body of the DescribeDelegationToken response (api key 41)."""
+    error_code: int  # v0+
+    tokens: List[DescribeDelegationTokenResponseDescribedDelegationToken]  # v0+
+    throttle_time_ms: int  # v0+
+
+
 class RequestHeader(TypedDict, total=False):
     """The RequestHeader struct."""
     request_api_key: int  # v0+
@@ -2852,6 +2945,14 @@ __all__ = [
     "RemoveRaftVoterResponse",
     "UnregisterBrokerRequest",
     "UnregisterBrokerResponse",
+    "CreateDelegationTokenRequest",
+    "CreateDelegationTokenResponse",
+    "RenewDelegationTokenRequest",
+    "RenewDelegationTokenResponse",
+    "ExpireDelegationTokenRequest",
+    "ExpireDelegationTokenResponse",
+    "DescribeDelegationTokenRequest",
+    "DescribeDelegationTokenResponse",
     "RequestHeader",
     "ResponseHeader",
     "ConsumerProtocolSubscription",

@@ -1,7 +1,9 @@
 """SASL mechanisms for the connection's authentication step.
 
 PLAIN (RFC 4616), SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677) and
-OAUTHBEARER (RFC 7628, token from a callback) and GSSAPI (Kerberos V5,
+OAUTHBEARER (RFC 7628, token from a callback), delegation tokens (SCRAM with
+the ``tokenauth=true`` extension, from a ScramLoginModule ``sasl.jaas.config``
+with ``tokenauth="true"``, as Java's) and GSSAPI (Kerberos V5,
 RFC 4752, with the optional ``gssapi`` binding; tickets: :mod:`kproto.kerberos_login`),
 at the token level of
 :class:`kproto.connection.SaslMechanism`. :func:`authenticator_for` builds
@@ -66,13 +68,21 @@ def _saslprep(s: str) -> str:
 
 class ScramMechanism(SaslMechanism):
     """SCRAM-SHA-256 / SCRAM-SHA-512 client. ``nonce`` may be given (tests,
-    RFC vectors); otherwise 24 random bytes, base64."""
+    RFC vectors); otherwise 24 random bytes, base64.
 
-    def __init__(self, username: str, password: str, hash_name: str = "sha256", nonce: Optional[str] = None):
+    ``token_auth``: authenticate with a delegation token (KIP-48): the user
+    name is the token id, the password the token's HMAC in base64, and the
+    client-first message carries the extension ``tokenauth=true`` (RFC 5802
+    allows extensions after the nonce; Kafka's ScramSaslServer then looks
+    the credential up among the tokens, not the users)."""
+
+    def __init__(self, username: str, password: str, hash_name: str = "sha256", nonce: Optional[str] = None,
+                 token_auth: bool = False):
         if hash_name not in ("sha256", "sha512"):
             raise ConfigError(f"SCRAM hash must be sha256 or sha512, not {hash_name!r}")
         self.name = f"SCRAM-SHA-{hash_name[3:]}"
         self.username = username
+        self.token_auth = token_auth
         self._password = _saslprep(password).encode()
         self._hash = hash_name
         self._nonce = nonce or base64.b64encode(os.urandom(24)).decode()
@@ -81,13 +91,29 @@ class ScramMechanism(SaslMechanism):
         self._step = 0
 
     def __repr__(self):
-        return f"<ScramMechanism {self.name} user={self.username!r}>"
+        token = " tokenauth" if self.token_auth else ""
+        return f"<ScramMechanism {self.name} user={self.username!r}{token}>"
+
+    @property
+    def failure_advice(self) -> str:
+        if not self.token_auth:
+            return ""
+        return (f"the delegation token {self.username!r} is unknown to the cluster: it expired, was expired, "
+                f"or the HMAC (the password) is wrong; create a new token with the owner's own credentials")
+
+    @property
+    def _who(self) -> str:
+        # Failures name the user, or the token id (never the password/HMAC).
+        return f"delegation token {self.username!r}" if self.token_auth else repr(self.username)
 
     def _hmac(self, key, msg):
         return hmac.new(key, msg, self._hash).digest()
 
     def initial_response(self) -> bytes:
-        self._first_bare = f"n={_saslname(self.username)},r={self._nonce}"
+        # The extension is part of client-first-message-bare, so of the
+        # AuthMessage both sides sign (as Java's ScramMessages.ClientFirstMessage).
+        extensions = ",tokenauth=true" if self.token_auth else ""
+        self._first_bare = f"n={_saslname(self.username)},r={self._nonce}{extensions}"
         self._step = 1
         return ("n,," + self._first_bare).encode()
 
@@ -103,7 +129,7 @@ class ScramMechanism(SaslMechanism):
     def _client_final(self, server_first: str) -> bytes:
         fields = dict(kv.split("=", 1) for kv in server_first.split(",") if "=" in kv)
         if "e" in fields:
-            raise AuthenticationError(f"{self.name} authentication of {self.username!r} failed: {fields['e']}")
+            raise AuthenticationError(f"{self.name} authentication of {self._who} failed: {fields['e']}")
         try:
             nonce, salt, iterations = fields["r"], base64.b64decode(fields["s"]), int(fields["i"])
         except (KeyError, ValueError) as e:
@@ -127,7 +153,7 @@ class ScramMechanism(SaslMechanism):
     def _verify_server_final(self, server_final: str) -> None:
         fields = dict(kv.split("=", 1) for kv in server_final.split(",") if "=" in kv)
         if "e" in fields:
-            raise AuthenticationError(f"{self.name} authentication of {self.username!r} failed: {fields['e']}")
+            raise AuthenticationError(f"{self.name} authentication of {self._who} failed: {fields['e']}")
         try:
             given = base64.b64decode(fields["v"])
         except (KeyError, ValueError):
@@ -287,6 +313,21 @@ def parse_jaas_config(text: str) -> dict:
     return {k: v.replace('\\"', '"') for k, v in _JAAS.findall(text)}
 
 
+def _token_auth_option(options: dict, mechanism: str) -> bool:
+    """Whether a ScramLoginModule's ``tokenauth`` option asks for delegation-token
+    authentication (Java: "true" in any case); a bad value or the option
+    with another mechanism is a ConfigError rather than a silent password login."""
+    value = options.get("tokenauth")
+    if value is None:
+        return False
+    if value.lower() not in ("true", "false"):
+        raise ConfigError(f'sasl.jaas.config: tokenauth must be "true" or "false", not {value!r}')
+    if value.lower() == "true" and mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise ConfigError(f'sasl.jaas.config: tokenauth="true" (a delegation token) needs sasl.mechanism '
+                          f'SCRAM-SHA-256 or SCRAM-SHA-512, not {mechanism}')
+    return value.lower() == "true"
+
+
 class OidcAuthenticatorFactory:
     """Connection authenticators presenting the client's current OIDC token
     (:class:`kproto.oauth_login.OAuthBearerLogin`: the first token is fetched
@@ -324,9 +365,11 @@ def authenticator_for(cfg) -> Optional[Callable]:
         from kproto.kerberos_login import GssapiAuthenticatorFactory
         return GssapiAuthenticatorFactory.from_config(cfg)
     user, password = cfg.sasl_username, cfg.sasl_password
+    token_auth = False
     if cfg.sasl_jaas_config:
         options = parse_jaas_config(cfg.sasl_jaas_config)
         user, password = options.get("username", user), options.get("password", password)
+        token_auth = _token_auth_option(options, mech)
     if user is None or password is None:
         raise ConfigError(f"sasl.mechanism={mech} needs sasl.username and sasl.password "
                           f"(or sasl.jaas.config)")
@@ -334,5 +377,5 @@ def authenticator_for(cfg) -> Optional[Callable]:
         return lambda: SaslAuthenticator(lambda: PlainMechanism(user, password))
     if mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
         hash_name = "sha256" if mech == "SCRAM-SHA-256" else "sha512"
-        return lambda: SaslAuthenticator(lambda: ScramMechanism(user, password, hash_name))
+        return lambda: SaslAuthenticator(lambda: ScramMechanism(user, password, hash_name, token_auth=token_auth))
     raise ConfigError(f"sasl.mechanism={mech} is not supported: use one of {', '.join(MECHANISMS)}")

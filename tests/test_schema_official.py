@@ -64,6 +64,7 @@ EXPECTED_APIS = {
     "DescribeTransactions", "ListTransactions", "WriteTxnMarkers",
     "GetTelemetrySubscriptions", "PushTelemetry", "StreamsGroupHeartbeat", "StreamsGroupDescribe",
     "AddRaftVoter", "RemoveRaftVoter", "UnregisterBroker",
+    "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
               "bool", "string", "bytes", "records", "uuid"}

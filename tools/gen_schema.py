@@ -113,6 +113,12 @@ APIS = [
     ("AddRaftVoter", "add_raft_voter"),
     ("RemoveRaftVoter", "remove_raft_voter"),
     ("UnregisterBroker", "unregister_broker"),
+    # Delegation tokens (KIP-48; KRaft since 3.6): Java's Admin create, renew,
+    # expire and describe, and kafka-delegation-tokens.
+    ("CreateDelegationToken", "create_delegation_token"),
+    ("RenewDelegationToken", "renew_delegation_token"),
+    ("ExpireDelegationToken", "expire_delegation_token"),
+    ("DescribeDelegationToken", "describe_delegation_token"),
 ]
 
 # Other generated modules: module name -> [(variable, official schema name)].

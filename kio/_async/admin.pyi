@@ -19,6 +19,7 @@ from kproto.admin_groups import GroupListing
 from kproto.admin_quorum import RaftVoterEndpoint
 from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
 from kproto.admin_streams import StreamsGroupDescription
+from kproto.admin_tokens import DelegationToken, Hmac
 from kproto.admin_transactions import AbortTransactionSpec, ProducerIdAndEpoch, ProducerState, TransactionDescription, TransactionListing
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
@@ -492,4 +493,36 @@ class AsyncAdmin(_Client):
 
     @overload
     async def unregister_broker(self, broker_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def create_delegation_token(self, owner: Optional[str]=..., renewers: Iterable[str]=..., max_lifetime_ms: int=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> DelegationToken:
+        ...
+
+    @overload
+    async def create_delegation_token(self, owner: Optional[str]=..., renewers: Iterable[str]=..., max_lifetime_ms: int=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def renew_delegation_token(self, hmac: Hmac, renew_time_period_ms: int=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> int:
+        ...
+
+    @overload
+    async def renew_delegation_token(self, hmac: Hmac, renew_time_period_ms: int=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def expire_delegation_token(self, hmac: Hmac, expiry_time_period_ms: int=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> int:
+        ...
+
+    @overload
+    async def expire_delegation_token(self, hmac: Hmac, expiry_time_period_ms: int=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_delegation_token(self, owners: Optional[Iterable[str]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> List[DelegationToken]:
+        ...
+
+    @overload
+    async def describe_delegation_token(self, owners: Optional[Iterable[str]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...

@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union,
 
 from kio._shared.admin_cluster_ops import AdminClusterOps
 from kio._shared.admin_group_ops import AdminGroupOps
+from kio._shared.admin_token_ops import AdminTokenOps
 from kio._shared.client_ops import ClosedChecks
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
@@ -38,7 +39,7 @@ class AdminClosedError(KafkaError):
 AdminClosedError.__module__ = "kio.admin"
 
 
-class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps):
+class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
     """The admin operations, shared by every driver (see the module docstring).
 
     Every operation takes ``timeout`` (seconds; default

@@ -5,6 +5,7 @@
     kio topics   create|list|describe|delete
     kio groups   list|describe|reset-offsets|delete-offsets   (describe shows the lag per partition)
     kio transactions list|describe|abort
+    kio delegation-tokens create|renew|expire|describe   (as kafka-delegation-tokens)
     kio perf     produce|consume          throughput and latency percentiles
     kio broker                            a local broker in the foreground (Apache Kafka where Java is, else Tansu)
     kio demo                              the round trip of the README (starts its own broker)
@@ -22,7 +23,7 @@ import shutil
 import sys
 import time
 
-from kio.cli import admin, consume, perf, produce, security, transactions
+from kio.cli import admin, consume, perf, produce, security, tokens, transactions
 from kio.cli.common import (
     EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, UsageError, interrupts,
 )
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(sub, common)
     admin.add_parsers(sub, common)
     security.add_parsers(sub, common)
+    tokens.add_parsers(sub, common)
     transactions.add_parsers(sub, common, admin._admin)
     perf.add_parsers(sub, common)
 

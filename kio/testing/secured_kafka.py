@@ -29,6 +29,11 @@ Use ``host="localhost"`` with it: clients ask for the service ticket of the
 host name they connect to, so broker address and principal must agree.
 A Kerberos client ``name@REALM`` is the Kafka principal ``User:name``.
 
+Delegation tokens (KIP-48) are enabled: ``delegation.token.secret.key`` is
+``delegation_token_secret`` (None turns them off: token requests then fail
+with DELEGATION_TOKEN_AUTH_DISABLED); a token authenticates through SCRAM on
+the ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners.
+
 Kafka's ``StandardAuthorizer`` checks every request; ``admin`` (PLAIN) is the
 super user the broker itself, its controller and a test's admin connect as.
 The other users (``users``) get SCRAM-SHA-256 and SCRAM-SHA-512 credentials
@@ -129,7 +134,8 @@ class SecuredKafkaBroker(KafkaBroker):
                  host: str = "127.0.0.1", log_path: Optional[str] = None,
                  config: Optional[dict] = None, heap: str = "320m", reauth_ms: Optional[int] = None,
                  oauth_jwks_url: Optional[str] = None, oauth_issuer: Optional[str] = None,
-                 oauth_audience: str = "kafka", kerberos=None):
+                 oauth_audience: str = "kafka", kerberos=None,
+                 delegation_token_secret: Optional[str] = "kio-test-delegation-token-secret"):
         super().__init__(host=host, log_path=log_path, config=config, heap=heap)
         self.users = dict(users or {})
         self.reauth_ms = reauth_ms
@@ -138,6 +144,7 @@ class SecuredKafkaBroker(KafkaBroker):
         self.oauth_audience = oauth_audience
         self.certs = certs
         self.kerberos = kerberos
+        self.delegation_token_secret = delegation_token_secret
         self.sasl_ssl_port = free_port(host)
         self.ssl_port = free_port(host)
 
@@ -181,6 +188,10 @@ class SecuredKafkaBroker(KafkaBroker):
                 props[f"listener.name.{listener}.{mech.lower()}.sasl.jaas.config"] = _JAAS_SCRAM
         if self.kerberos is not None:
             props.update(self._kerberos_properties())
+        if self.delegation_token_secret is not None:
+            # Broker and controller (one process here) share the key: the
+            # controller issues the tokens, the broker checks them.
+            props["delegation.token.secret.key"] = self.delegation_token_secret
         if self.reauth_ms is not None:
             props["connections.max.reauth.ms"] = self.reauth_ms
         if self.oauth_jwks_url is not None:

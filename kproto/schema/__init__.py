@@ -76,6 +76,10 @@ from kproto.schema import streams_group_describe
 from kproto.schema import add_raft_voter
 from kproto.schema import remove_raft_voter
 from kproto.schema import unregister_broker
+from kproto.schema import create_delegation_token
+from kproto.schema import renew_delegation_token
+from kproto.schema import expire_delegation_token
+from kproto.schema import describe_delegation_token
 
 # Every API module, in the order of tools/gen_schema.py.
 API_MODULES = (
@@ -146,4 +150,8 @@ API_MODULES = (
     add_raft_voter,
     remove_raft_voter,
     unregister_broker,
+    create_delegation_token,
+    renew_delegation_token,
+    expire_delegation_token,
+    describe_delegation_token,
 )
