@@ -50,7 +50,7 @@ from kproto._varint cimport (
 
 import struct as _struct
 
-from crc32c import crc32c as _crc32c
+from kproto._crc import crc32c as _crc32c
 
 from kproto import compression as _compression
 from kproto.errors import CorruptRecordError, DecodeError, EncodeError
