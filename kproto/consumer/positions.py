@@ -77,6 +77,19 @@ class Positions:
     def assigned(self):
         return list(self._parts)
 
+    @property
+    def states(self) -> Dict[TopicPartition, PartitionState]:
+        """Every assigned partition's state, by partition: the fetcher's
+        per-partition paths look a partition up once here instead of calling
+        is_assigned, is_paused and state in turn. Read it anew after an
+        assignment change (assign() replaces the dict); do not modify it."""
+        return self._parts
+
+    def fetchable_states(self):
+        """(partition, state) of every fetchable partition (see :meth:`fetchable`)."""
+        return [(tp, st) for tp, st in self._parts.items()
+                if not st.paused and st.position is not None and st.reset_to is None]
+
     def is_assigned(self, tp) -> bool:
         return tp in self._parts
 
