@@ -123,20 +123,33 @@ class Fetcher:
 
     def fetch_requests(self, leader_of: Callable[[TopicPartition], Optional[int]],
                        version_of: Callable[[int], Optional[int]],
-                       topic_id_of: Callable[[str], object] = lambda topic: None) -> List[FetchRequest]:
+                       topic_id_of: Callable[[str], object] = lambda topic: None,
+                       leaders_of_topic: Optional[Callable[[str], Optional[Dict[int, int]]]] = None,
+                       ) -> List[FetchRequest]:
         """Fetch requests to send now: one per leader without a fetch in flight.
 
         ``leader_of(tp)`` is the leader's node id or None when unknown;
+        ``leaders_of_topic(topic)``, when given, answers for a whole topic
+        instead: its {partition: leader node, -1 when unknown} or None (one
+        call per topic rather than one per partition, which counted with a
+        thousand partitions);
         ``version_of(node)`` the negotiated Fetch version for that node (None
         while not connected: that node is skipped for now);
         ``topic_id_of(topic)`` the topic id, needed from Fetch v13 on.
         """
         buffered = self._buffered_partitions()
         by_node: Dict[int, list] = {}
+        topic, leaders = None, None
         for tp, st in self.positions.fetchable_states():
             if tp in buffered:
                 continue
-            leader = leader_of(tp)
+            if leaders_of_topic is None:
+                leader = leader_of(tp)
+            else:
+                if tp[0] != topic:
+                    topic = tp[0]
+                    leaders = leaders_of_topic(topic) or {}
+                leader = leaders.get(tp[1], -1)
             if leader is None or leader < 0:
                 self.metadata_refresh_needed = True
                 continue
