@@ -62,7 +62,7 @@ class FetchRequest(NamedTuple):
     # topic -> partition index -> TopicPartition of every partition in it: the
     # answer's partitions are found here, not rebuilt as TopicPartitions
     # (a thousand partitions per answer made that a cost per partition)
-    partitions: Dict[str, Dict[int, TopicPartition]] = {}
+    partitions: Dict[str, Dict[int, TopicPartition]]
 
 
 class ListOffsetsRequest(NamedTuple):
