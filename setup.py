@@ -33,6 +33,7 @@ COMPILED_PY_MODULES = [
     "kproto/connection.py",
     "kproto/client.py",
     "kproto/consumer/fetcher.py",
+    "kproto/consumer/positions.py",
 ]
 
 

@@ -98,11 +98,13 @@ def _values_len(records):
 
 
 def bench_kio_poll(bootstrap, topic, n, conf=None):
+    import kio.consumer  # noqa: F401 - loaded before the measurement (kio's names load on first use)
     return read_n(lambda: _kio_consumer(bootstrap, topic, conf), lambda c: _values_len(c.poll(1.0)),
                   lambda c: c.close(), n)
 
 
 def bench_kio_poll_batch(bootstrap, topic, n, conf=None, arrow=False):
+    import kio.consumer  # noqa: F401 - loaded before the measurement (kio's names load on first use)
     if arrow:
         import pyarrow  # noqa: F401 - a one-time import (~0.1 s CPU), not part of consuming
     return read_n(lambda: _kio_consumer(bootstrap, topic, conf),
@@ -128,12 +130,14 @@ def _confluent_round(messages):
 
 
 def bench_confluent_consume(bootstrap, topic, n, conf=None):
+    import confluent_kafka  # noqa: F401 - loaded before the measurement, as kio's
     count = 10000 if conf else 500
     return read_n(lambda: _confluent_consumer(bootstrap, topic, conf),
                   lambda c: _confluent_round(c.consume(count, 1.0)), lambda c: c.close(), n)
 
 
 def bench_confluent_poll(bootstrap, topic, n, conf=None):
+    import confluent_kafka  # noqa: F401 - loaded before the measurement, as kio's
     return read_n(lambda: _confluent_consumer(bootstrap, topic, conf), lambda c: _confluent_round((c.poll(1.0),)),
                   lambda c: c.close(), n)
 

@@ -19,8 +19,6 @@ in private attributes, and failures name the mechanism and the user only.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import os
 import re
 import unicodedata
@@ -107,6 +105,7 @@ class ScramMechanism(SaslMechanism):
         return f"delegation token {self.username!r}" if self.token_auth else repr(self.username)
 
     def _hmac(self, key, msg):
+        import hmac   # SCRAM's hashes load OpenSSL's libcrypto: only a SCRAM client pays for it
         return hmac.new(key, msg, self._hash).digest()
 
     def initial_response(self) -> bytes:
@@ -139,6 +138,7 @@ class ScramMechanism(SaslMechanism):
         if iterations < 4096:
             raise AuthenticationError(f"{self.name}: the server asked for {iterations} iterations, "
                                       f"fewer than the minimum 4096")
+        import hashlib   # see _hmac
         salted = hashlib.pbkdf2_hmac(self._hash, self._password, salt, iterations)
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
@@ -158,6 +158,7 @@ class ScramMechanism(SaslMechanism):
             given = base64.b64decode(fields["v"])
         except (KeyError, ValueError):
             raise AuthenticationError(f"{self.name}: malformed server-final-message") from None
+        import hmac   # see _hmac
         if not hmac.compare_digest(given, self._server_signature):
             raise AuthenticationError(f"{self.name}: the server signature is wrong - the server does "
                                       f"not know the password; not trusting it")

@@ -61,6 +61,41 @@ def response(req, parts, version=12):
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
 
 
+def test_leaders_by_topic_build_the_same_requests_as_leaders_by_partition():
+    """fetch_requests(leaders_of_topic=...) (the core's: one lookup per topic)
+    asks the same nodes for the same partitions as leader_of per partition,
+    and an unknown leader (-1, or a topic the metadata lacks) still skips the
+    partition and asks for a metadata refresh."""
+    tps = [TopicPartition("t", p) for p in range(6)] + [TopicPartition("u", 0), TopicPartition("w", 0)]
+    by_topic = {"t": {0: 1, 1: 2, 2: 1, 3: -1, 4: 2, 5: 1}, "u": {0: 2}}      # "w" is not in the metadata
+    by_partition = {tp: by_topic[tp.topic][tp.partition] for tp in tps
+                    if tp.topic in by_topic and by_topic[tp.topic][tp.partition] >= 0}
+    found = []
+    for kwargs in ({}, {"leaders_of_topic": by_topic.get}):
+        pos, f = make()
+        pos.assign(tps)
+        for tp in tps:
+            pos.seek(tp, 7)
+        reqs = f.fetch_requests(by_partition.get, lambda node: 12, TOPIC_IDS.get, **kwargs)
+        assert f.metadata_refresh_needed
+        found.append(sorted((r.node, sorted(r.offsets.items())) for r in reqs))
+    assert found[0] == found[1]
+    assert found[1] == [(1, [(TopicPartition("t", 0), 7), (TopicPartition("t", 2), 7), (TopicPartition("t", 5), 7)]),
+                        (2, [(TopicPartition("t", 1), 7), (TopicPartition("t", 4), 7), (TopicPartition("u", 0), 7)])]
+
+
+def test_answers_for_partitions_not_asked_for_are_ignored():
+    pos, f = make()
+    pos.assign([TP0, TP1])
+    pos.seek(TP0, 0)
+    pos.seek(TP1, 0)
+    (req,) = f.fetch_requests({TP0: 1, TP1: 1}.get, lambda n: 12)
+    other = TopicPartition("t", 9)
+    f.on_fetch_response(req, response(req, {TP0: {"records": batch(0, 2)}, other: {"records": batch(0, 3)},
+                                            TP2: {"records": batch(0, 4)}}))
+    assert {tp: cols[0] for tp, cols in f.drain_columns().items()} == {TP0: [0, 1]}
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="isolation.level"):
         Fetcher(Positions(), isolation_level="committed")

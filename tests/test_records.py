@@ -446,6 +446,25 @@ def test_batches_outlive_the_source_buffer():
     assert sum(len(b.columns()[0]) for b in batches) == 2 + len(SAMPLE) + 1 + 3
 
 
+@pytest.mark.parametrize("value_size", [10, 4000, 5000, 70_000])
+def test_crc_checked_below_and_above_the_copy_threshold(value_size):
+    """Batches up to 4 KiB are checksummed over a copy, larger ones over a
+    slice of the fetch data: both find a flipped bit anywhere, in a batch
+    that does not start the fetch data, and agree with the crc32c package."""
+    import crc32c
+
+    raw = build([(1000, b"k", os.urandom(value_size), [])])
+    fetch = raw + raw                               # the second batch not at the data's start
+    assert [b.crc for b in read_batches(fetch)] == [crc32c.crc32c(raw[21:])] * 2
+    for pos in (21, len(raw) // 2, len(raw) - 1):
+        bad = bytearray(fetch)
+        bad[len(raw) + pos] ^= 0x80
+        with pytest.raises(CorruptRecordError, match="CRC"):
+            read_batches(bytes(bad))
+        first, second = read_batches(bytes(bad), check_crc=False)
+        assert first.validate_crc() and not second.validate_crc()
+
+
 def test_crc_corruption_detected():
     raw = bytearray(build(SAMPLE))
     for pos in (21, 30, 60, 61, len(raw) // 2, len(raw) - 1):

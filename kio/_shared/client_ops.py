@@ -11,10 +11,9 @@ an awaitable a coroutine callback returned.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
 
-from kio._shared.common import INF, Steps, now_ms
+from kio._shared.common import INF, Steps, is_awaitable, now_ms
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
 
@@ -40,7 +39,7 @@ def callback_steps(fn: Callable[..., Any], *args: Any) -> Steps[None]:
     a coroutine function returned is yielded, for the async runner to await
     (the threading runner refuses it). Its exceptions are the caller's."""
     result = fn(*args)
-    if inspect.isawaitable(result):
+    if result is not None and is_awaitable(result):
         yield result
 
 

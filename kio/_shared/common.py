@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import inspect
 import logging
 import math
 import socket
@@ -166,6 +165,12 @@ def error_callbacks(core) -> list:
     return [(cb, e) for e in errors] if cb is not None else []
 
 
+def is_awaitable(value: Any) -> bool:
+    """``inspect.isawaitable``, importing inspect on first use (not with the client)."""
+    import inspect
+    return inspect.isawaitable(value)
+
+
 def call_error_cb(cb, error, can_await=True):
     """Call ``error_cb(error)`` (without the lock): what it returns (an
     awaitable for the async drivers to await); what it raises is logged, it
@@ -175,7 +180,9 @@ def call_error_cb(cb, error, can_await=True):
     except Exception:  # noqa: BLE001 - the application's callback
         logging.getLogger("kio").exception("error_cb raised for %r", error)
         return None
-    if not can_await and inspect.isawaitable(result):
+    # inspect is imported only for a callback that returned something: it is
+    # a megabyte of modules a client that never sees one does not need.
+    if not can_await and result is not None and is_awaitable(result):
         getattr(result, "close", lambda: None)()
         logging.getLogger("kio").warning("error_cb %r returned an awaitable: a threading client cannot "
                                          "await it; use kio.aio or kio.trio for coroutine functions", cb)

@@ -9,18 +9,25 @@ checks, as in the Java client.
 """
 from __future__ import annotations
 
-import ssl
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from kproto.errors import ConfigError, SslAuthenticationError
 
-__all__ = ["context_for", "tls_error"]
+if TYPE_CHECKING:
+    import ssl
+
+# ``ssl`` is imported only by a client that uses TLS: loading it maps OpenSSL
+# into the process (about 4 MB of resident memory), which a PLAINTEXT client
+# never needs (tests/test_import_cost.py).
+
+__all__ = ["context_for", "tls_error", "socket_errors"]
 
 
 def context_for(cfg) -> Optional[ssl.SSLContext]:
     """The client's SSLContext, or None for PLAINTEXT / SASL_PLAINTEXT."""
     if cfg.security_protocol not in ("SSL", "SASL_SSL"):
         return None
+    import ssl
     try:
         ctx = ssl.create_default_context(cafile=cfg.ssl_cafile)
         if cfg.ssl_certfile:
@@ -38,8 +45,23 @@ _HOST_MISMATCH = (62, 63, 64)           # HOSTNAME_MISMATCH, EMAIL_MISMATCH, IP_
 _UNKNOWN_CA = (2, 18, 19, 20, 21)       # no issuer / self-signed / self-signed in chain / no local issuer / leaf
 
 
+def socket_errors(tls: Optional[ssl.SSLContext]) -> tuple[tuple, tuple]:
+    """The exception classes a socket loop catches: (try again later, TLS failure).
+
+    With TLS, ssl's want-read/want-write errors join BlockingIOError and
+    InterruptedError, and ssl.SSLError is a TLS failure. Without it (``tls``
+    None) ssl is not loaded and its errors cannot be raised, so the TLS tuple
+    is empty: ``except ()`` matches nothing.
+    """
+    if tls is None:
+        return (BlockingIOError, InterruptedError), ()
+    import ssl
+    return (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError), (ssl.SSLError,)
+
+
 def tls_error(exc: ssl.SSLError, host, port) -> SslAuthenticationError:
     """What a failed TLS exchange with host:port means, in one line."""
+    import ssl   # loaded already: exc is one of its errors
     if isinstance(exc, ssl.SSLCertVerificationError):
         if exc.verify_code in _HOST_MISMATCH:
             hint = (f" - the certificate is for another host: connect by a name it lists (not {host!r}), or "

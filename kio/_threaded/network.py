@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import selectors
 import socket
-import ssl
 
 from kio._shared.common import RecvBuffer, connect_error, open_socket
-from kio._shared.tls import context_for, tls_error
+from kio._shared.tls import context_for, socket_errors, tls_error
 from kproto.client import Close, Connect
 
 __all__ = ["SocketLoop"]
@@ -45,6 +44,9 @@ class SocketLoop:
         # TLS (security.protocol SSL / SASL_SSL): sockets are wrapped once
         # connected; _handshaking maps a node to what its handshake waits for.
         self.tls = context_for(core.config)
+        # what a socket operation may raise that means "later" or "TLS failed"
+        # (ssl's classes only when TLS is on: see kio._shared.tls)
+        self._retry_errors, self._tls_errors = socket_errors(self.tls)
         self._handshaking: dict = {}
         self._addr: dict = {}            # node -> (host, port), for TLS names and errors
 
@@ -180,9 +182,9 @@ class SocketLoop:
                 # wake select() again - take them now.
                 while data and self.tls is not None and sock.pending():
                     data += sock.recv(sock.pending())
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            except self._retry_errors:
                 data = None
-            except ssl.SSLError as e:
+            except self._tls_errors as e:
                 self._lost(node, now, tls_error(e, *self._addr.get(node, (None, None))))
                 return
             except OSError as e:
@@ -207,6 +209,7 @@ class SocketLoop:
         self._handshake(node, tls_sock, now)
 
     def _handshake(self, node, sock, now):
+        import ssl   # loaded: a handshake means TLS is on
         try:
             sock.do_handshake()
         except ssl.SSLWantReadError:
@@ -231,9 +234,9 @@ class SocketLoop:
             return
         try:
             n = sock.send(data)
-        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+        except self._retry_errors:
             return
-        except ssl.SSLError as e:
+        except self._tls_errors as e:
             self._lost(node, now, tls_error(e, *self._addr.get(node, (None, None))))
             return
         except OSError as e:

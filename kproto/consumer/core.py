@@ -797,7 +797,7 @@ class ConsumerCore(DriverIO):
                 continue
             client.send(lo.node, "ListOffsets", lo.body, now,
                         callback=lambda r, lo=lo: self._on_reset_done(lo, r))
-        for req in f.fetch_requests(leader_of, version_of, cluster.topic_ids.get):
+        for req in f.fetch_requests(leader_of, version_of, cluster.topic_ids.get, cluster.partitions.get):
             if not client.is_ready(req.node):
                 f._in_flight_nodes.discard(req.node)
                 continue

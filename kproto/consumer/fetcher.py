@@ -59,6 +59,10 @@ class FetchRequest(NamedTuple):
     body: dict
     offsets: Dict[TopicPartition, int]       # the fetch offset of every partition in it
     topic_names: Dict[object, str]           # topic id -> name, for v13+ responses
+    # topic -> partition index -> TopicPartition of every partition in it: the
+    # answer's partitions are found here, not rebuilt as TopicPartitions
+    # (a thousand partitions per answer made that a cost per partition)
+    partitions: Dict[str, Dict[int, TopicPartition]]
 
 
 class ListOffsetsRequest(NamedTuple):
@@ -69,7 +73,7 @@ class ListOffsetsRequest(NamedTuple):
 
 class _Buffered:
     """The records of one partition from one fetch response, not yet drained."""
-    __slots__ = ("tp", "batches", "aborted", "aborted_pids", "record_iter", "current", "next_batch")
+    __slots__ = ("tp", "batches", "aborted", "aborted_pids", "record_iter", "current", "next_batch", "state")
 
     def __init__(self, tp, batches, aborted):
         self.tp = tp
@@ -80,6 +84,7 @@ class _Buffered:
         # read_committed: (first_offset, producer_id) sorted by offset
         self.aborted = sorted((a["first_offset"], a["producer_id"]) for a in aborted) if aborted else []
         self.aborted_pids = set()
+        self.state = None                    # the partition's PartitionState, set by _next_head
 
 
 class Fetcher:
@@ -118,26 +123,39 @@ class Fetcher:
 
     def fetch_requests(self, leader_of: Callable[[TopicPartition], Optional[int]],
                        version_of: Callable[[int], Optional[int]],
-                       topic_id_of: Callable[[str], object] = lambda topic: None) -> List[FetchRequest]:
+                       topic_id_of: Callable[[str], object] = lambda topic: None,
+                       leaders_of_topic: Optional[Callable[[str], Optional[Dict[int, int]]]] = None,
+                       ) -> List[FetchRequest]:
         """Fetch requests to send now: one per leader without a fetch in flight.
 
         ``leader_of(tp)`` is the leader's node id or None when unknown;
+        ``leaders_of_topic(topic)``, when given, answers for a whole topic
+        instead: its {partition: leader node, -1 when unknown} or None (one
+        call per topic rather than one per partition, which counted with a
+        thousand partitions);
         ``version_of(node)`` the negotiated Fetch version for that node (None
         while not connected: that node is skipped for now);
         ``topic_id_of(topic)`` the topic id, needed from Fetch v13 on.
         """
         buffered = self._buffered_partitions()
-        by_node: Dict[int, List[TopicPartition]] = {}
-        for tp in self.positions.fetchable():
+        by_node: Dict[int, list] = {}
+        topic, leaders = None, None
+        for tp, st in self.positions.fetchable_states():
             if tp in buffered:
                 continue
-            leader = leader_of(tp)
+            if leaders_of_topic is None:
+                leader = leader_of(tp)
+            else:
+                if tp[0] != topic:
+                    topic = tp[0]
+                    leaders = leaders_of_topic(topic) or {}
+                leader = leaders.get(tp[1], -1)
             if leader is None or leader < 0:
                 self.metadata_refresh_needed = True
                 continue
             if leader in self._in_flight_nodes:
                 continue
-            by_node.setdefault(leader, []).append(tp)
+            by_node.setdefault(leader, []).append((tp, st))
         requests = []
         for node, tps in by_node.items():
             version = version_of(node)
@@ -150,15 +168,23 @@ class Fetcher:
         return requests
 
     def _build(self, node, version, tps, topic_id_of) -> Optional[FetchRequest]:
+        """The Fetch request to ``node`` for ``tps``, (partition, state) pairs."""
         topics: Dict[str, list] = {}
         offsets, names = {}, {}
-        for tp in tps:
-            st = self.positions.state(tp)
+        index: Dict[str, Dict[int, TopicPartition]] = {}
+        max_bytes = self.max_partition_fetch_bytes
+        for tp, st in tps:
+            topic, partition = tp
             offsets[tp] = st.position
-            topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition, "current_leader_epoch": st.leader_epoch,
+            parts = topics.get(topic)
+            if parts is None:
+                parts = topics[topic] = []
+                index[topic] = {}
+            index[topic][partition] = tp
+            parts.append({
+                "partition": partition, "current_leader_epoch": st.leader_epoch,
                 "fetch_offset": st.position, "last_fetched_epoch": -1, "log_start_offset": -1,
-                "partition_max_bytes": self.max_partition_fetch_bytes})
+                "partition_max_bytes": max_bytes})
         topic_entries = []
         for topic, parts in topics.items():
             if version >= 13:
@@ -168,6 +194,7 @@ class Fetcher:
                     self.metadata_refresh_needed = True
                     for p in parts:
                         offsets.pop(TopicPartition(topic, p["partition"]), None)
+                    del index[topic]
                     continue
                 names[topic_id] = topic
                 topic_entries.append({"topic_id": topic_id, "partitions": parts})
@@ -179,7 +206,7 @@ class Fetcher:
                 "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
                 "isolation_level": self.isolation, "session_id": 0, "session_epoch": -1,
                 "topics": topic_entries, "forgotten_topics_data": [], "rack_id": self.client_rack}
-        return FetchRequest(node, version, body, offsets, names)
+        return FetchRequest(node, version, body, offsets, names, index)
 
     # -- handling fetch responses ---------------------------------------------
     def on_fetch_failure(self, request: FetchRequest, error: Exception) -> None:
@@ -196,18 +223,22 @@ class Fetcher:
             self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
             return
         endpoints = body.get("node_endpoints")
+        asked = request.partitions
         for t in body["responses"]:
             topic = t["topic"] if request.version < 13 else request.topic_names.get(t["topic_id"])
-            if topic is None:
-                continue
+            index = asked.get(topic) if topic is not None else None
+            if index is None:
+                continue                             # a topic we did not ask for
             for p in t["partitions"]:
-                self._on_partition(request, TopicPartition(topic, p["partition_index"]), p, endpoints)
+                tp = index.get(p["partition_index"])
+                if tp is not None:                   # else a partition we did not ask for
+                    self._on_partition(request, tp, p, endpoints)
 
     def _on_partition(self, request, tp, p, endpoints=None):
         fetch_offset = request.offsets.get(tp)
-        if fetch_offset is None or not self.positions.is_assigned(tp):
+        st = self.positions.states.get(tp)
+        if fetch_offset is None or st is None:
             return                                   # not asked for, or revoked meanwhile
-        st = self.positions.state(tp)
         if st.position != fetch_offset:
             return                                   # a seek happened meanwhile: stale data
         code = p["error_code"]
@@ -283,19 +314,23 @@ class Fetcher:
         return any(not paused(b.tp) for b in self._buffered)
 
     def _next_head(self, kept: list):
-        """The oldest buffered fetch poll() may hand out now, or None. A
+        """The oldest buffered fetch poll() may hand out now (its partition's
+        state in ``buf.state``), or None. A
         revoked partition's data is dropped; a paused partition's is moved
         to ``kept``, which the caller puts back in front: Java keeps a paused
         partition's fetched records and returns them after resume(), so
         nothing is dropped and nothing fetched twice (fetch_requests skips
         partitions with buffered data)."""
+        states = self.positions.states
         while self._buffered:
             buf = self._buffered[0]
-            if not self.positions.is_assigned(buf.tp):
+            st = states.get(buf.tp)
+            if st is None:
                 self._buffered.popleft()
-            elif self.positions.is_paused(buf.tp):
+            elif st.paused:
                 kept.append(self._buffered.popleft())
             else:
+                buf.state = st
                 return buf
         return None
 
@@ -340,7 +375,7 @@ class Fetcher:
         return out
 
     def _drain_one(self, buf: _Buffered, out: list, limit: int) -> None:
-        st = self.positions.state(buf.tp)
+        st = buf.state
         topic, partition = buf.tp
         while len(out) < limit:
             if buf.record_iter is None:
@@ -451,7 +486,7 @@ class Fetcher:
             buf = self._next_head(kept)
             if buf is None:
                 break
-            st = self.positions.state(buf.tp)
+            st = buf.state
             if buf.record_iter is not None:
                 batch = buf.current               # a drain stopped inside this batch
                 buf.record_iter = None

@@ -58,31 +58,42 @@ class Positions:
             raise ConfigError(f"auto.offset.reset must be one of {', '.join(RESET_STRATEGIES)}, "
                               f"not {auto_offset_reset!r}")
         self.auto_offset_reset = auto_offset_reset
-        self._parts: Dict[TopicPartition, PartitionState] = {}
+        #: Every assigned partition's state, by partition: the fetcher's
+        #: per-partition paths look a partition up once here instead of calling
+        #: is_assigned, is_paused and state in turn (an attribute, not a
+        #: property: read once per partition of every answer). Read it anew
+        #: after an assignment change (assign() replaces the dict); only this
+        #: class modifies it.
+        self.states: Dict[TopicPartition, PartitionState] = {}
 
     # -- assignment ------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment; kept partitions keep their state."""
         wanted = {TopicPartition(*tp) for tp in partitions}
-        self._parts = {tp: self._parts.get(tp) or PartitionState() for tp in wanted}
+        self.states = {tp: self.states.get(tp) or PartitionState() for tp in wanted}
 
     def add(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
-            self._parts.setdefault(TopicPartition(*tp), PartitionState())
+            self.states.setdefault(TopicPartition(*tp), PartitionState())
 
     def remove(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
-            self._parts.pop(TopicPartition(*tp), None)
+            self.states.pop(TopicPartition(*tp), None)
 
     def assigned(self):
-        return list(self._parts)
+        return list(self.states)
+
+    def fetchable_states(self):
+        """(partition, state) of every fetchable partition (see :meth:`fetchable`)."""
+        return [(tp, st) for tp, st in self.states.items()
+                if not st.paused and st.position is not None and st.reset_to is None]
 
     def is_assigned(self, tp) -> bool:
-        return tp in self._parts
+        return tp in self.states
 
     def state(self, tp) -> PartitionState:
         try:
-            return self._parts[tp]
+            return self.states[tp]
         except KeyError:
             raise KafkaError(f"partition {tp.topic}-{tp.partition} is not assigned to this consumer") from None
 
@@ -111,10 +122,10 @@ class Positions:
     def needs_position(self):
         """Partitions with neither a position nor a pending reset (the
         caller fetches committed offsets for them, or resets them)."""
-        return [tp for tp, st in self._parts.items() if st.position is None and st.reset_to is None]
+        return [tp for tp, st in self.states.items() if st.position is None and st.reset_to is None]
 
     def awaiting_reset(self):
-        return [(tp, st.reset_to) for tp, st in self._parts.items() if st.reset_to is not None]
+        return [(tp, st.reset_to) for tp, st in self.states.items() if st.reset_to is not None]
 
     def pause(self, partitions) -> None:
         for tp in partitions:
@@ -125,15 +136,15 @@ class Positions:
             self.state(tp).paused = False
 
     def paused(self):
-        return [tp for tp, st in self._parts.items() if st.paused]
+        return [tp for tp, st in self.states.items() if st.paused]
 
     def is_paused(self, tp) -> bool:
-        st = self._parts.get(tp)
+        st = self.states.get(tp)
         return st is not None and st.paused
 
     def fetchable(self):
         """Assigned, not paused, with a known position."""
-        return [tp for tp, st in self._parts.items()
+        return [tp for tp, st in self.states.items()
                 if not st.paused and st.position is not None and st.reset_to is None]
 
     def lag(self, tp) -> Optional[int]:

@@ -50,7 +50,7 @@ from kproto._varint cimport (
 
 import struct as _struct
 
-from crc32c import crc32c as _crc32c
+from kproto._crc import crc32c as _crc32c
 
 from kproto import compression as _compression
 from kproto.errors import CorruptRecordError, DecodeError, EncodeError
@@ -1090,8 +1090,7 @@ cdef class RecordBatch:
         return self._buf.mv[self._start:self._start + self.size_in_bytes]
 
     def compute_crc(self):
-        cdef object mv = self._buf.mv[self._start + ATTR_OFFSET:self._start + self.size_in_bytes]
-        return _crc32c(mv)
+        return _crc_of(self._buf, self._start + ATTR_OFFSET, self.size_in_bytes - ATTR_OFFSET)
 
     def validate_crc(self):
         """True if the stored CRC-32C matches the batch bytes."""
@@ -1342,6 +1341,20 @@ cdef class _RecordIter:
         return rec
 
 
+# Up to this many bytes, the CRC-32C of a region is taken over a copy: slicing
+# the fetch data's memoryview costs several times a small copy, and a fetch
+# over many partitions checks one small batch per partition (bench/consumer_cost.py).
+cdef enum:
+    CRC_COPY_MAX = 4096
+
+
+cdef object _crc_of(_Buf buf, Py_ssize_t start, Py_ssize_t n):
+    """The CRC-32C of ``n`` bytes of ``buf`` from ``start``."""
+    if n <= CRC_COPY_MAX:
+        return _crc32c(PyBytes_FromStringAndSize(<const char*>(buf.data + start), n))
+    return _crc32c(buf.mv[start:start + n])
+
+
 cdef RecordBatch _new_batch(_Buf buf, Py_ssize_t start, Py_ssize_t size,
                             bint check_crc, Py_ssize_t max_decompressed):
     cdef const unsigned char* p = buf.data + start
@@ -1367,7 +1380,7 @@ cdef RecordBatch _new_batch(_Buf buf, Py_ssize_t start, Py_ssize_t size,
         raise DecodeError(f"record batch at offset {b.base_offset}: negative record "
                           f"count {b.record_count}")
     if check_crc:
-        actual = b.compute_crc()
+        actual = _crc_of(buf, start + ATTR_OFFSET, size - ATTR_OFFSET)
         if actual != b.crc:
             raise CorruptRecordError(
                 f"record batch at offset {b.base_offset}: CRC-32C mismatch "
