@@ -867,3 +867,40 @@ def test_create_topics_with_only_illegal_names_is_done_at_once():
     h = core.create_topics(["x" * 250], now=0)
     assert h.done and "249" in str(h.error)
     assert core.events() == [h] and not core.pending
+
+
+# --- incremental_alter_configs: Java's AlterConfigOp ------------------------------------------
+
+def test_incremental_alter_configs_sends_each_alter_config_op():
+    from kproto.admin_configs import AlterConfigOp
+    cluster = FakeCluster()
+    cluster.on_all("IncrementalAlterConfigs", lambda req: {"responses": [
+        {"resource_type": r["resource_type"], "resource_name": r["resource_name"], "error_code": 0}
+        for r in req.body["resources"]]})
+    sim = Sim(cluster)
+    topic = ConfigResource.topic("t")
+    h = sim.core.incremental_alter_configs({topic: {
+        "cleanup.policy": AlterConfigOp.append(["compact", "delete"]), "x.list": AlterConfigOp.subtract("a"),
+        "retention.ms": 60000, "flag": True, "segment.ms": None, "y.list": ["a", "b"],
+        "z": AlterConfigOp.delete()}}, now=0)
+    sim.run(h)
+    assert h.result() == {topic: None}
+    [(_, req)] = sim.requests("IncrementalAlterConfigs")
+    sent = {c["name"]: (c["config_operation"], c["value"]) for c in req.body["resources"][0]["configs"]}
+    assert sent == {"cleanup.policy": (2, "compact,delete"), "x.list": (3, "a"), "retention.ms": (0, "60000"),
+                    "flag": (0, "true"), "segment.ms": (1, None), "y.list": (0, "a,b"), "z": (1, None)}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"a": object()}, "'a' = <object .* is not a value"),
+    ({1: "x"}, "setting names are strings, not 1"),
+    ({"a": ("AlterConfigOp", 9)}, "9 is not an AlterConfigOp.OpType"),
+    ({"a": ("AlterConfigOp", 1, "x")}, "'a': DELETE takes no value"),
+    ({"a": ("AlterConfigOp", 2)}, "'a': APPEND needs a value"),
+])
+def test_incremental_alter_configs_refuses_what_is_no_change(change, message):
+    from kproto.admin_configs import AlterConfigOp
+    change = {k: AlterConfigOp(*v[1:]) if isinstance(v, tuple) else v for k, v in change.items()}
+    core = AdminCore({"bootstrap.servers": "h:1"})
+    with pytest.raises(ConfigError, match=message):
+        core.incremental_alter_configs({ConfigResource.topic("t"): change}, now=0)

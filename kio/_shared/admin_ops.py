@@ -345,7 +345,10 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps):
                                   validate_only: bool = False, timeout: Optional[float] = None,
                                   raise_errors: bool = True) -> Any:
         """Change some settings of topics, brokers or groups and keep the rest:
-        ``{ConfigResource: {name: value, or None for the default}}``, e.g.
-        ``{ConfigResource.group("jobs"): {"share.auto.offset.reset": "earliest"}}``."""
+        ``{ConfigResource: {name: value, None for the default, or an
+        AlterConfigOp}}``, e.g. ``{ConfigResource.group("jobs"):
+        {"share.auto.offset.reset": "earliest"}}`` or, for a list-valued
+        setting, ``{ConfigResource.topic("t"): {"cleanup.policy":
+        AlterConfigOp.append("compact")}}`` (Java's APPEND / SUBTRACT)."""
         return self._call("incremental_alter_configs", changes, validate_only=validate_only, timeout=timeout,
                         raise_errors=raise_errors)
