@@ -380,6 +380,24 @@ class NetworkClient:
         if self.on_metadata is not None:
             self.on_metadata(now)
 
+    def _expected_broker(self, node, c) -> Optional[tuple]:
+        """KIP-1242 (Java 4.4's NetworkClient): (cluster id, broker id) that a
+        connection to ``node`` names in ApiVersions v5, so that a broker of
+        another cluster behind the same address refuses it. None - nothing
+        named - for bootstrap connections and nodes the metadata does not
+        list at this address, before any metadata, and until a broker said
+        it takes ApiVersions v5 (one that does not, Tansu, may read the v5
+        fields as v4's and drop the connection instead of answering
+        UNSUPPORTED_VERSION). A coordinator's connection (id 2**31-1-broker,
+        as Java's) names its broker."""
+        brokers = self.cluster.brokers
+        if self.cluster.cluster_id is None or not self._brokers_check_cluster or node < 0:
+            return None
+        for broker_id in (node, 2**31 - 1 - node):
+            if brokers.get(broker_id) is not None and tuple(brokers[broker_id]) == (c.host, c.port):
+                return self.cluster.cluster_id, broker_id
+        return None
+
     def _refused_as_stale(self, ev, now) -> None:
         """KIP-1242: the broker answered ApiVersions v5 with REBOOTSTRAP_REQUIRED:
         the cluster id or node id this client sent is not its own (another
@@ -413,15 +431,7 @@ class NetworkClient:
     def connected(self, node, now):
         c = self.connections.get(node)
         if c is not None and c.state is ConnectionState.CONNECTING:
-            # KIP-1242 (Java 4.4's NetworkClient): a broker's connection names
-            # the cluster the metadata came from, so a broker of another
-            # cluster behind the same address refuses it; bootstrap
-            # connections know no cluster yet.
-            # Only once a broker of this client said it takes ApiVersions v5:
-            # a broker that does not (Tansu) may read the v5 fields as v4's
-            # and drop the connection instead of answering UNSUPPORTED_VERSION.
-            c.expected_cluster_id = (self.cluster.cluster_id
-                                     if node >= 0 and self._brokers_check_cluster else None)
+            c.expected_broker = self._expected_broker(node, c)
             self._handle(c.connection_made(now), now)
 
     def received(self, node, data, now):

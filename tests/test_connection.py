@@ -62,7 +62,7 @@ def test_a_raw_connection_names_no_cluster_in_apiversions():
 def test_apiversions_v5_names_the_expected_cluster_and_node():
     broker = ScriptedBroker()
     conn = Connection(3, "h1", 9092, client_id="app")
-    conn.expected_cluster_id = "c-1"
+    conn.expected_broker = ("c-1", 3)
     handshake(conn, broker)
     req = broker.requests_of("ApiVersions")[0]
     assert (req.body["cluster_id"], req.body["node_id"]) == ("c-1", 3)
@@ -72,7 +72,7 @@ def test_apiversions_refused_as_stale_closes_with_rebootstrap_required():
     broker = ScriptedBroker()
     broker.on("ApiVersions", lambda req: broker._api_versions_body(129))
     conn = Connection(3, "h1", 9092, client_id="app")
-    conn.expected_cluster_id = "c-1"
+    conn.expected_broker = ("c-1", 3)
     events = handshake(conn, broker)
     closed = of(events, ConnectionClosed)
     assert conn.state is ConnectionState.DISCONNECTED
