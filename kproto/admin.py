@@ -1138,49 +1138,6 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
             self._group_call(op, g, "DeleteGroups", build, handle)
         return op
 
-    def list_consumer_group_offsets(self, group_id, partitions=None, *, require_stable=True,
-                                    timeout_ms=None, now) -> AdminHandle:
-        """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
-        partitions, or ``partitions``); partitions without a commit are left out."""
-        op = self._op("list_consumer_group_offsets", [group_id], now, timeout_ms, single=True)
-        g = group_id
-        topics = None
-        if partitions is not None:
-            by = {}
-            for tp in partitions:
-                by.setdefault(tp[0], []).append(tp[1])
-            topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by.items())]
-
-        def build(node, call=None):
-            return offset_fetch_body(g, topics, require_stable)
-
-        def handle(call, body, now):
-            if body.get("groups"):
-                gb = next((x for x in body["groups"] if x.get("group_id") == g), body["groups"][0])
-                code, topics_ = gb.get("error_code", 0), gb.get("topics") or []
-            else:
-                code, topics_ = body.get("error_code", 0), body.get("topics") or []
-            if self._group_error(call, code, None, f"fetch offsets of group {g!r}", now):
-                return
-            out = {}
-            for t in topics_:
-                for p in t.get("partitions") or []:
-                    pcode = p.get("error_code", 0)
-                    if pcode in _COORDINATOR_MOVED or pcode == _COORDINATOR_LOADING:
-                        self._group_error(call, pcode, None, f"fetch offsets of group {g!r}", now)
-                        return
-                    if pcode:
-                        self._fail_call(call, error_codes.error_for_code(
-                            pcode, None, f"fetch offset of {t['name']}-{p['partition_index']} for group {g!r}"))
-                        return
-                    if p["committed_offset"] >= 0:
-                        out[TopicPartition(t["name"], p["partition_index"])] = OffsetAndMetadata(
-                            p["committed_offset"], p.get("metadata") or "", p.get("committed_leader_epoch", -1))
-            self._complete(op, g, value=dict(sorted(out.items())))
-
-        self._group_call(op, g, "OffsetFetch", build, handle)
-        return op
-
     # -- partition leaders: list_offsets, delete_records ---------------------------------------
     def _to_leaders(self, op, keys, api, build, parse, now, tries=0, not_before=0):
         """Metadata for the topics of ``keys`` (TopicPartitions), then one ``api``

@@ -506,6 +506,93 @@ def test_offset_fetch_not_coordinator_looks_up_again():
     assert h.result() == {TP("t", 0): OffsetAndMetadata(1, "m", 1)}
 
 
+def _coordinators(where, codes=None):
+    """FindCoordinator answering for every key: its node from ``where``
+    {group: node}, an error from ``codes`` {group: code} (then popped)."""
+    codes = dict(codes or {})
+
+    def answer(req):
+        keys = req.body.get("coordinator_keys") or [req.body["key"]]
+        entries = [{"key": k, "node_id": where[k], "host": f"b{where[k]}", "port": 9092,
+                    "error_code": codes.pop(k, 0)} for k in keys]
+        first = {k: v for k, v in entries[0].items() if k != "key"}
+        return dict(first, coordinators=entries) if req.version >= 4 else first
+    return answer
+
+
+def _offsets_by_group(committed, codes=None):
+    """OffsetFetch v8+ answering every group of the request: ``committed``
+    {group: {(topic, p): offset}}; ``codes`` {group: group-level error}, each
+    answered once."""
+    codes = dict(codes or {})
+
+    def answer(req):
+        return {"groups": [{"group_id": g["group_id"], "error_code": codes.pop(g["group_id"], 0), "topics": [
+            {"name": t, "partitions": [{"partition_index": p, "committed_offset": o, "committed_leader_epoch": 1,
+                                        "metadata": "m", "error_code": 0}]}
+            for (t, p), o in sorted(committed[g["group_id"]].items())]} for g in req.body["groups"]]}
+    return answer
+
+
+def test_list_consumer_group_offsets_of_many_groups_asks_each_coordinator_once():
+    fc = FakeCluster(nodes=(1, 2))
+    fc.on_all("FindCoordinator", _coordinators({"a": 1, "b": 2, "c": 1, "gone": 2}))
+    committed = {"a": {("t", 0): 3}, "b": {("t", 1): 4}, "c": {}, "gone": {}}
+    fc.on_all("OffsetFetch", _offsets_by_group(committed, {"gone": 69}))       # GROUP_ID_NOT_FOUND
+    sim = Sim(fc)
+    h = sim.core.list_consumer_group_offsets({"a": [TP("t", 0)], "b": None, "c": None, "gone": None}, now=0)
+    sim.run(h)
+    [(_, lookup)] = sim.requests("FindCoordinator")
+    assert lookup.version >= 4 and lookup.body["coordinator_keys"] == ["a", "b", "c", "gone"]
+    sent = {n: [(g["group_id"], g["topics"] and [(t["name"], t["partition_indexes"]) for t in g["topics"]])
+                for g in r.body["groups"]] for n, r in sim.requests("OffsetFetch")}
+    assert sent == {1: [("a", [("t", [0])]), ("c", None)],
+                    2: [("b", None), ("gone", None)]}
+    assert h.values() == {"a": {TP("t", 0): OffsetAndMetadata(3, "m", 1)},
+                          "b": {TP("t", 1): OffsetAndMetadata(4, "m", 1)}, "c": {}}
+    assert isinstance(h.errors()["gone"], error_codes.GroupIdNotFoundError)
+    assert "'gone'" in str(h.errors()["gone"])
+
+
+def test_many_groups_a_moved_coordinator_looks_up_that_group_only():
+    fc = FakeCluster(nodes=(1, 2))
+    where = {"a": 1, "b": 1}
+    fc.on_all("FindCoordinator", _coordinators(where))
+    fc.on_all("OffsetFetch", _offsets_by_group({"a": {("t", 0): 1}, "b": {("t", 0): 2}}, {"b": 16}))
+    sim = Sim(fc)
+    h = sim.core.list_consumer_group_offsets({"a": None, "b": None}, now=0)
+    sim.run(h)
+    lookups = [r.body["coordinator_keys"] for _, r in sim.requests("FindCoordinator")]
+    assert lookups == [["a", "b"], ["b"]]
+    assert h.result() == {"a": {TP("t", 0): OffsetAndMetadata(1, "m", 1)},
+                          "b": {TP("t", 0): OffsetAndMetadata(2, "m", 1)}}
+
+
+def test_many_groups_at_brokers_before_batching_go_one_per_request():
+    # FindCoordinator before v4 and OffsetFetch before v8 take one group each.
+    fc = FakeCluster(broker_kwargs={1: {"api_versions": {"FindCoordinator": (0, 3), "OffsetFetch": (0, 7)}}})
+    fc.on_all("FindCoordinator", _coordinators({"a": 1, "b": 1}))
+    fc.brokers[1].on("OffsetFetch", lambda req: {"error_code": 0, "topics": [
+        {"name": req.body["group_id"], "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                       "metadata": "", "error_code": 0}]}]})
+    sim = Sim(fc)
+    h = sim.core.list_consumer_group_offsets({"a": None, "b": None}, now=0)
+    sim.run(h)
+    assert sorted(r.body["key"] for _, r in sim.requests("FindCoordinator")) == ["a", "b"]
+    assert sorted(r.body["group_id"] for _, r in sim.requests("OffsetFetch")) == ["a", "b"]
+    assert h.result() == {g: {TP(g, 0): OffsetAndMetadata(7, "", -1)} for g in ("a", "b")}
+
+
+def test_list_consumer_group_offsets_refuses_bad_groups():
+    core = AdminCore({"bootstrap.servers": "h:1"})
+    with pytest.raises(ValueError, match="give each group's partitions in it"):
+        core.list_consumer_group_offsets({"a": None}, [TP("t", 0)], now=0)
+    with pytest.raises(ValueError, match="'' is not a group id"):
+        core.list_consumer_group_offsets({"": None}, now=0)
+    with pytest.raises(TypeError, match="not int"):
+        core.list_consumer_group_offsets(5, now=0)
+
+
 # --- partition leaders -------------------------------------------------------------------
 
 def _list_offsets_answer(ends, node, leaders):

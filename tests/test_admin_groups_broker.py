@@ -264,6 +264,32 @@ def test_async_and_trio_admins_have_the_group_operations(bootstrap, make_topic):
         assert result == ("classic", {TP(topic, 0): None}, {})
 
 
+def test_offsets_of_many_groups_at_once_from_every_driver(bootstrap, make_topic):
+    import asyncio
+
+    import trio
+
+    import kio.aio
+    import kio.trio
+    topic = make_topic(2)
+    a, b, never = name("many"), name("many"), name("never")
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.alter_consumer_group_offsets(a, {TP(topic, 0): 1, TP(topic, 1): 2})
+        admin.alter_consumer_group_offsets(b, {TP(topic, 1): 5})
+        specs = {a: None, b: [TP(topic, 0), TP(topic, 1)], never: None}
+        expected = {g: admin.list_consumer_group_offsets(g, ps) for g, ps in specs.items()}
+        assert expected == {a: {TP(topic, 0): OffsetAndMetadata(1, ""), TP(topic, 1): OffsetAndMetadata(2, "")},
+                            b: {TP(topic, 1): OffsetAndMetadata(5, "")}, never: {}}
+        assert admin.list_consumer_group_offsets(specs) == expected
+
+    async def listed(admin_class):
+        async with admin_class(bootstrap_servers=bootstrap) as admin:
+            return await admin.list_consumer_group_offsets(specs)
+
+    assert asyncio.run(listed(kio.aio.Admin)) == expected
+    assert trio.run(listed, kio.trio.Admin) == expected
+
+
 @pytest.mark.parametrize("broker", ["tansu"], indirect=True)
 def test_tansu_lacks_offset_delete(bootstrap, make_topic):
     topic = make_topic(1)

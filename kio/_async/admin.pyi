@@ -121,7 +121,11 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]]=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def list_consumer_group_offsets(self, group_id: Mapping[str, Optional[Iterable[TopicPartition]]], partitions: None=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, Dict[TopicPartition, OffsetAndMetadata]]:
+        ...
+
+    @overload
+    async def list_consumer_group_offsets(self, group_id: Union[str, Mapping[str, Optional[Iterable[TopicPartition]]]], partitions: Optional[Iterable[TopicPartition]]=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload

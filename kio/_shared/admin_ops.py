@@ -226,15 +226,27 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps):
                                     ) -> Dict[TopicPartition, OffsetAndMetadata]: ...
 
     @overload
-    def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
+    def list_consumer_group_offsets(self, group_id: Mapping[str, Optional[Iterable[TopicPartition]]],
+                                    partitions: None = ..., *, require_stable: bool = ...,
+                                    timeout: Optional[float] = ..., raise_errors: Literal[True] = ...
+                                    ) -> Dict[str, Dict[TopicPartition, OffsetAndMetadata]]: ...
+
+    @overload
+    def list_consumer_group_offsets(self, group_id: Union[str, Mapping[str, Optional[Iterable[TopicPartition]]]],
+                                    partitions: Optional[Iterable[TopicPartition]] = ...,
                                     *, require_stable: bool = ..., timeout: Optional[float] = ...,
                                     raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None,
+    def list_consumer_group_offsets(self, group_id: Union[str, Mapping[str, Optional[Iterable[TopicPartition]]]],
+                                    partitions: Optional[Iterable[TopicPartition]] = None,
                                     *, require_stable: bool = True, timeout: Optional[float] = None,
                                     raise_errors: bool = True) -> Any:
         """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
-        partitions, or ``partitions``); partitions without a commit are left out."""
+        partitions, or ``partitions``); partitions without a commit are left out.
+        Many groups at once (Java's ``listConsumerGroupOffsets(Map<String,
+        ListConsumerGroupOffsetsSpec>)``): ``group_id`` a mapping ``{group:
+        partitions, or None for all}`` gives ``{group: {TopicPartition:
+        OffsetAndMetadata}}``, one OffsetFetch per coordinator."""
         return self._call("list_consumer_group_offsets", group_id, partitions, require_stable=require_stable,
                         timeout=timeout, raise_errors=raise_errors)
 
