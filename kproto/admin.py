@@ -1055,26 +1055,9 @@ class AdminCore(DriverIO, ShareGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmi
                 if self._group_error(call, d["error_code"], None, f"describe group {g!r}", now):
                     return
                 pt = d.get("protocol_type") or ""
-                members = []
-                for m in d.get("members") or []:
-                    assignment, subscription = Assignment(()), None
-                    if pt == "consumer":
-                        try:
-                            assignment = decode_assignment(m.get("member_assignment"))
-                        except KafkaError:
-                            pass
-                        md = m.get("member_metadata")
-                        if md:
-                            try:
-                                subscription = decode_subscription(md, m.get("group_instance_id"))
-                            except KafkaError:
-                                subscription = None
-                    members.append(MemberDescription(m["member_id"], m.get("group_instance_id"),
-                                                     m.get("client_id") or "", m.get("client_host") or "",
-                                                     assignment, subscription))
                 self._complete(op, g, value=ConsumerGroupDescription(
                     g, pt == "", d.get("group_state") or "", pt,
-                    d.get("protocol_data") or "", tuple(members), getattr(call, "coordinator", None)))
+                    d.get("protocol_data") or "", classic_members(d), getattr(call, "coordinator", None)))
 
             self._group_call(op, g, "DescribeGroups", build, handle)
         return op
@@ -1341,6 +1324,31 @@ def _key_text(key):
 
 def _closed_error():
     return KafkaError("the admin client was closed before the operation finished")
+
+
+def classic_members(group: dict) -> tuple:
+    """The members of a DescribeGroups answer's group as MemberDescriptions;
+    in a "consumer" protocol group their assignments and subscriptions are
+    decoded with the consumer protocol (one that does not decode is left
+    empty: a member's bytes are its client's business)."""
+    consumer = (group.get("protocol_type") or "") == "consumer"
+    members = []
+    for m in group.get("members") or []:
+        assignment, subscription = Assignment(()), None
+        if consumer:
+            try:
+                assignment = decode_assignment(m.get("member_assignment"))
+            except KafkaError:
+                pass
+            md = m.get("member_metadata")
+            if md:
+                try:
+                    subscription = decode_subscription(md, m.get("group_instance_id"))
+                except KafkaError:
+                    subscription = None
+        members.append(MemberDescription(m["member_id"], m.get("group_instance_id"), m.get("client_id") or "",
+                                         m.get("client_host") or "", assignment, subscription))
+    return tuple(members)
 
 
 def _topic_id(u):

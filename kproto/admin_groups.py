@@ -5,6 +5,9 @@
   (Java's ``listConsumerGroupOffsets(Map<String, ListConsumerGroupOffsetsSpec>)``):
   one FindCoordinator (v4, KIP-699) for all of them, then one OffsetFetch
   (v8, KIP-709) per coordinator naming its groups (``_at_coordinators``);
+* ``describe_classic_groups`` (KIP-1043, Java 4.0's ``describeClassicGroups``):
+  DescribeGroups for classic groups, batched per coordinator; a group of
+  another type (or none) fails with GroupIdNotFoundError, as in Java;
 * ``list_groups``: every group of every type (KIP-1043: ListGroups v5 with
   its types filter; classic, consumer, share, streams);
 * ``alter_consumer_group_offsets``: OffsetCommit as Java's admin sends it
@@ -30,7 +33,7 @@ from kproto.consumer import OffsetAndMetadata
 from kproto.errors import UnsupportedVersionError
 from kproto.requests import find_coordinators_body, offsets_fetch_body
 
-__all__ = ["GroupAdmin", "GroupListing", "GROUP_TYPES", "group_offsets_by_topic"]
+__all__ = ["GroupAdmin", "GroupListing", "ClassicGroupDescription", "GROUP_TYPES", "group_offsets_by_topic"]
 
 #: KIP-1043's group types, as ListGroups v5 names them.
 GROUP_TYPES = ("classic", "consumer", "share", "streams")
@@ -38,6 +41,7 @@ GROUP_TYPES = ("classic", "consumer", "share", "streams")
 #: coordinator takes a commit without a member only from an empty group.
 _GROUP_HAS_MEMBERS = frozenset({22, 25, 110, 113})   # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED/STALE_MEMBER_EPOCH
 _COORDINATOR_CODES = frozenset({14, 15, 16})
+_GROUP_ID_NOT_FOUND = 69
 
 
 class GroupListing(NamedTuple):
@@ -52,6 +56,21 @@ class GroupListing(NamedTuple):
     def is_simple_consumer_group(self) -> bool:
         """A classic group used only to store offsets (no protocol, no members)."""
         return self.type in (None, "classic") and self.protocol_type == ""
+
+
+class ClassicGroupDescription(NamedTuple):
+    """A classic group as DescribeGroups describes it (Java's ``ClassicGroupDescription``)."""
+    group_id: str
+    protocol: str                         # the protocol type: "consumer", "connect"...; "" for a simple group
+    protocol_data: str                    # the protocol chosen (a consumer group's assignor: "range"...)
+    members: tuple                        # kproto.admin.MemberDescription
+    state: str                            # Stable, Empty, PreparingRebalance, CompletingRebalance, Dead
+    coordinator: Optional[Any]            # kproto.admin.Node
+
+    @property
+    def is_simple_consumer_group(self) -> bool:
+        """A group used only to store offsets (no protocol, no members)."""
+        return self.protocol == ""
 
 
 def group_offsets_by_topic(partitions: Iterable, what: str) -> dict:
@@ -260,6 +279,45 @@ class GroupAdmin:
                     core._complete(op, g, value=dict(sorted(out.items())))
 
         self._at_coordinators(op, list(specs), "OffsetFetch", build, handle)
+        return op
+
+    def describe_classic_groups(self, group_ids, *, timeout_ms=None, now):
+        """{group: ClassicGroupDescription}, one item per group; the groups of
+        one coordinator in one DescribeGroups. A group that is not a classic
+        group fails with GroupIdNotFoundError (Kafka 4's DescribeGroups v6
+        says so; an older broker's answer for a missing group, state "Dead"
+        with no protocol, gets the same error), as Java's
+        ``describeClassicGroups``. Members' assignments are decoded in
+        "consumer" protocol groups."""
+        from kproto.admin import _no_dups, classic_members
+        groups = list(group_ids)
+        _no_dups(groups, "describe_classic_groups")
+        bad = [g for g in groups if not isinstance(g, str) or not g]
+        if bad:
+            raise ValueError(f"describe_classic_groups: {bad[0]!r} is not a group id (a non-empty str)")
+        op = self._op("describe_classic_groups", groups, now, timeout_ms)
+        core = self
+
+        def build(node, call=None):
+            return {"groups": list(call.keys), "include_authorized_operations": False}
+
+        def handle(call, body, now):
+            answers = {d.get("group_id"): d for d in body.get("groups") or ()}
+            for g in call.keys:
+                d = answers.get(g)
+                code = 16 if d is None else d.get("error_code", 0)     # unanswered: ask again
+                if code == 0 and d.get("group_state") == "Dead" and not d.get("protocol_type"):
+                    code = _GROUP_ID_NOT_FOUND
+                if code:
+                    message = d and d.get("error_message") or (
+                        f"group {g!r} does not exist" if code == _GROUP_ID_NOT_FOUND else None)
+                    core._regroup(call, g, code, message, f"describe classic group {g!r}", now)
+                    continue
+                core._complete(op, g, value=ClassicGroupDescription(
+                    g, d.get("protocol_type") or "", d.get("protocol_data") or "", classic_members(d),
+                    d.get("group_state") or "", getattr(call, "coordinator", None)))
+
+        self._at_coordinators(op, groups, "DescribeGroups", build, handle)
         return op
 
     def list_groups(self, *, types=None, states=None, timeout_ms=None, now):

@@ -593,6 +593,51 @@ def test_list_consumer_group_offsets_refuses_bad_groups():
         core.list_consumer_group_offsets(5, now=0)
 
 
+# --- describe_classic_groups (KIP-1043) ----------------------------------------------------------
+
+def test_describe_classic_groups_batches_per_coordinator_and_refuses_other_groups():
+    from kproto.admin_groups import ClassicGroupDescription
+    from kproto.consumer.assignors import encode_assignment
+    fc = FakeCluster(nodes=(1, 2))
+    where = {"classic": 1, "simple": 1, "modern": 2, "old-missing": 2}
+    fc.on_all("FindCoordinator", _coordinators(where))
+
+    def describe(req):
+        out = []
+        for g in req.body["groups"]:
+            if g == "modern":
+                out.append({"group_id": g, "error_code": 69, "error_message": f"Group {g} is not a classic group."})
+            elif g == "old-missing":         # a broker before v6 describes a missing group as Dead
+                out.append({"group_id": g, "error_code": 0, "group_state": "Dead", "protocol_type": "",
+                            "protocol_data": "", "members": []})
+            elif g == "simple":
+                out.append({"group_id": g, "error_code": 0, "group_state": "Empty", "protocol_type": "",
+                            "protocol_data": "", "members": []})
+            else:
+                out.append({"group_id": g, "error_code": 0, "group_state": "Stable", "protocol_type": "consumer",
+                            "protocol_data": "range", "members": [
+                                {"member_id": "m1", "group_instance_id": None, "client_id": "c", "client_host": "/h",
+                                 "member_metadata": b"", "member_assignment": encode_assignment([TP("t", 0), TP("t", 1)])}]})
+        return {"groups": out}
+    fc.on_all("DescribeGroups", describe)
+    sim = Sim(fc)
+    h = sim.core.describe_classic_groups(list(where), now=0)
+    sim.run(h)
+    assert sorted((n, r.body["groups"]) for n, r in sim.requests("DescribeGroups")) == [
+        (1, ["classic", "simple"]), (2, ["modern", "old-missing"])]
+    d = h.values()["classic"]
+    assert isinstance(d, ClassicGroupDescription) and (d.protocol, d.protocol_data, d.state) == (
+        "consumer", "range", "Stable")
+    assert [(m.member_id, m.assignment.partitions) for m in d.members] == [("m1", (TP("t", 0), TP("t", 1)))]
+    assert d.coordinator.id == 1 and not d.is_simple_consumer_group
+    assert h.values()["simple"].is_simple_consumer_group and h.values()["simple"].state == "Empty"
+    errors = h.errors()
+    assert set(errors) == {"modern", "old-missing"}
+    assert all(isinstance(e, error_codes.GroupIdNotFoundError) for e in errors.values())
+    assert "not a classic group" in str(errors["modern"]) and "'old-missing' does not exist" in str(
+        errors["old-missing"])
+
+
 # --- partition leaders -------------------------------------------------------------------
 
 def _list_offsets_answer(ends, node, leaders):

@@ -15,7 +15,7 @@ from kproto.admin import AdminHandle, ClusterDescription, ConfigEntry, ConfigRes
 from kproto.admin_acls import AclBinding, AclBindingFilter
 from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo, ReplicaLogDirInfo, TopicPartitionReplica
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
-from kproto.admin_groups import GroupListing
+from kproto.admin_groups import ClassicGroupDescription, GroupListing
 from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
 from kproto.admin_transactions import AbortTransactionSpec, ProducerIdAndEpoch, ProducerState, TransactionDescription, TransactionListing
 from kproto.cluster import TopicPartition
@@ -190,6 +190,14 @@ class AsyncAdmin(_Client):
 
     @overload
     async def list_groups(self, *, types: Optional[Iterable[str]]=..., states: Optional[Iterable[str]]=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ClassicGroupDescription]:
+        ...
+
+    @overload
+    async def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
