@@ -638,6 +638,45 @@ def test_describe_classic_groups_batches_per_coordinator_and_refuses_other_group
         errors["old-missing"])
 
 
+def test_describe_topics_by_id_asks_metadata_naming_the_ids():
+    fc = FakeCluster(topics={"a": 2, "b": 1})
+
+    def metadata(req):
+        known = {_uuid(n): n for n in fc.topics}
+        if req.body["topics"] and req.body["topics"][0].get("name") is None:
+            asked = [t["topic_id"] for t in req.body["topics"]]
+            body = fc._metadata(1, type(req)(req.api, req.version, req.correlation_id, req.client_id, {
+                "topics": [{"name": known[i]} for i in asked if i in known]}, req.channel))
+            body["topics"] += [{"name": None, "topic_id": i, "error_code": 100, "partitions": []}
+                               for i in asked if i not in known]
+            return body
+        return fc._metadata(1, req)
+    fc.brokers[1].on("Metadata", metadata)
+    sim = Sim(fc)
+    stranger = _uuid("nobody")
+    h = sim.core.describe_topics([_uuid("a"), stranger], now=0)
+    sim.run(h)
+    by_id = [r for _, r in sim.requests("Metadata") if r.body["topics"] and r.body["topics"][0]["name"] is None]
+    assert [[t["topic_id"] for t in r.body["topics"]] for r in by_id] == [[_uuid("a"), stranger]]
+    assert by_id[0].version >= 12
+    values = h.values()
+    assert set(values) == {_uuid("a")}
+    assert values[_uuid("a")].name == "a" and len(values[_uuid("a")].partitions) == 2
+    err = h.errors()[stranger]
+    assert isinstance(err, error_codes.UnknownTopicIdError) and str(stranger) in str(err)
+
+
+def test_describe_topics_by_id_needs_metadata_v12_and_refuses_other_keys():
+    fc = FakeCluster(topics={"a": 1}, broker_kwargs={1: {"api_versions": {"Metadata": (0, 11)}}})
+    sim = Sim(fc)
+    h = sim.core.describe_topics([_uuid("a")], now=0)
+    sim.run(h)
+    with pytest.raises(UnsupportedVersionError, match="by id needs Metadata v12"):
+        h.result()
+    with pytest.raises(ValueError, match="5 is neither a topic name .* nor a topic id"):
+        sim.core.describe_topics(["a", 5], now=0)
+
+
 # --- partition leaders -------------------------------------------------------------------
 
 def _list_offsets_answer(ends, node, leaders):

@@ -65,7 +65,15 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_topics(self, topics: Iterable[uuid.UUID], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[uuid.UUID, TopicDescription]:
+        ...
+
+    @overload
+    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[Union[str, uuid.UUID], TopicDescription]:
+        ...
+
+    @overload
+    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload

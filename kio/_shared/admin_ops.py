@@ -113,17 +113,31 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps):
                         raise_errors: Literal[True] = ...) -> Dict[str, TopicDescription]: ...
 
     @overload
-    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = ...,
+    def describe_topics(self, topics: Iterable[uuid.UUID], *, partition_size_limit_per_response: int = ...,
                         timeout: Optional[float] = ...,
+                        raise_errors: Literal[True] = ...) -> Dict[uuid.UUID, TopicDescription]: ...
+
+    @overload
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+                        partition_size_limit_per_response: int = ..., timeout: Optional[float] = ...,
+                        raise_errors: Literal[True] = ...) -> Dict[Union[str, uuid.UUID], TopicDescription]: ...
+
+    @overload
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+                        partition_size_limit_per_response: int = ..., timeout: Optional[float] = ...,
                         raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = 2000,
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+                        partition_size_limit_per_response: int = 2000,
                         timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         """{name: TopicDescription(name, topic_id, internal, partitions)}, the
         partitions as PartitionInfo (leader, replicas, isr, ...); a missing
         topic fails with UnknownTopicOrPartitionError. Asked with
         DescribeTopicPartitions (KIP-966), ``partition_size_limit_per_response``
-        partitions a request, where the broker has it; else Metadata."""
+        partitions a request, where the broker has it; else Metadata. Topics
+        given by id (``uuid.UUID``, Java's ``TopicCollection.ofTopicIds``)
+        are keyed by their id and asked with Metadata v12+; an id no topic
+        has fails with UnknownTopicIdError naming it."""
         return self._call("describe_topics", topics,
                           partition_size_limit_per_response=partition_size_limit_per_response,
                           timeout=timeout, raise_errors=raise_errors)
