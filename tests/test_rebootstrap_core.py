@@ -168,3 +168,17 @@ def test_with_strategy_none_the_refusal_reaches_the_application():
     errors = core.client.take_errors()
     assert core.cluster.rebootstraps == 0
     assert errors and all(getattr(e, "code", None) == REBOOTSTRAP_REQUIRED for e in errors)
+
+
+def test_brokers_without_apiversions_v5_are_never_sent_a_cluster_id():
+    # Tansu takes ApiVersions up to v4 and drops a connection whose v5
+    # request names a cluster: only v5 requests with null go to such brokers.
+    kafka = MovingKafka()
+    for b in kafka.brokers.values():
+        b.versions["ApiVersions"] = (0, 4)
+    core, kafka, sim = make(kafka)
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    sent = _api_versions_sent(kafka.brokers[1])
+    assert h.error is None and core.cluster.cluster_id == "sim" and len(sent) >= 4
+    assert {s for s in sent if s[0] == 5} == {(5, None, -1)} and {s[0] for s in sent} == {4, 5}
