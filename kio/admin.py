@@ -33,7 +33,7 @@ from kproto.admin_acls import (
 )
 from kproto.admin_cluster import ElectionType, FeatureUpdate, TopicPartitionReplica, UpgradeType
 from kproto.admin_quorum import RaftVoterEndpoint
-from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
+from kproto.admin_configs import AlterConfigOp, ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ClientQuotaFilterComponent
 from kproto.admin_scram import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
 from kproto.admin_tokens import DelegationToken, TokenInformation
 from kproto.admin_transactions import AbortTransactionSpec
@@ -44,7 +44,8 @@ __all__ = ["Admin", "AdminClosedError", "NewTopic", "NewPartitions", "ConfigReso
            # ACLs, quotas, SCRAM and cluster operations' inputs (kproto.admin_* have the results' types)
            "AclBinding", "AclBindingFilter", "ResourcePattern", "ResourcePatternFilter", "AccessControlEntry",
            "AccessControlEntryFilter", "ResourceType", "PatternType", "AclOperation", "AclPermissionType",
-           "ClientQuotaEntity", "ClientQuotaFilter", "ClientQuotaFilterComponent", "ClientQuotaAlteration",
+           "AlterConfigOp", "ClientQuotaEntity", "ClientQuotaFilter", "ClientQuotaFilterComponent",
+           "ClientQuotaAlteration",
            "ScramMechanism", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
            "ElectionType", "FeatureUpdate", "UpgradeType", "TopicPartitionReplica", "RaftVoterEndpoint",
            # group and transaction operations' inputs

@@ -66,7 +66,7 @@ from kproto.admin_groups import GroupAdmin
 from kproto.admin_streams import StreamsGroupAdmin
 from kproto.admin_transactions import TransactionAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
-from kproto.requests import find_coordinator_body, offset_fetch_body
+from kproto.requests import find_coordinator_body
 from kproto.errors import (
     ConfigError, ConnectionClosedError, KafkaError, KafkaTimeoutError, NotReadyError, RequestTimedOutError,
     UnsupportedVersionError,
@@ -1100,26 +1100,9 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                 if self._group_error(call, d["error_code"], None, f"describe group {g!r}", now):
                     return
                 pt = d.get("protocol_type") or ""
-                members = []
-                for m in d.get("members") or []:
-                    assignment, subscription = Assignment(()), None
-                    if pt == "consumer":
-                        try:
-                            assignment = decode_assignment(m.get("member_assignment"))
-                        except KafkaError:
-                            pass
-                        md = m.get("member_metadata")
-                        if md:
-                            try:
-                                subscription = decode_subscription(md, m.get("group_instance_id"))
-                            except KafkaError:
-                                subscription = None
-                    members.append(MemberDescription(m["member_id"], m.get("group_instance_id"),
-                                                     m.get("client_id") or "", m.get("client_host") or "",
-                                                     assignment, subscription))
                 self._complete(op, g, value=ConsumerGroupDescription(
                     g, pt == "", d.get("group_state") or "", pt,
-                    d.get("protocol_data") or "", tuple(members), getattr(call, "coordinator", None)))
+                    d.get("protocol_data") or "", classic_members(d), getattr(call, "coordinator", None)))
 
             self._group_call(op, g, "DescribeGroups", build, handle)
         return op
@@ -1186,55 +1169,6 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                 self._complete(op, g, value=None)
 
             self._group_call(op, g, "DeleteGroups", build, handle)
-        return op
-
-    def list_consumer_group_offsets(self, group_id, partitions=None, *, require_stable=True,
-                                    timeout_ms=None, now) -> AdminHandle:
-        """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
-        partitions, or ``partitions``); partitions without a commit are left out."""
-        return self._list_group_offsets("list_consumer_group_offsets", group_id, partitions, require_stable,
-                                        timeout_ms, now)
-
-    def _list_group_offsets(self, operation, group_id, partitions, require_stable, timeout_ms, now) -> AdminHandle:
-        """OffsetFetch at ``group_id``'s coordinator, as ``operation`` (the
-        offsets of consumer and streams groups are both kept this way)."""
-        op = self._op(operation, [group_id], now, timeout_ms, single=True)
-        g = group_id
-        topics = None
-        if partitions is not None:
-            by = {}
-            for tp in partitions:
-                by.setdefault(tp[0], []).append(tp[1])
-            topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by.items())]
-
-        def build(node, call=None):
-            return offset_fetch_body(g, topics, require_stable)
-
-        def handle(call, body, now):
-            if body.get("groups"):
-                gb = next((x for x in body["groups"] if x.get("group_id") == g), body["groups"][0])
-                code, topics_ = gb.get("error_code", 0), gb.get("topics") or []
-            else:
-                code, topics_ = body.get("error_code", 0), body.get("topics") or []
-            if self._group_error(call, code, None, f"fetch offsets of group {g!r}", now):
-                return
-            out = {}
-            for t in topics_:
-                for p in t.get("partitions") or []:
-                    pcode = p.get("error_code", 0)
-                    if pcode in _COORDINATOR_MOVED or pcode == _COORDINATOR_LOADING:
-                        self._group_error(call, pcode, None, f"fetch offsets of group {g!r}", now)
-                        return
-                    if pcode:
-                        self._fail_call(call, error_codes.error_for_code(
-                            pcode, None, f"fetch offset of {t['name']}-{p['partition_index']} for group {g!r}"))
-                        return
-                    if p["committed_offset"] >= 0:
-                        out[TopicPartition(t["name"], p["partition_index"])] = OffsetAndMetadata(
-                            p["committed_offset"], p.get("metadata") or "", p.get("committed_leader_epoch", -1))
-            self._complete(op, g, value=dict(sorted(out.items())))
-
-        self._group_call(op, g, "OffsetFetch", build, handle)
         return op
 
     # -- partition leaders: list_offsets, delete_records ---------------------------------------
@@ -1440,6 +1374,31 @@ def _key_text(key):
 
 def _closed_error():
     return KafkaError("the admin client was closed before the operation finished")
+
+
+def classic_members(group: dict) -> tuple:
+    """The members of a DescribeGroups answer's group as MemberDescriptions;
+    in a "consumer" protocol group their assignments and subscriptions are
+    decoded with the consumer protocol (one that does not decode is left
+    empty: a member's bytes are its client's business)."""
+    consumer = (group.get("protocol_type") or "") == "consumer"
+    members = []
+    for m in group.get("members") or []:
+        assignment, subscription = Assignment(()), None
+        if consumer:
+            try:
+                assignment = decode_assignment(m.get("member_assignment"))
+            except KafkaError:
+                pass
+            md = m.get("member_metadata")
+            if md:
+                try:
+                    subscription = decode_subscription(md, m.get("group_instance_id"))
+                except KafkaError:
+                    subscription = None
+        members.append(MemberDescription(m["member_id"], m.get("group_instance_id"), m.get("client_id") or "",
+                                         m.get("client_host") or "", assignment, subscription))
+    return tuple(members)
 
 
 def _topic_id(u):

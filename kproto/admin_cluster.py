@@ -17,12 +17,13 @@
 from __future__ import annotations
 
 import enum
+import uuid
 from typing import Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
 from kproto import error_codes
 from kproto._admin_mixin import AdminMixin
 from kproto.cluster import TopicPartition
-from kproto.errors import KafkaError
+from kproto.errors import KafkaError, UnsupportedVersionError
 
 __all__ = ["ClusterAdmin", "ElectionType", "TopicPartitionReplica", "ReplicaInfo", "LogDirDescription",
            "PartitionReassignment", "ReplicaLogDirInfo",
@@ -33,6 +34,7 @@ __all__ = ["ClusterAdmin", "ElectionType", "TopicPartitionReplica", "ReplicaInfo
 PARTITION_SIZE_LIMIT = 2000
 _METADATA_TOPIC = "__cluster_metadata"
 _LEADER_NOT_AVAILABLE = 5
+_UNKNOWN_TOPIC_ID = 100
 
 
 class ElectionType(enum.IntEnum):
@@ -164,13 +166,25 @@ class ClusterAdmin(AdminMixin):
         fails it, except for a topic this core created recently: that one is
         retried within the deadline (the brokers learn of a new topic a moment
         after CreateTopics answers). DescribeTopicPartitions, page by page,
-        where the broker has it (``op.pages`` counts the pages); else Metadata."""
+        where the broker has it (``op.pages`` counts the pages); else Metadata.
+        A topic given by id (a ``uuid.UUID``, as TopicDescription.topic_id;
+        Java's ``TopicCollection.ofTopicIds``) is its own item, described by
+        a Metadata v12+ request naming the ids; an id no topic has fails with
+        UnknownTopicIdError naming it."""
         from kproto.admin import NODE, _Call, _no_dups
         topics = list(topics)
         _no_dups(topics, "describe_topics")
+        bad = [t for t in topics if not (isinstance(t, uuid.UUID) or isinstance(t, str) and t)]
+        if bad:
+            raise ValueError(f"describe_topics: {bad[0]!r} is neither a topic name (a non-empty str) "
+                             f"nor a topic id (uuid.UUID)")
         if partition_size_limit_per_response < 1:
             raise ValueError("describe_topics: partition_size_limit_per_response must be >= 1")
         op = self._op("describe_topics", topics, now, timeout_ms)
+        ids = [t for t in topics if isinstance(t, uuid.UUID)]
+        topics = [t for t in topics if not isinstance(t, uuid.UUID)]
+        if ids:
+            self._describe_topic_ids(op, ids)
         op.pages = 0
         core = self
         gathered: Dict[str, list] = {}        # topic -> partitions of the pages so far
@@ -242,6 +256,36 @@ class ClusterAdmin(AdminMixin):
         if topics:
             self._submit(Describe(op, "DescribeTopicPartitions", topics))
         return op
+
+    def _describe_topic_ids(self, op, ids):
+        """Metadata naming topics by id only (v12+: the name null), one call
+        for every id of ``op``; the answer's topics are found by id."""
+        from kproto.admin import _SelfCall
+        core = self
+
+        def build(node, call=None):
+            version = core.client.api_version(node, "Metadata") or 0
+            if version < 12:
+                raise UnsupportedVersionError(
+                    f"describing topics by id needs Metadata v12 or later (KIP-516); node {node} "
+                    f"offers v{version}")
+            return {"topics": [{"topic_id": i, "name": None} for i in call.keys],
+                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+
+        def handle(call, body, now):
+            core._seen_metadata(body, now)
+            answered = {t.get("topic_id"): t for t in body.get("topics") or ()}
+            for i in call.keys:
+                t = answered.get(i)
+                code = _UNKNOWN_TOPIC_ID if t is None else t.get("error_code", 0)
+                if code:
+                    core._complete(op, i, error=error_codes.error_for_code(
+                        code, "no topic has this id" if code == _UNKNOWN_TOPIC_ID else None,
+                        f"describe topic id {i}"))
+                else:
+                    core._complete(op, i, value=core._topic_description(t, t.get("partitions") or ()))
+
+        self._submit(_SelfCall(op, "Metadata", ids, build, handle))
 
     @staticmethod
     def _topic_description(t, partitions):

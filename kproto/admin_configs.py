@@ -1,6 +1,9 @@
 """Config and quota administration, as operations of
 :class:`kproto.admin.AdminCore` (mixed in):
 
+* :class:`AlterConfigOp` (Java's ``AlterConfigOp``): one change of a setting
+  for ``incremental_alter_configs`` - SET, DELETE, or APPEND / SUBTRACT
+  values of a list-valued setting (``cleanup.policy``, ``*.listeners``);
 * ``alter_configs``: the legacy AlterConfigs (Java's deprecated
   ``Admin.alterConfigs``) - each resource's dynamic settings are *replaced*
   by the ones given; the others return to their defaults;
@@ -16,19 +19,98 @@ go to any broker, as in Java.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
+import enum
+from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Tuple, Union
 
 from kproto import error_codes
 from kproto._admin_mixin import AdminMixin
 from kproto.errors import ConfigError, UnsupportedVersionError
 
-__all__ = ["ConfigAdmin", "ClientQuotaEntity", "ClientQuotaFilterComponent", "ClientQuotaFilter",
+__all__ = ["ConfigAdmin", "AlterConfigOp", "OpType", "ClientQuotaEntity", "ClientQuotaFilterComponent", "ClientQuotaFilter",
            "ClientQuotaAlteration", "ConfigResourceListing"]
 
 #: DescribeClientQuotas match types
 _MATCH_EXACT, _MATCH_DEFAULT, _MATCH_ANY = 0, 1, 2
 #: ConfigResource.CLIENT_METRICS: the v0 request (ListClientMetricsResources) lists only these.
 _CLIENT_METRICS = 16
+
+
+class OpType(enum.IntEnum):
+    """Java's ``AlterConfigOp.OpType``, the wire's config_operation."""
+    SET = 0
+    DELETE = 1          #: back to the default (or the inherited value)
+    APPEND = 2          #: add values to a list-valued setting (one already there stays once)
+    SUBTRACT = 3        #: remove values from a list-valued setting
+
+
+class AlterConfigOp(NamedTuple):
+    """One change of one setting in ``incremental_alter_configs`` (Java's
+    ``AlterConfigOp(ConfigEntry, OpType)``)::
+
+        {ConfigResource.topic("t"): {"cleanup.policy": AlterConfigOp.append("compact"),
+                                     "retention.ms": 60000,            # SET
+                                     "segment.ms": None}}              # DELETE
+
+    ``value`` is the setting's text; for APPEND and SUBTRACT the values of
+    the list (a list or tuple is joined with commas); None for DELETE."""
+    op_type: OpType
+    value: Optional[str] = None
+
+    OpType = OpType
+
+    @classmethod
+    def set(cls, value: Any) -> "AlterConfigOp":
+        """Give the setting this value."""
+        return cls(OpType.SET, _config_text(value))
+
+    @classmethod
+    def delete(cls) -> "AlterConfigOp":
+        """Return the setting to its default."""
+        return cls(OpType.DELETE)
+
+    @classmethod
+    def append(cls, values: Union[str, Iterable[str]]) -> "AlterConfigOp":
+        """Add ``values`` to a list-valued setting."""
+        return cls(OpType.APPEND, _config_text(values))
+
+    @classmethod
+    def subtract(cls, values: Union[str, Iterable[str]]) -> "AlterConfigOp":
+        """Remove ``values`` from a list-valued setting."""
+        return cls(OpType.SUBTRACT, _config_text(values))
+
+
+def _config_text(value: Any) -> str:
+    """The wire text of a setting's value: booleans as Kafka spells them,
+    lists joined with commas (Kafka's list syntax)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(_config_text(v) for v in value)
+    return str(value)
+
+
+def incremental_config(resource, name: Any, change: Any) -> dict:
+    """The IncrementalAlterConfigs entry of one change: ``change`` an
+    :class:`AlterConfigOp`, a value (SET) or None (DELETE). A change that
+    cannot be one raises ConfigError naming the resource and the setting."""
+    if not isinstance(name, str):
+        raise ConfigError(f"incremental_alter_configs: {resource}: setting names are strings, not {name!r}")
+    if change is None:
+        change = AlterConfigOp.delete()
+    elif not isinstance(change, AlterConfigOp):
+        if not isinstance(change, (str, int, float, bool, list, tuple)):
+            raise ConfigError(f"incremental_alter_configs: {resource}: {name!r} = {change!r} is not a value "
+                              f"(str, number, bool, list), None or an AlterConfigOp")
+        change = AlterConfigOp.set(change)
+    try:
+        op = OpType(change.op_type)
+    except ValueError:
+        raise ConfigError(f"incremental_alter_configs: {resource}: {name!r}: {change.op_type!r} is not an "
+                          f"AlterConfigOp.OpType (SET, DELETE, APPEND, SUBTRACT)") from None
+    if (op is OpType.DELETE) != (change.value is None):
+        raise ConfigError(f"incremental_alter_configs: {resource}: {name!r}: "
+                          + ("DELETE takes no value" if op is OpType.DELETE else f"{op.name} needs a value"))
+    return {"name": name, "config_operation": int(op), "value": change.value}
 
 
 #: Java's ClientQuotaEntity.USER, CLIENT_ID and IP: the entity types.

@@ -1,6 +1,13 @@
 """Group administration beyond listing and describing, as operations of
 :class:`kproto.admin.AdminCore` (mixed in), named as Java's ``Admin``:
 
+* ``list_consumer_group_offsets``: OffsetFetch for one group, or for many
+  (Java's ``listConsumerGroupOffsets(Map<String, ListConsumerGroupOffsetsSpec>)``):
+  one FindCoordinator (v4, KIP-699) for all of them, then one OffsetFetch
+  (v8, KIP-709) per coordinator naming its groups (``_at_coordinators``);
+* ``describe_classic_groups`` (KIP-1043, Java 4.0's ``describeClassicGroups``):
+  DescribeGroups for classic groups, batched per coordinator; a group of
+  another type (or none) fails with GroupIdNotFoundError, as in Java;
 * ``list_groups``: every group of every type (KIP-1043: ListGroups v5 with
   its types filter; classic, consumer, share, streams);
 * ``alter_consumer_group_offsets``: OffsetCommit as Java's admin sends it
@@ -18,14 +25,15 @@ admin operation: coordinator moves, retries and the deadline are the core's.
 """
 from __future__ import annotations
 
-from typing import Iterable, List, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Union
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.errors import KafkaError, UnsupportedVersionError
+from kproto.requests import find_coordinators_body, offsets_fetch_body
 
-__all__ = ["GroupAdmin", "GroupListing", "GROUP_TYPES", "group_offsets_by_topic"]
+__all__ = ["GroupAdmin", "GroupListing", "ClassicGroupDescription", "GROUP_TYPES", "group_offsets_by_topic"]
 
 #: KIP-1043's group types, as ListGroups v5 names them.
 GROUP_TYPES = ("classic", "consumer", "share", "streams")
@@ -33,6 +41,7 @@ GROUP_TYPES = ("classic", "consumer", "share", "streams")
 #: coordinator takes a commit without a member only from an empty group.
 _GROUP_HAS_MEMBERS = frozenset({22, 25, 110, 113})   # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED/STALE_MEMBER_EPOCH
 _COORDINATOR_CODES = frozenset({14, 15, 16})
+_GROUP_ID_NOT_FOUND = 69
 
 
 class GroupListing(NamedTuple):
@@ -47,6 +56,21 @@ class GroupListing(NamedTuple):
     def is_simple_consumer_group(self) -> bool:
         """A classic group used only to store offsets (no protocol, no members)."""
         return self.type in (None, "classic") and self.protocol_type == ""
+
+
+class ClassicGroupDescription(NamedTuple):
+    """A classic group as DescribeGroups describes it (Java's ``ClassicGroupDescription``)."""
+    group_id: str
+    protocol: str                         # the protocol type: "consumer", "connect"...; "" for a simple group
+    protocol_data: str                    # the protocol chosen (a consumer group's assignor: "range"...)
+    members: tuple                        # kproto.admin.MemberDescription
+    state: str                            # Stable, Empty, PreparingRebalance, CompletingRebalance, Dead
+    coordinator: Optional[Any]            # kproto.admin.Node
+
+    @property
+    def is_simple_consumer_group(self) -> bool:
+        """A group used only to store offsets (no protocol, no members)."""
+        return self.protocol == ""
 
 
 def group_offsets_by_topic(partitions: Iterable, what: str) -> dict:
@@ -137,6 +161,191 @@ class GroupAdmin:
                 self._complete(op, g, value=describe(d, getattr(call, "coordinator", None)))
 
             self._group_call(op, g, api, build, handle)
+
+    # -- many groups, batched per coordinator --------------------------------------------------
+    def _at_coordinators(self, op, groups, api, build, handle):
+        """One FindCoordinator for ``groups`` (v4 names them all; an older
+        broker is asked one group at a time), then one ``api`` call per
+        coordinator with the groups it coordinates as keys: ``build(node,
+        call=)`` and ``handle(call, body, now)`` as for ``_group_call``.
+        A call whose node goes away, and the groups ``_regroup`` sends back,
+        look their coordinators up again."""
+        from kproto.admin import NODE, Node, _Call, _SelfCall
+        core = self
+
+        def relookup(c, now):
+            again = Lookup(op, "FindCoordinator", c.keys, tries=c.tries, not_before=c.next_try_at, drops=c.drops)
+            again.last_error = c.last_error
+            core._submit(again)
+
+        class Lookup(_Call):
+            def build(call, core_, node):
+                return find_coordinators_body(call.keys)
+
+            def handle(call, core_, body, now):
+                entries = body.get("coordinators")
+                asked = call.keys
+                if not entries:                       # before v4: the first group only
+                    entries, asked = [dict(body, key=call.keys[0])], call.keys[:1]
+                    if len(call.keys) > 1:
+                        core._submit(Lookup(op, "FindCoordinator", call.keys[1:], tries=call.tries,
+                                            not_before=now, drops=call.drops))
+                at: Dict[int, list] = {}
+                again, err = [], None
+                for g in asked:
+                    e = next((e for e in entries if e.get("key") == g), None)
+                    code = 15 if e is None else e.get("error_code", 0)
+                    if code == 0 and (e.get("node_id", -1) < 0 or not e.get("host")):
+                        code = 15
+                    if code:
+                        err = error_codes.error_for_code(code, e and e.get("error_message"),
+                                                         f"FindCoordinator for group {g!r}")
+                        if err.retriable:
+                            again.append(g)
+                        else:
+                            core._complete(op, g, error=err)
+                        continue
+                    if e["node_id"] not in core.cluster.brokers:
+                        core.cluster.add_node(e["node_id"], e["host"], e["port"])
+                    at.setdefault(e["node_id"], [Node(e["node_id"], e["host"], e["port"])]).append(g)
+                if again:
+                    core._retry(call, err, now, keys=again)
+                for node, (coordinator, *gs) in sorted(at.items()):
+                    main = _SelfCall(op, api, gs, build, handle, target=NODE, node=node, tries=call.tries,
+                                     not_before=now, drops=call.drops)
+                    main.coordinator = coordinator
+                    main.on_moved = relookup
+                    core._submit(main)
+
+        if groups:
+            self._submit(Lookup(op, "FindCoordinator", groups))
+
+    def _regroup(self, call, group, code, message, context, now) -> None:
+        """A group-level error for ``group`` in a call of ``_at_coordinators``:
+        a moved coordinator is looked up again, a loading one asked again
+        after the backoff, anything else fails the group."""
+        from kproto.admin import _COORDINATOR_LOADING, _COORDINATOR_MOVED
+        err = error_codes.error_for_code(code, message, context)
+        if code in _COORDINATOR_MOVED or code == _COORDINATOR_LOADING:
+            self._retry(call, err, now, moved=code in _COORDINATOR_MOVED, keys=[group])
+        else:
+            self._complete(call.op, group, error=err)
+
+    def _answered_groups(self, call, batched: bool, now) -> list:
+        """The groups an answer of ``_at_coordinators`` covers: all of them
+        when it was ``batched``, else (a broker before the version that takes
+        many groups answers for one) the first, the rest sent again in a
+        call of their own to the same coordinator."""
+        from kproto.admin import _copy_call
+        if batched or len(call.keys) == 1:
+            return list(call.keys)
+        rest = _copy_call(call, call.keys[1:])
+        rest.request, rest.next_try_at = None, now
+        self._submit(rest)
+        return call.keys[:1]
+
+    def list_consumer_group_offsets(self, group_id, partitions=None, *, require_stable=True,
+                                    timeout_ms=None, now):
+        """The committed offsets of one group, ``{TopicPartition:
+        OffsetAndMetadata}`` (all its partitions, or ``partitions``), or of
+        many: ``group_id`` a mapping ``{group: partitions or None for all}``
+        gives ``{group: {TopicPartition: OffsetAndMetadata}}``, one item per
+        group (Java's ``listConsumerGroupOffsets(Map<String,
+        ListConsumerGroupOffsetsSpec>)``); the groups of one coordinator go in
+        one OffsetFetch (v8+). Partitions without a commit are left out."""
+        return self._list_group_offsets("list_consumer_group_offsets", group_id, partitions, require_stable,
+                                        timeout_ms, now)
+
+    def _list_group_offsets(self, what, group_id, partitions, require_stable, timeout_ms, now):
+        """OffsetFetch for one group or a mapping of groups, as operation
+        ``what`` (consumer and streams groups keep their offsets alike)."""
+        from kproto.admin import _no_dups
+        if isinstance(group_id, str):
+            specs, single = {group_id: partitions}, True
+        elif isinstance(group_id, Mapping):
+            if partitions is not None:
+                raise ValueError(f"{what}: with a mapping of groups, give each group's partitions in it "
+                                 f"({{group: partitions}}), not partitions=")
+            specs, single = dict(group_id), False
+            bad = [g for g in specs if not isinstance(g, str) or not g]
+            if bad:
+                raise ValueError(f"{what}: {bad[0]!r} is not a group id (a non-empty str)")
+        else:
+            raise TypeError(f"{what}: group_id must be a group id (str) or a mapping {{group: partitions}}, "
+                            f"not {type(group_id).__name__}")
+        _no_dups(list(specs), what)
+        topics = {g: None if ps is None else [{"name": t, "partition_indexes": p} for t, p in
+                                               sorted(group_offsets_by_topic(ps, f"{what} of {g!r}").items())]
+                  for g, ps in specs.items()}
+        op = self._op(what, list(specs), now, timeout_ms, single=single)
+        core = self
+
+        def build(node, call=None):
+            return offsets_fetch_body({g: topics[g] for g in call.keys}, require_stable)
+
+        def handle(call, body, now):
+            answers = {gb.get("group_id"): gb for gb in body.get("groups") or ()}
+            for g in core._answered_groups(call, bool(answers), now):
+                gb = answers.get(g, body if not answers else None)
+                if gb is None:
+                    core._complete(op, g, error=error_codes.error_for_code(
+                        16, "the coordinator did not answer for it", f"fetch offsets of group {g!r}"))
+                    continue
+                code, context = gb.get("error_code", 0), f"fetch offsets of group {g!r}"
+                out: Dict[TopicPartition, OffsetAndMetadata] = {}
+                for t in gb.get("topics") or []:
+                    for p in t.get("partitions") or []:
+                        if p.get("error_code", 0) and not code:
+                            code = p["error_code"]
+                            context = f"fetch offset of {t['name']}-{p['partition_index']} for group {g!r}"
+                        if p["committed_offset"] >= 0:
+                            out[TopicPartition(t["name"], p["partition_index"])] = OffsetAndMetadata(
+                                p["committed_offset"], p.get("metadata") or "", p.get("committed_leader_epoch", -1))
+                if code:
+                    core._regroup(call, g, code, None, context, now)
+                else:
+                    core._complete(op, g, value=dict(sorted(out.items())))
+
+        self._at_coordinators(op, list(specs), "OffsetFetch", build, handle)
+        return op
+
+    def describe_classic_groups(self, group_ids, *, timeout_ms=None, now):
+        """{group: ClassicGroupDescription}, one item per group; the groups of
+        one coordinator in one DescribeGroups. A group that is not a classic
+        group fails with GroupIdNotFoundError (Kafka 4's DescribeGroups v6
+        says so; an older broker's answer for a missing group, state "Dead"
+        with no protocol, gets the same error), as Java's
+        ``describeClassicGroups``. Members' assignments are decoded in
+        "consumer" protocol groups."""
+        from kproto.admin import _no_dups, classic_members
+        groups = list(group_ids)
+        _no_dups(groups, "describe_classic_groups")
+        bad = [g for g in groups if not isinstance(g, str) or not g]
+        if bad:
+            raise ValueError(f"describe_classic_groups: {bad[0]!r} is not a group id (a non-empty str)")
+        op = self._op("describe_classic_groups", groups, now, timeout_ms)
+        core = self
+
+        def build(node, call=None):
+            return {"groups": list(call.keys), "include_authorized_operations": False}
+
+        def handle(call, body, now):
+            answers = {d.get("group_id"): d for d in body.get("groups") or ()}
+            for g in call.keys:
+                d = answers.get(g)
+                code = 16 if d is None else d.get("error_code", 0)     # unanswered: ask again
+                if code == 0 and d.get("group_state") == "Dead" and not d.get("protocol_type"):
+                    code = _GROUP_ID_NOT_FOUND
+                if code:
+                    message = d and d.get("error_message") or (
+                        f"group {g!r} does not exist" if code == _GROUP_ID_NOT_FOUND else None)
+                    core._regroup(call, g, code, message, f"describe classic group {g!r}", now)
+                    continue
+                core._complete(op, g, value=ClassicGroupDescription(
+                    g, d.get("protocol_type") or "", d.get("protocol_data") or "", classic_members(d),
+                    d.get("group_state") or "", getattr(call, "coordinator", None)))
+
+        self._at_coordinators(op, groups, "DescribeGroups", build, handle)
         return op
 
     def list_groups(self, *, types=None, states=None, timeout_ms=None, now):

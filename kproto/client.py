@@ -89,6 +89,9 @@ class NetworkClient:
         self.on_ready = None                  # called (node) when a connection becomes READY
         self.closing = False
         self._reconnect_bootstrap = False     # a rebootstrap asked to reopen bootstrap connections
+        # KIP-1242: the last broker this client connected to takes ApiVersions
+        # v5, so new connections may name the cluster and node they expect.
+        self._brokers_check_cluster = False
         self.progress = 0                   # bumped whenever connection events were handled
         self._polled_progress = 0           # ``progress`` at the end of the last poll
         # Nodes a core asked for (ready / least_loaded_node) and could not have
@@ -381,6 +384,37 @@ class NetworkClient:
         if self.on_metadata is not None:
             self.on_metadata(now)
 
+    def _expected_broker(self, node, c) -> Optional[tuple]:
+        """KIP-1242 (Java 4.4's NetworkClient): (cluster id, broker id) that a
+        connection to ``node`` names in ApiVersions v5, so that a broker of
+        another cluster behind the same address refuses it. None - nothing
+        named - for bootstrap connections and nodes the metadata does not
+        list at this address, before any metadata, and until a broker said
+        it takes ApiVersions v5 (one that does not, Tansu, may read the v5
+        fields as v4's and drop the connection instead of answering
+        UNSUPPORTED_VERSION). A coordinator's connection (id 2**31-1-broker,
+        as Java's) names its broker."""
+        brokers = self.cluster.brokers
+        if self.cluster.cluster_id is None or not self._brokers_check_cluster or node < 0:
+            return None
+        for broker_id in (node, 2**31 - 1 - node):
+            if brokers.get(broker_id) is not None and tuple(brokers[broker_id]) == (c.host, c.port):
+                return self.cluster.cluster_id, broker_id
+        return None
+
+    def _refused_as_stale(self, ev, now) -> None:
+        """KIP-1242: the broker answered ApiVersions v5 with REBOOTSTRAP_REQUIRED:
+        the cluster id or node id this client sent is not its own (another
+        cluster, or another node, now answers at that address). The metadata
+        is wrong, not the broker: start again from bootstrap.servers, as for
+        a Metadata answer with that error (``metadata.recovery.strategy=none``:
+        the application hears of it and the client keeps what it knows)."""
+        if self.cluster.recovery_strategy == "rebootstrap":
+            self._rebootstrap(now, f"node {ev.node_id} does not belong to cluster "
+                                   f"{self.cluster.cluster_id} (ApiVersions answered REBOOTSTRAP_REQUIRED)")
+        else:
+            self.report_error(ev.error)
+
     def _rebootstrap(self, now, why) -> None:
         log.info("Rebootstrapping with %s: %s", self.cluster.bootstrap_addresses(), why)
         self.cluster.rebootstrap(now)
@@ -395,25 +429,26 @@ class NetworkClient:
         self._reconnect_bootstrap = False
         for node, c in list(self.connections.items()):
             if node < 0 and c.is_connected:
-                self._handle(c.close("rebootstrap", now))
+                self._handle(c.close("rebootstrap", now), now)
 
     # -- driver inputs ----------------------------------------------------------------------
     def connected(self, node, now):
         c = self.connections.get(node)
         if c is not None and c.state is ConnectionState.CONNECTING:
-            self._handle(c.connection_made(now))
+            c.expected_broker = self._expected_broker(node, c)
+            self._handle(c.connection_made(now), now)
 
     def received(self, node, data, now):
         c = self.connections.get(node)
         if c is not None:
-            self._handle(c.receive_data(data, now))
+            self._handle(c.receive_data(data, now), now)
 
     def disconnected(self, node, now, exc=None):
         c = self.connections.get(node)
         if c is not None and c.is_connected:
             if c.state is ConnectionState.CONNECTING and node < 0:
                 self.cluster.failed_update(now)     # rotate to the next bootstrap server
-            self._handle(c.connection_lost(now, exc), from_driver=True)
+            self._handle(c.connection_lost(now, exc), now, from_driver=True)
 
     def nodes_with_output(self):
         return [n for n, c in self.connections.items() if c.pending_output]
@@ -425,9 +460,9 @@ class NetworkClient:
     def sent(self, node, n, now):
         c = self.connections.get(node)
         if c is not None:
-            self._handle(c.bytes_sent(n, now))
+            self._handle(c.bytes_sent(n, now), now)
 
-    def _handle(self, events, from_driver=False):
+    def _handle(self, events, now=None, from_driver=False):
         if events:
             # Drivers compare this counter to wake waiting application threads
             # only when a request completed or a connection changed state,
@@ -436,7 +471,9 @@ class NetworkClient:
         for ev in events:
             if isinstance(ev, ConnectionClosed):
                 self.stats["connection_close"] += 1
-                if isinstance(ev.error, AuthenticationError):
+                if getattr(ev.error, "code", None) == REBOOTSTRAP_REQUIRED:
+                    self._refused_as_stale(ev, now)
+                elif isinstance(ev.error, AuthenticationError):
                     if self.auth_error is None:
                         self.report_error(ev.error)
                     self.auth_error = ev.error
@@ -449,6 +486,7 @@ class NetworkClient:
                     self._actions.append(Close(ev.node_id, ev.reason))
             elif isinstance(ev, ConnectionReady):
                 self.stats["connection_creation"] += 1
+                self._brokers_check_cluster = (ev.versions.get("ApiVersions") or 0) >= 5
                 self.auth_error = None
                 self._all_down = False
                 if self.on_ready is not None:
@@ -495,9 +533,9 @@ class NetworkClient:
         """Timeouts, idle connections, metadata refresh; returns driver actions."""
         for node, c in list(self.connections.items()):
             if c.is_connected:
-                self._handle(c.check_timeouts(now))
+                self._handle(c.check_timeouts(now), now)
                 if c.is_idle(now):
-                    self._handle(c.close("idle", now))
+                    self._handle(c.close("idle", now), now)
         self._maybe_update_metadata(now)
         tel = self.telemetry
         if tel is not None and not self.closing:
@@ -553,7 +591,7 @@ class NetworkClient:
         if self.telemetry is not None and not self.telemetry.done:
             self.telemetry.state = TelemetryState.TERMINATED     # too late for a push
         for node, c in self.connections.items():
-            self._handle(c.close("client closed", now, permanent=True))
+            self._handle(c.close("client closed", now, permanent=True), now)
         # An OIDC login refreshes its token in a thread of its own: stop it.
         stop = getattr(self.authenticator_factory, "close", None)
         if stop is not None:

@@ -462,6 +462,14 @@ class Connection:
         # Counters for tests and stats: sockets opened, KIP-368 re-authentications done.
         self.sessions_started = 0
         self.reauthentications = 0
+        # KIP-1242: (cluster id, node id) of the broker this connection is
+        # meant to reach, sent in ApiVersions v5 so that a broker of another
+        # cluster, or another node now behind this address, answers
+        # REBOOTSTRAP_REQUIRED instead of serving what it has. Set by the
+        # cores' network client once metadata named them; None (a raw
+        # Connection, bootstrap connections) sends null and -1, which every
+        # broker accepts.
+        self.expected_broker = None
 
         self._next_correlation_id = initial_correlation_id & 0x7FFFFFFF
         self._seq = 0
@@ -580,6 +588,8 @@ class Connection:
         if version >= 3:
             body = {"client_software_name": self.client_software_name,
                     "client_software_version": self._client_software_version or client_software_version()}
+        if version >= 5 and self.expected_broker is not None:
+            body["cluster_id"], body["node_id"] = self.expected_broker
         self._enqueue("ApiVersions", body, now, version, True, None, None, internal=True)
 
     # -- sending -----------------------------------------------------------------

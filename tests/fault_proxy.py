@@ -88,6 +88,12 @@ class FaultProxy:
         """Reset every open connection (RST: SO_LINGER 0); returns how many."""
         return self._command("cut_all")
 
+    def retarget(self, upstream) -> None:
+        """Forward the connections accepted from now on to ``upstream``
+        (host, port): another broker answers at the same address."""
+        self.upstream = tuple(upstream)
+        self._command("retarget", self.upstream[0], self.upstream[1])
+
     def cut_randomly(self, every_s=0.1) -> None:
         """Cut all connections at random intervals averaging ``every_s``."""
         self._command("cut_randomly", every_s)
@@ -223,6 +229,9 @@ class _Proxy:
             return True
         if cmd == "refuse":
             self.refuse = args[0] == "1"
+            return True
+        if cmd == "retarget":
+            self.upstream = (args[0], int(args[1]))
             return True
         if cmd == "stats":
             return {"cuts": self.cuts, "accepted": self.accepted, "delay": self.delay,

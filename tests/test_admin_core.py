@@ -506,6 +506,177 @@ def test_offset_fetch_not_coordinator_looks_up_again():
     assert h.result() == {TP("t", 0): OffsetAndMetadata(1, "m", 1)}
 
 
+def _coordinators(where, codes=None):
+    """FindCoordinator answering for every key: its node from ``where``
+    {group: node}, an error from ``codes`` {group: code} (then popped)."""
+    codes = dict(codes or {})
+
+    def answer(req):
+        keys = req.body.get("coordinator_keys") or [req.body["key"]]
+        entries = [{"key": k, "node_id": where[k], "host": f"b{where[k]}", "port": 9092,
+                    "error_code": codes.pop(k, 0)} for k in keys]
+        first = {k: v for k, v in entries[0].items() if k != "key"}
+        return dict(first, coordinators=entries) if req.version >= 4 else first
+    return answer
+
+
+def _offsets_by_group(committed, codes=None):
+    """OffsetFetch v8+ answering every group of the request: ``committed``
+    {group: {(topic, p): offset}}; ``codes`` {group: group-level error}, each
+    answered once."""
+    codes = dict(codes or {})
+
+    def answer(req):
+        return {"groups": [{"group_id": g["group_id"], "error_code": codes.pop(g["group_id"], 0), "topics": [
+            {"name": t, "partitions": [{"partition_index": p, "committed_offset": o, "committed_leader_epoch": 1,
+                                        "metadata": "m", "error_code": 0}]}
+            for (t, p), o in sorted(committed[g["group_id"]].items())]} for g in req.body["groups"]]}
+    return answer
+
+
+def test_list_consumer_group_offsets_of_many_groups_asks_each_coordinator_once():
+    fc = FakeCluster(nodes=(1, 2))
+    fc.on_all("FindCoordinator", _coordinators({"a": 1, "b": 2, "c": 1, "gone": 2}))
+    committed = {"a": {("t", 0): 3}, "b": {("t", 1): 4}, "c": {}, "gone": {}}
+    fc.on_all("OffsetFetch", _offsets_by_group(committed, {"gone": 69}))       # GROUP_ID_NOT_FOUND
+    sim = Sim(fc)
+    h = sim.core.list_consumer_group_offsets({"a": [TP("t", 0)], "b": None, "c": None, "gone": None}, now=0)
+    sim.run(h)
+    [(_, lookup)] = sim.requests("FindCoordinator")
+    assert lookup.version >= 4 and lookup.body["coordinator_keys"] == ["a", "b", "c", "gone"]
+    sent = {n: [(g["group_id"], g["topics"] and [(t["name"], t["partition_indexes"]) for t in g["topics"]])
+                for g in r.body["groups"]] for n, r in sim.requests("OffsetFetch")}
+    assert sent == {1: [("a", [("t", [0])]), ("c", None)],
+                    2: [("b", None), ("gone", None)]}
+    assert h.values() == {"a": {TP("t", 0): OffsetAndMetadata(3, "m", 1)},
+                          "b": {TP("t", 1): OffsetAndMetadata(4, "m", 1)}, "c": {}}
+    assert isinstance(h.errors()["gone"], error_codes.GroupIdNotFoundError)
+    assert "'gone'" in str(h.errors()["gone"])
+
+
+def test_many_groups_a_moved_coordinator_looks_up_that_group_only():
+    fc = FakeCluster(nodes=(1, 2))
+    where = {"a": 1, "b": 1}
+    fc.on_all("FindCoordinator", _coordinators(where))
+    fc.on_all("OffsetFetch", _offsets_by_group({"a": {("t", 0): 1}, "b": {("t", 0): 2}}, {"b": 16}))
+    sim = Sim(fc)
+    h = sim.core.list_consumer_group_offsets({"a": None, "b": None}, now=0)
+    sim.run(h)
+    lookups = [r.body["coordinator_keys"] for _, r in sim.requests("FindCoordinator")]
+    assert lookups == [["a", "b"], ["b"]]
+    assert h.result() == {"a": {TP("t", 0): OffsetAndMetadata(1, "m", 1)},
+                          "b": {TP("t", 0): OffsetAndMetadata(2, "m", 1)}}
+
+
+def test_many_groups_at_brokers_before_batching_go_one_per_request():
+    # FindCoordinator before v4 and OffsetFetch before v8 take one group each.
+    fc = FakeCluster(broker_kwargs={1: {"api_versions": {"FindCoordinator": (0, 3), "OffsetFetch": (0, 7)}}})
+    fc.on_all("FindCoordinator", _coordinators({"a": 1, "b": 1}))
+    fc.brokers[1].on("OffsetFetch", lambda req: {"error_code": 0, "topics": [
+        {"name": req.body["group_id"], "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                       "metadata": "", "error_code": 0}]}]})
+    sim = Sim(fc)
+    h = sim.core.list_consumer_group_offsets({"a": None, "b": None}, now=0)
+    sim.run(h)
+    assert sorted(r.body["key"] for _, r in sim.requests("FindCoordinator")) == ["a", "b"]
+    assert sorted(r.body["group_id"] for _, r in sim.requests("OffsetFetch")) == ["a", "b"]
+    assert h.result() == {g: {TP(g, 0): OffsetAndMetadata(7, "", -1)} for g in ("a", "b")}
+
+
+def test_list_consumer_group_offsets_refuses_bad_groups():
+    core = AdminCore({"bootstrap.servers": "h:1"})
+    with pytest.raises(ValueError, match="give each group's partitions in it"):
+        core.list_consumer_group_offsets({"a": None}, [TP("t", 0)], now=0)
+    with pytest.raises(ValueError, match="'' is not a group id"):
+        core.list_consumer_group_offsets({"": None}, now=0)
+    with pytest.raises(TypeError, match="not int"):
+        core.list_consumer_group_offsets(5, now=0)
+
+
+# --- describe_classic_groups (KIP-1043) ----------------------------------------------------------
+
+def test_describe_classic_groups_batches_per_coordinator_and_refuses_other_groups():
+    from kproto.admin_groups import ClassicGroupDescription
+    from kproto.consumer.assignors import encode_assignment
+    fc = FakeCluster(nodes=(1, 2))
+    where = {"classic": 1, "simple": 1, "modern": 2, "old-missing": 2}
+    fc.on_all("FindCoordinator", _coordinators(where))
+
+    def describe(req):
+        out = []
+        for g in req.body["groups"]:
+            if g == "modern":
+                out.append({"group_id": g, "error_code": 69, "error_message": f"Group {g} is not a classic group."})
+            elif g == "old-missing":         # a broker before v6 describes a missing group as Dead
+                out.append({"group_id": g, "error_code": 0, "group_state": "Dead", "protocol_type": "",
+                            "protocol_data": "", "members": []})
+            elif g == "simple":
+                out.append({"group_id": g, "error_code": 0, "group_state": "Empty", "protocol_type": "",
+                            "protocol_data": "", "members": []})
+            else:
+                out.append({"group_id": g, "error_code": 0, "group_state": "Stable", "protocol_type": "consumer",
+                            "protocol_data": "range", "members": [
+                                {"member_id": "m1", "group_instance_id": None, "client_id": "c", "client_host": "/h",
+                                 "member_metadata": b"", "member_assignment": encode_assignment([TP("t", 0), TP("t", 1)])}]})
+        return {"groups": out}
+    fc.on_all("DescribeGroups", describe)
+    sim = Sim(fc)
+    h = sim.core.describe_classic_groups(list(where), now=0)
+    sim.run(h)
+    assert sorted((n, r.body["groups"]) for n, r in sim.requests("DescribeGroups")) == [
+        (1, ["classic", "simple"]), (2, ["modern", "old-missing"])]
+    d = h.values()["classic"]
+    assert isinstance(d, ClassicGroupDescription) and (d.protocol, d.protocol_data, d.state) == (
+        "consumer", "range", "Stable")
+    assert [(m.member_id, m.assignment.partitions) for m in d.members] == [("m1", (TP("t", 0), TP("t", 1)))]
+    assert d.coordinator.id == 1 and not d.is_simple_consumer_group
+    assert h.values()["simple"].is_simple_consumer_group and h.values()["simple"].state == "Empty"
+    errors = h.errors()
+    assert set(errors) == {"modern", "old-missing"}
+    assert all(isinstance(e, error_codes.GroupIdNotFoundError) for e in errors.values())
+    assert "not a classic group" in str(errors["modern"]) and "'old-missing' does not exist" in str(
+        errors["old-missing"])
+
+
+def test_describe_topics_by_id_asks_metadata_naming_the_ids():
+    fc = FakeCluster(topics={"a": 2, "b": 1})
+
+    def metadata(req):
+        known = {_uuid(n): n for n in fc.topics}
+        if req.body["topics"] and req.body["topics"][0].get("name") is None:
+            asked = [t["topic_id"] for t in req.body["topics"]]
+            body = fc._metadata(1, type(req)(req.api, req.version, req.correlation_id, req.client_id, {
+                "topics": [{"name": known[i]} for i in asked if i in known]}, req.channel))
+            body["topics"] += [{"name": None, "topic_id": i, "error_code": 100, "partitions": []}
+                               for i in asked if i not in known]
+            return body
+        return fc._metadata(1, req)
+    fc.brokers[1].on("Metadata", metadata)
+    sim = Sim(fc)
+    stranger = _uuid("nobody")
+    h = sim.core.describe_topics([_uuid("a"), stranger], now=0)
+    sim.run(h)
+    by_id = [r for _, r in sim.requests("Metadata") if r.body["topics"] and r.body["topics"][0]["name"] is None]
+    assert [[t["topic_id"] for t in r.body["topics"]] for r in by_id] == [[_uuid("a"), stranger]]
+    assert by_id[0].version >= 12
+    values = h.values()
+    assert set(values) == {_uuid("a")}
+    assert values[_uuid("a")].name == "a" and len(values[_uuid("a")].partitions) == 2
+    err = h.errors()[stranger]
+    assert isinstance(err, error_codes.UnknownTopicIdError) and str(stranger) in str(err)
+
+
+def test_describe_topics_by_id_needs_metadata_v12_and_refuses_other_keys():
+    fc = FakeCluster(topics={"a": 1}, broker_kwargs={1: {"api_versions": {"Metadata": (0, 11)}}})
+    sim = Sim(fc)
+    h = sim.core.describe_topics([_uuid("a")], now=0)
+    sim.run(h)
+    with pytest.raises(UnsupportedVersionError, match="by id needs Metadata v12"):
+        h.result()
+    with pytest.raises(ValueError, match="5 is neither a topic name .* nor a topic id"):
+        sim.core.describe_topics(["a", 5], now=0)
+
+
 # --- partition leaders -------------------------------------------------------------------
 
 def _list_offsets_answer(ends, node, leaders):
@@ -867,3 +1038,40 @@ def test_create_topics_with_only_illegal_names_is_done_at_once():
     h = core.create_topics(["x" * 250], now=0)
     assert h.done and "249" in str(h.error)
     assert core.events() == [h] and not core.pending
+
+
+# --- incremental_alter_configs: Java's AlterConfigOp ------------------------------------------
+
+def test_incremental_alter_configs_sends_each_alter_config_op():
+    from kproto.admin_configs import AlterConfigOp
+    cluster = FakeCluster()
+    cluster.on_all("IncrementalAlterConfigs", lambda req: {"responses": [
+        {"resource_type": r["resource_type"], "resource_name": r["resource_name"], "error_code": 0}
+        for r in req.body["resources"]]})
+    sim = Sim(cluster)
+    topic = ConfigResource.topic("t")
+    h = sim.core.incremental_alter_configs({topic: {
+        "cleanup.policy": AlterConfigOp.append(["compact", "delete"]), "x.list": AlterConfigOp.subtract("a"),
+        "retention.ms": 60000, "flag": True, "segment.ms": None, "y.list": ["a", "b"],
+        "z": AlterConfigOp.delete()}}, now=0)
+    sim.run(h)
+    assert h.result() == {topic: None}
+    [(_, req)] = sim.requests("IncrementalAlterConfigs")
+    sent = {c["name"]: (c["config_operation"], c["value"]) for c in req.body["resources"][0]["configs"]}
+    assert sent == {"cleanup.policy": (2, "compact,delete"), "x.list": (3, "a"), "retention.ms": (0, "60000"),
+                    "flag": (0, "true"), "segment.ms": (1, None), "y.list": (0, "a,b"), "z": (1, None)}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"a": object()}, "'a' = <object .* is not a value"),
+    ({1: "x"}, "setting names are strings, not 1"),
+    ({"a": ("AlterConfigOp", 9)}, "9 is not an AlterConfigOp.OpType"),
+    ({"a": ("AlterConfigOp", 1, "x")}, "'a': DELETE takes no value"),
+    ({"a": ("AlterConfigOp", 2)}, "'a': APPEND needs a value"),
+])
+def test_incremental_alter_configs_refuses_what_is_no_change(change, message):
+    from kproto.admin_configs import AlterConfigOp
+    change = {k: AlterConfigOp(*v[1:]) if isinstance(v, tuple) else v for k, v in change.items()}
+    core = AdminCore({"bootstrap.servers": "h:1"})
+    with pytest.raises(ConfigError, match=message):
+        core.incremental_alter_configs({ConfigResource.topic("t"): change}, now=0)

@@ -264,6 +264,72 @@ def test_async_and_trio_admins_have_the_group_operations(bootstrap, make_topic):
         assert result == ("classic", {TP(topic, 0): None}, {})
 
 
+def test_offsets_of_many_groups_at_once_from_every_driver(bootstrap, make_topic):
+    import asyncio
+
+    import trio
+
+    import kio.aio
+    import kio.trio
+    topic = make_topic(2)
+    a, b, never = name("many"), name("many"), name("never")
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.alter_consumer_group_offsets(a, {TP(topic, 0): 1, TP(topic, 1): 2})
+        admin.alter_consumer_group_offsets(b, {TP(topic, 1): 5})
+        specs = {a: None, b: [TP(topic, 0), TP(topic, 1)], never: None}
+        expected = {g: admin.list_consumer_group_offsets(g, ps) for g, ps in specs.items()}
+        assert expected == {a: {TP(topic, 0): OffsetAndMetadata(1, ""), TP(topic, 1): OffsetAndMetadata(2, "")},
+                            b: {TP(topic, 1): OffsetAndMetadata(5, "")}, never: {}}
+        assert admin.list_consumer_group_offsets(specs) == expected
+
+    async def listed(admin_class):
+        async with admin_class(bootstrap_servers=bootstrap) as admin:
+            return await admin.list_consumer_group_offsets(specs)
+
+    assert asyncio.run(listed(kio.aio.Admin)) == expected
+    assert trio.run(listed, kio.trio.Admin) == expected
+
+
+def test_describe_classic_groups_describes_classic_groups_only(bootstrap, make_topic, broker_kind):
+    topic = make_topic(2)
+    classic, simple, modern, missing = name("classic"), name("simple"), name("modern"), name("missing")
+    member = joined(bootstrap, classic, topic, client_id="cl-1")
+    others = [member]
+    try:
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.alter_consumer_group_offsets(simple, {TP(topic, 0): 1})
+            groups = [classic, simple, missing]
+            if broker_kind == "kafka":
+                others.append(joined(bootstrap, modern, topic, group_protocol="consumer"))
+                groups.append(modern)
+            h = admin.describe_classic_groups(groups, raise_errors=False)
+            d = h.values()[classic]
+            [m] = d.members
+            assert m.member_id.startswith("cl-1-")
+            if broker_kind == "kafka":
+                assert (d.group_id, d.protocol, d.protocol_data, d.state) == (classic, "consumer", "range", "Stable")
+                assert m.client_id == "cl-1" and set(m.assignment.partitions) == {TP(topic, 0), TP(topic, 1)}
+            else:
+                # Tansu leaves the chosen assignor and the members' client id, host and assignment empty.
+                assert (d.group_id, d.protocol, d.protocol_data, d.state) == (classic, "consumer", "", "Stable")
+                assert (m.client_id, m.host, m.assignment.partitions) == ("", "", ())
+            assert d.coordinator is not None and not d.is_simple_consumer_group
+            s = h.values()[simple]
+            assert s.is_simple_consumer_group and s.state == "Empty" and s.members == ()
+            errors = h.errors()
+            if broker_kind == "tansu":
+                # Tansu describes a group it does not know as an empty simple group.
+                assert not errors and h.values()[missing] == s._replace(group_id=missing)
+                return
+            # A KIP-848 group and a missing one: GroupIdNotFoundError, as Java's describeClassicGroups.
+            assert set(errors) == {modern, missing}, h.values()
+            assert all(isinstance(e, error_codes.GroupIdNotFoundError) for e in errors.values()), errors
+            assert "not a classic group" in str(errors[modern])
+    finally:
+        for c in others:
+            c.close()
+
+
 @pytest.mark.parametrize("broker", ["tansu"], indirect=True)
 def test_tansu_lacks_offset_delete(bootstrap, make_topic):
     topic = make_topic(1)

@@ -52,6 +52,33 @@ def of(events, cls):
 
 # --- handshake -------------------------------------------------------------------
 
+def test_a_raw_connection_names_no_cluster_in_apiversions():
+    # KIP-1242: only the cores' network client knows which cluster it means.
+    conn, broker = ready()
+    req = broker.requests_of("ApiVersions")[0]
+    assert req.version == 5 and (req.body["cluster_id"], req.body["node_id"]) == (None, -1)
+
+
+def test_apiversions_v5_names_the_expected_cluster_and_node():
+    broker = ScriptedBroker()
+    conn = Connection(3, "h1", 9092, client_id="app")
+    conn.expected_broker = ("c-1", 3)
+    handshake(conn, broker)
+    req = broker.requests_of("ApiVersions")[0]
+    assert (req.body["cluster_id"], req.body["node_id"]) == ("c-1", 3)
+
+
+def test_apiversions_refused_as_stale_closes_with_rebootstrap_required():
+    broker = ScriptedBroker()
+    broker.on("ApiVersions", lambda req: broker._api_versions_body(129))
+    conn = Connection(3, "h1", 9092, client_id="app")
+    conn.expected_broker = ("c-1", 3)
+    events = handshake(conn, broker)
+    closed = of(events, ConnectionClosed)
+    assert conn.state is ConnectionState.DISCONNECTED
+    assert isinstance(closed[0].error, error_codes.RebootstrapRequiredError)
+
+
 def test_handshake_sends_newest_apiversions_with_software_name():
     broker = ScriptedBroker()
     conn = Connection(1, "h1", 9092, client_id="app")

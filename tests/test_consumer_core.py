@@ -574,3 +574,16 @@ def test_a_subscribed_topic_the_broker_refuses_is_raised_naming_it_alone():
     with pytest.raises(TopicAuthorizationFailedError) as e:
         sim.run(lambda: core.drain() and False, max_ms=5000)
     assert e.value.unauthorized_topics == {"u"}
+
+
+def test_the_coordinator_connection_names_its_broker_in_apiversions():
+    # KIP-1242: the coordinator's connection id (2**31-1-node, as Java's) is
+    # not a broker id; ApiVersions v5 names the broker it leads to.
+    kafka, core, sim = make(group_id="g", auto_offset_reset="earliest")
+    kafka.produce("t", 0, 1)
+    core.subscribe(["t"], 0)
+    sim.records(1)
+    by_channel = {id(r.channel): (r.body["cluster_id"], r.body["node_id"])
+                  for r in kafka.broker.requests_of("ApiVersions")}
+    assert by_channel[id(sim.channels[COORD_CONN])] == ("sim", 1)
+    assert by_channel[id(sim.channels[1])] == ("sim", 1)

@@ -48,3 +48,60 @@ def test_client_rebootstraps_to_the_live_cluster(kind, tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("kind", broker_kinds())
+def test_a_broker_of_another_cluster_at_a_known_address_sends_the_client_back_to_bootstrap(kind, tmp_path,
+                                                                                         caplog):
+    """KIP-1242: brokers A and B, clusters of their own, the same node id, both
+    advertised at one proxy address. The client learns cluster A and node 1
+    there; the proxy then leads to B. The client's next connection to that node
+    names cluster A in ApiVersions v5: Kafka 4.4 refuses it with
+    REBOOTSTRAP_REQUIRED and the client starts over from bootstrap, to learn
+    B. (Without the check the client would talk to B as if it were A's broker.)"""
+    from fault_proxy import FaultProxy
+    topic = f"kip1242-{uuid.uuid4().hex[:8]}"
+    port_a, port_b = free_port(), free_port()
+    proxy = FaultProxy(upstream=("127.0.0.1", port_a)).start()
+    a = b = None
+    try:
+        if kind == "kafka":
+            from kio.testing.kafka_broker import KafkaBroker
+            a, b = (KafkaBroker(port=port, advertised_port=proxy.port, heap="256m",
+                                log_path=str(tmp_path / f"{name}.log"))
+                    for name, port in (("a", port_a), ("b", port_b)))
+        else:
+            a, b = (LocalBroker(port=port, advertised_port=proxy.port, log_path=str(tmp_path / f"{name}.log"),
+                                cluster_id=f"kio-{name}") for name, port in (("a", port_a), ("b", port_b)))
+        a.start()
+        b.start()
+        bootstrap = f"127.0.0.1:{proxy.port}"
+        # reconnect.backoff.ms=0: after the cut the client reconnects to node 1
+        # at once instead of finding its only broker backing off and
+        # rebootstrapping for that reason (KIP-899) before asking it.
+        with Producer(bootstrap_servers=bootstrap, linger_ms=0, reconnect_backoff_ms=0,
+                      reconnect_backoff_max_ms=500) as p:
+            assert p.send(topic, b"on A").result(60).offset == 0
+            cluster = p._core.cluster
+            node = 1 if kind == "kafka" else 111                    # Tansu's node id
+            assert cluster.cluster_id == a.cluster_id and set(cluster.brokers) == {node}
+            proxy.retarget(("127.0.0.1", port_b))
+            with caplog.at_level("INFO", logger="kproto.client"):
+                proxy.cut_all()
+                assert p.send(topic, b"on B").result(60).offset == 0      # B's own log
+            assert cluster.cluster_id == b.cluster_id
+            refused = [r.getMessage() for r in caplog.records if "REBOOTSTRAP_REQUIRED" in r.getMessage()]
+            if kind == "kafka":
+                assert cluster.rebootstraps == 1 and refused, caplog.text
+            else:
+                # Tansu takes ApiVersions up to v4 (and drops a connection
+                # whose v5 request names a cluster): the client names none
+                # to it, and follows B's Metadata answer without a rebootstrap.
+                assert p._core.client.connections[node].versions.get("ApiVersions") < 5
+                assert cluster.rebootstraps == 0 and not refused, caplog.text
+    finally:
+        for broker in (a, b):
+            if broker is not None:
+                broker.stop()
+        proxy.stop()

@@ -114,3 +114,71 @@ def test_recovery_settings_are_checked():
         ProducerCore({"bootstrap.servers": "b:1", "metadata.recovery.rebootstrap.trigger.ms": -1})
     cfg = ProducerCore({"bootstrap.servers": "b:1"}).cluster
     assert (cfg.recovery_strategy, cfg.rebootstrap_trigger_ms) == ("rebootstrap", 300000)
+
+
+# -- KIP-1242: ApiVersions v5 names the cluster and node the client expects ---------------
+
+def _another_cluster_behind_node_one(kafka, core, sim):
+    """Address b1 (node 1, also where "boot" leads) now serves cluster "other":
+    like a Kafka 4.4 broker, it refuses ApiVersions v5 naming another
+    cluster or node with REBOOTSTRAP_REQUIRED, and its Metadata names it."""
+    b1 = kafka.brokers[1]
+
+    def api_versions(req):
+        sent = req.body.get("cluster_id"), req.body.get("node_id", -1)
+        stale = sent[0] is not None and sent != ("other", 1)
+        return b1._api_versions_body(REBOOTSTRAP_REQUIRED if stale else 0)
+
+    def metadata(req):
+        body = kafka._metadata(req)
+        body["cluster_id"] = "other"
+        return body
+
+    b1.on("ApiVersions", api_versions)
+    b1.on("Metadata", metadata)
+    core.disconnected(1, sim.now, ConnectionResetError("broker restarted"))
+    sim.channels.pop(1, None)
+
+
+def _api_versions_sent(broker):
+    return [(r.version, r.body.get("cluster_id"), r.body.get("node_id", -1))
+            for r in broker.requests_of("ApiVersions")]
+
+
+def test_a_broker_of_another_cluster_refuses_the_connection_and_the_client_rebootstraps():
+    core, kafka, sim = _sim()
+    assert core.cluster.cluster_id == "sim"
+    # The bootstrap connection knew no cluster; node 1's names the one metadata named.
+    assert _api_versions_sent(kafka.brokers[1])[:2] == [(5, None, -1), (5, "sim", 1)]
+    _another_cluster_behind_node_one(kafka, core, sim)
+    h = sim.send(b"b")
+    sim.run_until(lambda: h.done, max_ms=20000)
+    assert h.error is None
+    assert core.cluster.rebootstraps == 1 and core.cluster.cluster_id == "other"
+    sent = _api_versions_sent(kafka.brokers[1])
+    refused = sent.index((5, "sim", 1))
+    assert (5, None, -1) in sent[refused + 1:] and sent[-1] == (5, "other", 1)
+
+
+def test_with_strategy_none_the_refusal_reaches_the_application():
+    core, kafka, sim = _sim(**{"metadata.recovery.strategy": "none"})
+    _another_cluster_behind_node_one(kafka, core, sim)
+    sim.core.send("t", b"b", now=sim.now)
+    sim.run_until(lambda: sim.now > 3000, max_ms=5000)
+    errors = core.client.take_errors()
+    assert core.cluster.rebootstraps == 0
+    assert errors and all(getattr(e, "code", None) == REBOOTSTRAP_REQUIRED for e in errors)
+
+
+def test_brokers_without_apiversions_v5_are_never_sent_a_cluster_id():
+    # Tansu takes ApiVersions up to v4 and drops a connection whose v5
+    # request names a cluster: only v5 requests with null go to such brokers.
+    kafka = MovingKafka()
+    for b in kafka.brokers.values():
+        b.versions["ApiVersions"] = (0, 4)
+    core, kafka, sim = make(kafka)
+    h = sim.send(b"a")
+    sim.run_until(lambda: h.done)
+    sent = _api_versions_sent(kafka.brokers[1])
+    assert h.error is None and core.cluster.cluster_id == "sim" and len(sent) >= 4
+    assert {s for s in sent if s[0] == 5} == {(5, None, -1)} and {s[0] for s in sent} == {4, 5}

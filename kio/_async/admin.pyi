@@ -15,7 +15,7 @@ from kproto.admin import AdminHandle, ClusterDescription, ConfigEntry, ConfigRes
 from kproto.admin_acls import AclBinding, AclBindingFilter
 from kproto.admin_cluster import ElectionType, FeatureMetadata, FeatureUpdate, LogDirDescription, PartitionReassignment, QuorumInfo, ReplicaLogDirInfo, TopicPartitionReplica
 from kproto.admin_configs import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter, ConfigResourceListing
-from kproto.admin_groups import GroupListing
+from kproto.admin_groups import ClassicGroupDescription, GroupListing
 from kproto.admin_quorum import RaftVoterEndpoint
 from kproto.admin_scram import UserScramCredentialDeletion, UserScramCredentialUpsertion, UserScramCredentialsDescription
 from kproto.admin_streams import StreamsGroupDescription
@@ -68,7 +68,15 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_topics(self, topics: Iterable[uuid.UUID], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[uuid.UUID, TopicDescription]:
+        ...
+
+    @overload
+    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[Union[str, uuid.UUID], TopicDescription]:
+        ...
+
+    @overload
+    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -124,7 +132,11 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]]=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def list_consumer_group_offsets(self, group_id: Mapping[str, Optional[Iterable[TopicPartition]]], partitions: None=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, Dict[TopicPartition, OffsetAndMetadata]]:
+        ...
+
+    @overload
+    async def list_consumer_group_offsets(self, group_id: Union[str, Mapping[str, Optional[Iterable[TopicPartition]]]], partitions: Optional[Iterable[TopicPartition]]=..., *, require_stable: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -189,6 +201,14 @@ class AsyncAdmin(_Client):
 
     @overload
     async def list_groups(self, *, types: Optional[Iterable[str]]=..., states: Optional[Iterable[str]]=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ClassicGroupDescription]:
+        ...
+
+    @overload
+    async def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload

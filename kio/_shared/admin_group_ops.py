@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, Union, overload
 
 from kproto.admin import AdminHandle
-from kproto.admin_groups import GroupListing
+from kproto.admin_groups import ClassicGroupDescription, GroupListing
 from kproto.admin_streams import StreamsGroupDescription
 from kproto.admin_transactions import (
     AbortTransactionSpec, ProducerIdAndEpoch, ProducerState, TransactionDescription, TransactionListing,
@@ -45,6 +45,23 @@ class AdminGroupOps:
         types only ("classic", "consumer", "share", "streams"), ``states``
         these states (e.g. ["Stable", "Empty"])."""
         return self._call("list_groups", types=types, states=states, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                raise_errors: Literal[True] = ...) -> Dict[str, ClassicGroupDescription]: ...
+
+    @overload
+    def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+                                raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+                                raise_errors: bool = True) -> Any:
+        """{group: ClassicGroupDescription(group_id, protocol, protocol_data,
+        members, state, coordinator)} of classic groups (KIP-1043, Java's
+        ``describeClassicGroups``), one DescribeGroups per coordinator; a
+        group that is not a classic group, or does not exist, fails with
+        GroupIdNotFoundError."""
+        return self._call("describe_classic_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def alter_consumer_group_offsets(

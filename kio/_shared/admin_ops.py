@@ -114,17 +114,31 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
                         raise_errors: Literal[True] = ...) -> Dict[str, TopicDescription]: ...
 
     @overload
-    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = ...,
+    def describe_topics(self, topics: Iterable[uuid.UUID], *, partition_size_limit_per_response: int = ...,
                         timeout: Optional[float] = ...,
+                        raise_errors: Literal[True] = ...) -> Dict[uuid.UUID, TopicDescription]: ...
+
+    @overload
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+                        partition_size_limit_per_response: int = ..., timeout: Optional[float] = ...,
+                        raise_errors: Literal[True] = ...) -> Dict[Union[str, uuid.UUID], TopicDescription]: ...
+
+    @overload
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+                        partition_size_limit_per_response: int = ..., timeout: Optional[float] = ...,
                         raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = 2000,
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+                        partition_size_limit_per_response: int = 2000,
                         timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         """{name: TopicDescription(name, topic_id, internal, partitions)}, the
         partitions as PartitionInfo (leader, replicas, isr, ...); a missing
         topic fails with UnknownTopicOrPartitionError. Asked with
         DescribeTopicPartitions (KIP-966), ``partition_size_limit_per_response``
-        partitions a request, where the broker has it; else Metadata."""
+        partitions a request, where the broker has it; else Metadata. Topics
+        given by id (``uuid.UUID``, Java's ``TopicCollection.ofTopicIds``)
+        are keyed by their id and asked with Metadata v12+; an id no topic
+        has fails with UnknownTopicIdError naming it."""
         return self._call("describe_topics", topics,
                           partition_size_limit_per_response=partition_size_limit_per_response,
                           timeout=timeout, raise_errors=raise_errors)
@@ -227,15 +241,27 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
                                     ) -> Dict[TopicPartition, OffsetAndMetadata]: ...
 
     @overload
-    def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ...,
+    def list_consumer_group_offsets(self, group_id: Mapping[str, Optional[Iterable[TopicPartition]]],
+                                    partitions: None = ..., *, require_stable: bool = ...,
+                                    timeout: Optional[float] = ..., raise_errors: Literal[True] = ...
+                                    ) -> Dict[str, Dict[TopicPartition, OffsetAndMetadata]]: ...
+
+    @overload
+    def list_consumer_group_offsets(self, group_id: Union[str, Mapping[str, Optional[Iterable[TopicPartition]]]],
+                                    partitions: Optional[Iterable[TopicPartition]] = ...,
                                     *, require_stable: bool = ..., timeout: Optional[float] = ...,
                                     raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def list_consumer_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None,
+    def list_consumer_group_offsets(self, group_id: Union[str, Mapping[str, Optional[Iterable[TopicPartition]]]],
+                                    partitions: Optional[Iterable[TopicPartition]] = None,
                                     *, require_stable: bool = True, timeout: Optional[float] = None,
                                     raise_errors: bool = True) -> Any:
         """{TopicPartition: OffsetAndMetadata} committed by ``group_id`` (all its
-        partitions, or ``partitions``); partitions without a commit are left out."""
+        partitions, or ``partitions``); partitions without a commit are left out.
+        Many groups at once (Java's ``listConsumerGroupOffsets(Map<String,
+        ListConsumerGroupOffsetsSpec>)``): ``group_id`` a mapping ``{group:
+        partitions, or None for all}`` gives ``{group: {TopicPartition:
+        OffsetAndMetadata}}``, one OffsetFetch per coordinator."""
         return self._call("list_consumer_group_offsets", group_id, partitions, require_stable=require_stable,
                         timeout=timeout, raise_errors=raise_errors)
 
@@ -346,7 +372,10 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
                                   validate_only: bool = False, timeout: Optional[float] = None,
                                   raise_errors: bool = True) -> Any:
         """Change some settings of topics, brokers or groups and keep the rest:
-        ``{ConfigResource: {name: value, or None for the default}}``, e.g.
-        ``{ConfigResource.group("jobs"): {"share.auto.offset.reset": "earliest"}}``."""
+        ``{ConfigResource: {name: value, None for the default, or an
+        AlterConfigOp}}``, e.g. ``{ConfigResource.group("jobs"):
+        {"share.auto.offset.reset": "earliest"}}`` or, for a list-valued
+        setting, ``{ConfigResource.topic("t"): {"cleanup.policy":
+        AlterConfigOp.append("compact")}}`` (Java's APPEND / SUBTRACT)."""
         return self._call("incremental_alter_configs", changes, validate_only=validate_only, timeout=timeout,
                         raise_errors=raise_errors)

@@ -723,7 +723,7 @@ class ConsumerCore(DriverIO):
             return
         c = self.client.connections.get(coord.connection_id)
         if c is not None and c.is_connected:
-            self.client._handle(c.close(f"coordinator lost: {reason}", now))
+            self.client._handle(c.close(f"coordinator lost: {reason}", now), now)
 
     # == positions of new partitions ============================================================
     def _init_positions(self, now):

@@ -21,9 +21,6 @@ from kproto.errors import KafkaError
 __all__ = ["ShareGroupAdmin", "ShareGroupListing", "ShareMemberDescription", "ShareGroupDescription",
            "SharePartitionOffset"]
 
-#: IncrementalAlterConfigs operations
-_SET, _DELETE = 0, 1
-
 
 class ShareGroupListing(NamedTuple):
     group_id: str
@@ -156,30 +153,22 @@ class ShareGroupAdmin:
 
     def incremental_alter_configs(self, changes, *, validate_only=False, timeout_ms=None, now):
         """Change settings of config resources, leaving the others as they
-        are: ``{ConfigResource: {name: value, or None to return it to its
-        default}}``; one item per resource. Broker resources go to that
+        are: ``{ConfigResource: {name: value, None to return it to its
+        default, or an AlterConfigOp (APPEND / SUBTRACT list values)}}``;
+        one item per resource. Broker resources go to that
         broker; topics and groups (``ConfigResource.group(g)``: a share or
         consumer group's settings) to any broker."""
-        from kproto.admin import ConfigError, ConfigResource, _no_dups
+        from kproto.admin import ConfigResource, _no_dups
+        from kproto.admin_configs import incremental_config
         resources = [r if isinstance(r, ConfigResource) else ConfigResource(*r) for r in changes]
         _no_dups(resources, "incremental_alter_configs")
-        settings = {r: dict(changes[k]) for r, k in zip(resources, changes)}
-        for r, kv in settings.items():
-            for name, value in kv.items():
-                if not isinstance(name, str) or not (value is None or isinstance(value, (str, int, float, bool))):
-                    raise ConfigError(f"incremental_alter_configs: {r}: {name!r} = {value!r} is not "
-                                      f"a setting name and a value (str, number, bool or None)")
+        entries = {r: [incremental_config(r, name, change) for name, change in dict(changes[k]).items()]
+                   for r, k in zip(resources, changes)}
         op = self._op("incremental_alter_configs", resources, now, timeout_ms)
-
-        def text(v):
-            return str(v).lower() if isinstance(v, bool) else str(v)
 
         def build(node, call=None):
             return {"validate_only": validate_only, "resources": [{
-                "resource_type": r.type, "resource_name": r.name,
-                "configs": [{"name": k, "config_operation": _DELETE if v is None else _SET,
-                             "value": None if v is None else text(v)} for k, v in settings[r].items()]}
-                for r in call.keys]}
+                "resource_type": r.type, "resource_name": r.name, "configs": entries[r]} for r in call.keys]}
 
         def handle(call, body, now):
             for res in body.get("responses") or []:
