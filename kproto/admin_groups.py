@@ -161,6 +161,7 @@ class GroupAdmin:
                 self._complete(op, g, value=describe(d, getattr(call, "coordinator", None)))
 
             self._group_call(op, g, api, build, handle)
+        return op
 
     # -- many groups, batched per coordinator --------------------------------------------------
     def _at_coordinators(self, op, groups, api, build, handle):
