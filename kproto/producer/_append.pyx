@@ -100,25 +100,7 @@ cdef class ProducerBatch:
     ``maybe_written``: an attempt ended without an answer (timeout,
     disconnect), so the broker may have written the batch."""
 
-    cdef public object topic
-    cdef public object partition
-    cdef public BatchBuilder builder
-    cdef public list parts
-    cdef public object created_ms
-    cdef public object deadline_ms
-    cdef public object attempts
-    cdef public object retry_after_ms
-    cdef public object reserved
-    cdef public bint full
-    cdef public object base_sequence
-    cdef public object producer_id
-    cdef public object epoch
-    cdef public object done
-    cdef public object in_flight
-    cdef public bint maybe_written
-    cdef public object drained_ms
-    cdef public object outcome
-    cdef public list callbacks
+    # (its fields are declared in _append.pxd, for the other typed modules)
 
     def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
         self.topic = topic
