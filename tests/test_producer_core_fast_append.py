@@ -246,7 +246,7 @@ def twins(kafka_factory=FakeKafka, setup=None, **cfg):
         assert isinstance(core._fast_append, FastAppend)
         if not fast:
             del core.append_serialized          # the Python implementation only
-            core.sender.acknowledged = core.sender.acknowledged_in_python
+            core.sender.use_python_reference()
         runs.append(Script(core, kafka, sim))
     return runs
 

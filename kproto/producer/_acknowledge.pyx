@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
-"""A batch the broker acknowledged, completed in C.
+"""A batch's sequence when it is sent, and its completion once the broker
+acknowledged it, in C.
 
 With keys spread over many partitions nearly every record is a batch of its
 own, and each Produce answer completes hundreds of them: interpreted, that
@@ -9,14 +10,15 @@ was five Python frames per batch (``Sender._complete``,
 ``__new__``. :func:`acknowledge` does the same work, in the same order, on
 the same objects; ``Sender.acknowledged_in_python`` is the reference it is
 checked against (tests/test_producer_core_fast_append.py runs every twin
-script both ways).
+script both ways). :func:`assign_sequence` is ``IdempotenceManager.assign``
+(the reference), called for every batch a Produce request carries.
 """
 from cpython.dict cimport PyDict_GetItemWithError
 from cpython.object cimport PyObject
 
 from kproto.producer._append cimport ProducerBatch
 
-__all__ = ["acknowledge"]
+__all__ = ["acknowledge", "assign_sequence"]
 
 # the sequence space of a partition (kproto.producer.idempotence)
 cdef long long MAX_SEQUENCE = 2147483647
@@ -87,3 +89,20 @@ def acknowledge(sender, result_type, ProducerBatch b, base_offset, log_append_ti
     (<list?>sender.results).append(_tuple_new(result_type, (
         b.topic, b.partition, base_offset, log_append_time, None, b.parts, b.outcome, b.callbacks)))
     sender.results_records += n
+
+
+def assign_sequence(idem, ProducerBatch b):
+    """``idem.assign(b)`` (IdempotenceManager): at drain, a batch without a
+    sequence of the current producer id and epoch takes its partition's
+    next one (a retry keeps its own); the builder gets the producer state."""
+    cdef object pid = idem.producer_id, epoch = idem.epoch, p
+    cdef PyObject* found
+    if not b.base_sequence >= 0 or b.producer_id != pid or b.epoch != epoch:
+        found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
+        p = <object>found if found != NULL else idem._part((b.topic, b.partition))
+        b.base_sequence = p.next_sequence
+        b.producer_id = pid
+        b.epoch = epoch
+        p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
+        (<list?>p.unacked).append(b)
+    b.builder.set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)

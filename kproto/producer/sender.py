@@ -22,7 +22,7 @@ from typing import NamedTuple, Optional, Sequence
 from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.producer._acknowledge import acknowledge
+from kproto.producer._acknowledge import acknowledge, assign_sequence
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -80,6 +80,14 @@ class Sender:
         # took, completed in C (kproto/producer/_acknowledge.pyx); the twin
         # tests bind acknowledged_in_python, its reference, instead.
         self.acknowledged = partial(acknowledge, self, BatchResult)
+        # assign(batch): its sequence at drain (IdempotenceManager.assign), in C
+        self.assign = partial(assign_sequence, idempotence) if idempotence is not None else None
+
+    def use_python_reference(self):
+        """Complete and sequence batches with the Python code the C functions
+        of kproto/producer/_acknowledge.pyx are checked against (twin tests)."""
+        self.acknowledged = self.acknowledged_in_python
+        self.assign = self.idem.assign if self.idem is not None else None
 
     # -- the loop -----------------------------------------------------------------------
     def run_once(self, now) -> Optional[float]:
@@ -187,13 +195,13 @@ class Sender:
         # per topic, not once per batch.
         topics: dict = {}
         by_tp = {}
-        idem, acc, in_flight, muted = self.idem, self.acc, self.in_flight, self._muted
+        assign, acc, in_flight, muted = self.assign, self.acc, self.in_flight, self._muted
         compressed, guarantee_order = acc.compression, self.guarantee_order
         floor = self._in_flight_floor
         sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
         for b in batches:
-            if idem is not None:
-                idem.assign(b)
+            if assign is not None:
+                assign(b)
             topic = b.topic
             parts = topics.get(topic)
             if parts is None:
