@@ -33,6 +33,10 @@ COMPILED_PY_MODULES = [
     "kproto/connection.py",
     "kproto/client.py",
     "kproto/consumer/fetcher.py",
+    "kproto/producer/accumulator.py",
+    "kproto/producer/idempotence.py",
+    "kproto/producer/outcome.py",
+    "kproto/producer/sender.py",
 ]
 
 
