@@ -13,7 +13,7 @@ open and takes the record at its current size, or no open batch there and
 room in buffer.memory for a new one (opened as ``RecordAccumulator.append``
 opens it: with random keys over many partitions nearly every record opens a
 batch) - and hands every other call, unchanged, to the Python
-implementation (metadata not known yet, a partition's first batch ever, a
+implementation (metadata not known yet, a
 growing batch, headers, serializable objects, a closed or failed producer,
 memory to wait for, bad arguments: whatever that returns or raises is the
 answer). Its ``append`` has the same signature
@@ -54,6 +54,8 @@ from kproto.producer._murmur2 cimport _murmur2
 from kproto.records._batch cimport BatchBuilder
 
 from kproto.producer.outcome import BatchOutcome
+
+from collections import deque
 
 from types import MemberDescriptorType
 
@@ -223,11 +225,13 @@ cdef class FastAppend:
                 dqs[p] = dq
         return dq
 
-    cdef ProducerBatch _open_batch(self, object topic, object p_obj, object dq, Py_ssize_t need, object now):
-        """A new open batch at the end of ``dq`` for a record of ``need``
-        bytes (its estimate), as ``RecordAccumulator.append`` opens one
-        (``_wants_round``, then ``_new_batch``, the same state changed in the
-        same order); None, with nothing changed, where the Python path must
+    cdef ProducerBatch _open_batch(self, object topic, Py_ssize_t p, object p_obj, object dq, Py_ssize_t need,
+                                   object now):
+        """A new open batch at the end of ``dq`` (None: the partition has no
+        deque yet, made here) for a record of ``need`` bytes (its estimate),
+        as ``RecordAccumulator.append`` opens one (``_wants_round``, then
+        ``_new_batch``, the same state changed in the same order); None,
+        with nothing changed, where the Python path must
         answer instead: a closed or failed producer (it raises), no room in
         buffer.memory (it blocks), a transaction that refuses the partition."""
         cdef object acc = self._acc
@@ -247,6 +251,10 @@ cdef class FastAppend:
                 self._txn.maybe_add_partition((topic, p_obj))
             except Exception:
                 return None          # the Python path raises it (after the same checks)
+        if dq is None:               # the partition's first batch: its deque, kept for good
+            dq = deque()
+            self._queues[(topic, p_obj)] = dq
+            (<list>self._topic_queues[topic])[p] = dq
         # _wants_round: wake the driver only if its next round comes too late
         if not acc.wakeup:
             due = now if acc.flushing else now + acc.linger_ms
@@ -345,15 +353,13 @@ cdef class FastAppend:
 
         # -- the partition's open batch, and where the record's handle goes
         dq = self._partition_queue(topic, p, p_obj)
-        if dq is None:          # the partition's first batch ever: the Python path makes its deque
-            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         batch = <ProducerBatch?>dq[len(dq) - 1] if dq else None
         if batch is None or batch.full:
             # No open batch: open one here (one in C instead of five Python
             # frames; with keys over many partitions nearly every record does),
             # or leave it to the slow path when it must refuse or wait.
-            batch = self._open_batch(topic, p_obj, dq, (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + 64,
-                                     now)
+            batch = self._open_batch(topic, p, p_obj, dq,
+                                     (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + 64, now)
             if batch is None:
                 return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         builder = batch.builder
