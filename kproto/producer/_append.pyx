@@ -147,7 +147,9 @@ cdef class FastAppend:
     handle)``: ``ProducerCore.append_serialized`` for the common case (see
     the module docstring), ``slow`` (the Python implementation) otherwise.
     ``appended`` counts the records it appended (the core's
-    ``records_queued`` metric adds them)."""
+    ``records_queued`` metric adds them). ``handle_class``: what it makes
+    for a call that brings no handle (the core's ``DeliveryHandle``, as the
+    Python implementation makes one); None leaves such calls to ``slow``."""
 
     cdef object _slow               # the Python implementation, bound to its core
     cdef object _handle_class       # what it makes when given no handle (DeliveryHandle), or None
