@@ -34,6 +34,10 @@ COMPILED_PY_MODULES = [
     "kproto/client.py",
     "kproto/consumer/fetcher.py",
     "kproto/consumer/positions.py",
+    "kproto/producer/accumulator.py",
+    "kproto/producer/idempotence.py",
+    "kproto/producer/outcome.py",
+    "kproto/producer/sender.py",
 ]
 
 

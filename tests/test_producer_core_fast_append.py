@@ -246,6 +246,7 @@ def twins(kafka_factory=FakeKafka, setup=None, **cfg):
         assert isinstance(core._fast_append, FastAppend)
         if not fast:
             del core.append_serialized          # the Python implementation only
+            core.sender.use_python_reference()
         runs.append(Script(core, kafka, sim))
     return runs
 
@@ -399,6 +400,10 @@ def test_keyed_sends_over_a_thousand_partitions_match_the_python_path(idempotenc
                         linger_ms=5, enable_idempotence=idempotence)
     assert len(out["logs"]) > 1200                       # spread over (nearly) every partition
     assert out["metrics"]["records_sent"] == 7001 and out["metrics"]["records_failed"] == 0
+    # The fast path took every record, opening every batch (a partition's
+    # first one and its deque included): the comparison covered it.
+    assert fast.core._fast_append.appended == out["metrics"]["records_sent"]
+    assert out["metrics"]["records_queued"] == 7001
     _in_send_order(out["logs"])
     if idempotence:
         # per partition, each batch's sequence follows the previous one's last record
@@ -573,3 +578,46 @@ def test_allocator_makes_uninitialised_instances_and_refuses_classes_with_their_
     for cls in (tuple, int, ProducerBatch):
         with pytest.raises(TypeError, match="own __new__"):
             Allocator(cls)
+
+
+def test_answers_after_lost_responses_and_expiry_in_flight_match_the_python_path():
+    # The rarer branches of the C completion (kproto/producer/_acknowledge.pyx):
+    # DUPLICATE_SEQUENCE_NUMBER for a retry of a batch the broker had written
+    # (its response lost), and an answer that comes after its batch expired in
+    # flight (done already: only the in-flight bookkeeping changes).
+    def play(s):
+        s.send("t", b"warm", partition=0)
+        s.sim.run_until(lambda: not s.core.pending)
+        s.kafka.hold = True                          # the broker writes nothing, answers nothing
+        for i in range(12):
+            s.send("t", b"lost-%d" % i, partition=i % 4, kind=HANDLE_KINDS[i % len(HANDLE_KINDS)])
+        s.sim.step()
+        s.kafka.hold = False
+        for node, req in s.kafka.produce_requests[-1:]:     # ... but half the writes did happen
+            for t in req.body["topic_data"]:
+                for pd in t["partition_data"][::2]:
+                    s.kafka._append(node, ("t", pd["index"]), pd["records"])
+        s.snapshot("writes lost")
+        out = s.finish()                             # request timeout -> retries -> DUPLICATE or written
+        for p in range(4):
+            s.kafka.inject("t", p, 7)                # REQUEST_TIMED_OUT: retried after the backoff
+        for i in range(8):
+            s.send("t", b"late-%d" % i, partition=i % 4, kind=HANDLE_KINDS[i % len(HANDLE_KINDS)])
+        s.sim.step()
+        s.kafka.hold_replies = True                  # the retries' answers kept back ...
+        s.sim.advance(4500)                          # (sent now, within their delivery timeout)
+        s.sim.advance(600)                           # ... past it: expired in flight
+        s.kafka.hold_replies = False
+        s.sim.release()                              # the answers come, too late
+        s.snapshot("after late answers")
+        return out, s.finish(), s.core.metrics()["records_failed"], s.core.metrics()["records_sent"]
+
+    fast, (first, second, failed, sent) = compare(
+        play, setup=lambda k: k.partitions.update({"t": 4}), min_fast=10, linger_ms=0,
+        request_timeout_ms=1000, delivery_timeout_ms=5000, retry_backoff_ms=2000, retry_backoff_max_ms=2000,
+        enable_idempotence=True)
+    lost = [h for h in first["handles"] if h[0] != "h1"]
+    assert len(lost) == 12 and all("Error" not in str(h) for h in lost)     # every lost write delivered once
+    assert sorted(v for (_, v) in ((tp, r[2]) for tp, recs in first["logs"].items() for r in recs)
+                  if v.startswith(b"lost")) == sorted(b"lost-%d" % i for i in range(12))
+    assert failed == 8 and sent == 13                # the late ones expired; their answers changed nothing

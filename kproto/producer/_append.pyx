@@ -9,18 +9,22 @@ implementation does in its common case - a topic whose partitions are
 known, a bytes/None key and value with no headers, an int (or float)
 timestamp, an explicit partition, a murmur2 partition of the key, or the
 topic's current sticky partition, and a last batch of that partition that is
-open and takes the record at its current size - and hands every other call,
-unchanged, to the Python
-implementation (metadata not known yet, a new or growing batch, headers,
-serializable objects, a closed or failed producer, bad arguments: whatever
-that returns or raises is the answer). Its ``append`` has the same signature
+open and takes the record at its current size, or no open batch there and
+room in buffer.memory for a new one (opened as ``RecordAccumulator.append``
+opens it: with random keys over many partitions nearly every record opens a
+batch) - and hands every other call, unchanged, to the Python
+implementation (metadata not known yet, a
+growing batch, headers, serializable objects, a closed or failed producer,
+memory to wait for, bad arguments: whatever that returns or raises is the
+answer). Its ``append`` has the same signature
 and result, so ``ProducerCore.append_serialized`` is bound to it and a
 driver pays no extra frame.
 
 It holds no state of its own that could go stale: every decision reads the
 producer's own objects (the cluster's ``partitions`` map, the sticky
 partitioner's map, the accumulator's per-partition deques and the batch's
-``full`` flag). A closed or failed producer needs no check of its own here:
+``full`` flag). A closed or failed producer needs no check of its own when
+appending to an open batch (opening one checks it, see ``_open_batch``):
 closing and a fatal error empty every partition's queue at once
 (``Sender._fail_all``), and afterwards only the Python paths, which refuse
 first, could open a batch - so the fast path finds no open batch and hands
@@ -50,6 +54,8 @@ from kproto.producer._murmur2 cimport _murmur2
 from kproto.records._batch cimport BatchBuilder
 
 from kproto.producer.outcome import BatchOutcome
+
+from collections import deque
 
 from types import MemberDescriptorType
 
@@ -96,25 +102,7 @@ cdef class ProducerBatch:
     ``maybe_written``: an attempt ended without an answer (timeout,
     disconnect), so the broker may have written the batch."""
 
-    cdef public object topic
-    cdef public object partition
-    cdef public BatchBuilder builder
-    cdef public list parts
-    cdef public object created_ms
-    cdef public object deadline_ms
-    cdef public object attempts
-    cdef public object retry_after_ms
-    cdef public object reserved
-    cdef public bint full
-    cdef public object base_sequence
-    cdef public object producer_id
-    cdef public object epoch
-    cdef public object done
-    cdef public object in_flight
-    cdef public bint maybe_written
-    cdef public object drained_ms
-    cdef public object outcome
-    cdef public list callbacks
+    # (its fields are declared in _append.pxd, for the other typed modules)
 
     def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
         self.topic = topic
@@ -159,9 +147,15 @@ cdef class FastAppend:
     handle)``: ``ProducerCore.append_serialized`` for the common case (see
     the module docstring), ``slow`` (the Python implementation) otherwise.
     ``appended`` counts the records it appended (the core's
-    ``records_queued`` metric adds them)."""
+    ``records_queued`` metric adds them). ``handle_class``: what it makes
+    for a call that brings no handle (the core's ``DeliveryHandle``, as the
+    Python implementation makes one); None leaves such calls to ``slow``."""
 
     cdef object _slow               # the Python implementation, bound to its core
+    cdef object _handle_class       # what it makes when given no handle (DeliveryHandle), or None
+    cdef object _core               # the ProducerCore (closed?) and its
+    cdef object _sender             #   Sender (fatal_error?): checked before opening a batch
+    cdef object _acc                # RecordAccumulator: memory, wake-ups, expiry floor
     cdef object _txn                # TransactionManager or None
     cdef dict _partitions           # Cluster.partitions: topic -> {partition: leader}
     cdef dict _queues               # RecordAccumulator.queues: (topic, partition) -> deque
@@ -175,8 +169,12 @@ cdef class FastAppend:
     cdef Py_ssize_t _slot[5]        #   these offsets (topic, partition, timestamp, _delta, _outcome)
     cdef public long long appended
 
-    def __init__(self, core, slow):
+    def __init__(self, core, slow, handle_class=None):
         self._slow = slow
+        self._handle_class = handle_class
+        self._core = core
+        self._sender = core.sender
+        self._acc = core.accumulator
         self._txn = core.transactions
         self._partitions = core.cluster.partitions
         self._queues = core.accumulator.queues
@@ -229,6 +227,62 @@ cdef class FastAppend:
                 dqs[p] = dq
         return dq
 
+    cdef ProducerBatch _open_batch(self, object topic, Py_ssize_t p, object p_obj, object dq, Py_ssize_t need,
+                                   object now):
+        """A new open batch at the end of ``dq`` (None: the partition has no
+        deque yet, made here) for a record of ``need`` bytes (its estimate),
+        as ``RecordAccumulator.append`` opens one (``_wants_round``, then
+        ``_new_batch``, the same state changed in the same order); None,
+        with nothing changed, where the Python path must
+        answer instead: a closed or failed producer (it raises), no room in
+        buffer.memory (it blocks), a transaction that refuses the partition."""
+        cdef object acc = self._acc
+        cdef object batch_size, limit, reserve, used, ratio, nxt, due, deadline, floor, awaited, leader
+        cdef BatchBuilder builder
+        cdef ProducerBatch batch
+        if self._core.closed or self._sender.fatal_error is not None:
+            return None
+        batch_size = acc.batch_size
+        limit = min(batch_size, max(acc.initial_reserve, need))
+        reserve = max(limit, need)
+        used = acc.used_memory
+        if used + reserve > acc.buffer_memory:
+            return None
+        if self._txn is not None:
+            try:
+                self._txn.maybe_add_partition((topic, p_obj))
+            except Exception:
+                return None          # the Python path raises it (after the same checks)
+        if dq is None:               # the partition's first batch: its deque, kept for good
+            dq = deque()
+            self._queues[(topic, p_obj)] = dq
+            (<list>self._topic_queues[topic])[p] = dq
+        # _wants_round: wake the driver only if its next round comes too late
+        if not acc.wakeup:
+            due = now if acc.flushing else now + acc.linger_ms
+            nxt = acc.next_round_ms
+            if nxt is None or not nxt <= due:
+                awaited = acc.awaited_nodes
+                leader = acc.leader
+                if not (awaited and leader is not None and leader(topic, p_obj) in awaited):
+                    acc.next_round_ms = due if nxt is None or due < nxt else nxt
+                    acc.wakeup = True
+        # _new_batch
+        builder = BatchBuilder(acc.compression, limit, compression_level=acc.compression_level)
+        ratio = (<dict?>acc._ratio).get(topic)
+        if ratio is not None and ratio < 1.0:
+            builder._set_ratio(min(1.0, ratio * 1.05))
+        acc.used_memory = used + reserve
+        acc.waiting_for_memory = False
+        deadline = now + acc.delivery_timeout_ms
+        batch = ProducerBatch(topic, p_obj, builder, now, deadline, reserve)
+        (<set?>acc.incomplete).add(batch)
+        floor = acc._expiry_floor
+        if floor is None or deadline < floor:
+            acc._expiry_floor = deadline
+        dq.append(batch)
+        return batch
+
     def append(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):
         """Append one serialized record (see ``ProducerCore.append_serialized``);
         returns ``handle``."""
@@ -245,6 +299,10 @@ cdef class FastAppend:
         cdef BatchBuilder builder
         cdef bint notify, plain
 
+        if handle is None and self._handle_class is not None:
+            # what the Python path makes (it does so later, with no effect
+            # between): the keyword ``send()`` of tests and scripts comes here
+            handle = self._handle_class()
         if handle is None or headers is not None:
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         # the timestamp: an int, or a float of milliseconds (drivers pass
@@ -297,11 +355,15 @@ cdef class FastAppend:
 
         # -- the partition's open batch, and where the record's handle goes
         dq = self._partition_queue(topic, p, p_obj)
-        if dq is None or not dq:
-            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
-        batch = <ProducerBatch?>dq[len(dq) - 1]
-        if batch.full:
-            return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        batch = <ProducerBatch?>dq[len(dq) - 1] if dq else None
+        if batch is None or batch.full:
+            # No open batch: open one here (one in C instead of five Python
+            # frames; with keys over many partitions nearly every record does),
+            # or leave it to the slow path when it must refuse or wait.
+            batch = self._open_batch(topic, p, p_obj, dq,
+                                     (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + 64, now)
+            if batch is None:
+                return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
         builder = batch.builder
         if type(handle) is not self._htype:
             self._learn_handle_type(handle)
@@ -324,6 +386,8 @@ cdef class FastAppend:
         count = builder.record_count
         # (kp and vp point into bytes objects this call holds: still valid)
         if not builder._put_record(ts, kp, klen, vp, vlen, None, 0, 0):
+            if count == 0:
+                raise AssertionError("an empty batch refused a record")   # as RecordAccumulator.append
             # full at its current size: growing it, or a new batch, is the slow path's
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
 

@@ -326,7 +326,7 @@ class ProducerCore(DriverIO):
         # ``del core.append_serialized`` leaves the Python implementation only.
         self._fast_append = None
         if self.user_partitioner is None:
-            self._fast_append = FastAppend(self, self.append_serialized)
+            self._fast_append = FastAppend(self, self.append_serialized, DeliveryHandle)
             self.append_serialized = self._fast_append.append
 
     # -- metadata ---------------------------------------------------------------------

@@ -16,11 +16,13 @@ errors retry; everything else fails the batch at once.
 from __future__ import annotations
 
 import bisect
+from functools import partial
 from typing import NamedTuple, Optional, Sequence
 
 from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
+from kproto.producer._acknowledge import acknowledge, assign_sequence
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -74,6 +76,18 @@ class Sender:
         self._init_failures = 0
         self.fatal_error: Optional[BaseException] = None
         self.txn = None                          # TransactionManager, set by the core
+        # acknowledged(batch, base_offset, log_append_time): a batch the broker
+        # took, completed in C (kproto/producer/_acknowledge.pyx); the twin
+        # tests bind acknowledged_in_python, its reference, instead.
+        self.acknowledged = partial(acknowledge, self, BatchResult)
+        # assign(batch): its sequence at drain (IdempotenceManager.assign), in C
+        self.assign = partial(assign_sequence, idempotence) if idempotence is not None else None
+
+    def use_python_reference(self):
+        """Complete and sequence batches with the Python code the C functions
+        of kproto/producer/_acknowledge.pyx are checked against (twin tests)."""
+        self.acknowledged = self.acknowledged_in_python
+        self.assign = self.idem.assign if self.idem is not None else None
 
     # -- the loop -----------------------------------------------------------------------
     def run_once(self, now) -> Optional[float]:
@@ -181,13 +195,13 @@ class Sender:
         # per topic, not once per batch.
         topics: dict = {}
         by_tp = {}
-        idem, acc, in_flight, muted = self.idem, self.acc, self.in_flight, self._muted
+        assign, acc, in_flight, muted = self.assign, self.acc, self.in_flight, self._muted
         compressed, guarantee_order = acc.compression, self.guarantee_order
         floor = self._in_flight_floor
         sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
         for b in batches:
-            if idem is not None:
-                idem.assign(b)
+            if assign is not None:
+                assign(b)
             topic = b.topic
             parts = topics.get(topic)
             if parts is None:
@@ -265,13 +279,13 @@ class Sender:
                     continue
                 seen.add(id(b))
                 code = p.get("error_code", 0)
-                err = None
-                hinted = False
-                if code not in (NONE, DUPLICATE_SEQUENCE_NUMBER):
-                    err = error_codes.error_for_code(
-                        code, p.get("error_message"),
-                        context=f"producing to {b.topic}-{b.partition}")
-                    hinted = self.cluster.apply_leader_hint(b.topic, b.partition, p, endpoints)
+                if code == NONE or code == DUPLICATE_SEQUENCE_NUMBER:
+                    self.acknowledged(b, p.get("base_offset", -1), p.get("log_append_time_ms", -1))
+                    continue
+                err = error_codes.error_for_code(
+                    code, p.get("error_message"),
+                    context=f"producing to {b.topic}-{b.partition}")
+                hinted = self.cluster.apply_leader_hint(b.topic, b.partition, p, endpoints)
                 self._complete(b, err, p.get("base_offset", -1), p.get("log_append_time_ms", -1), now,
                                leader_hinted=hinted)
         for b in by_tp.values():
@@ -280,6 +294,10 @@ class Sender:
                                              f"{b.topic}-{b.partition}"), -1, -1, now)
 
     # -- completing -----------------------------------------------------------------------
+    def acknowledged_in_python(self, b, base_offset, log_append_time):
+        """What ``acknowledged`` does in C: the reference the twin tests check it against."""
+        self._complete(b, None, base_offset, log_append_time, None)
+
     def _complete(self, b, err, base_offset, log_append_time, now, leader_hinted=False):
         """One batch's answer. ``leader_hinted``: the error named the new
         leader (KIP-951) and the metadata cache took it, so the retry goes

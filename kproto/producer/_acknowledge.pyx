@@ -1,0 +1,108 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
+"""A batch's sequence when it is sent, and its completion once the broker
+acknowledged it, in C.
+
+With keys spread over many partitions nearly every record is a batch of its
+own, and each Produce answer completes hundreds of them: interpreted, that
+was five Python frames per batch (``Sender._complete``,
+``IdempotenceManager.on_success`` and ``_forget``, ``Sender._finish``,
+``RecordAccumulator.release``) plus a BatchResult made through its Python
+``__new__``. :func:`acknowledge` does the same work, in the same order, on
+the same objects; ``Sender.acknowledged_in_python`` is the reference it is
+checked against (tests/test_producer_core_fast_append.py runs every twin
+script both ways). :func:`assign_sequence` is ``IdempotenceManager.assign``
+(the reference), called for every batch a Produce request carries.
+"""
+from cpython.dict cimport PyDict_GetItemWithError
+from cpython.object cimport PyObject
+
+from kproto.producer._append cimport ProducerBatch
+
+__all__ = ["acknowledge", "assign_sequence"]
+
+# the sequence space of a partition (kproto.producer.idempotence)
+cdef long long MAX_SEQUENCE = 2147483647
+
+cdef object _tuple_new = tuple.__new__
+
+
+cdef inline long long _increment_sequence(long long seq, long long inc) noexcept:
+    """``idempotence.increment_sequence``: wraps to 0 after int32 max."""
+    if seq > MAX_SEQUENCE - inc:
+        return inc - (MAX_SEQUENCE - seq) - 1
+    return seq + inc
+
+
+cdef inline bint _seq_after(long long a, long long b) noexcept:
+    """``idempotence._seq_after``: a comes after b in the wrapping sequence space."""
+    cdef long long d = (a - b) % (MAX_SEQUENCE + 1)
+    if d < 0:
+        d += MAX_SEQUENCE + 1
+    return 0 < d < (MAX_SEQUENCE + 1) // 2
+
+
+def acknowledge(sender, result_type, ProducerBatch b, base_offset, log_append_time):
+    """``sender._complete(b, None, base_offset, log_append_time, now)``: the
+    broker wrote batch ``b`` (or already had it). ``result_type`` is
+    BatchResult (a named tuple: made here without its Python ``__new__``)."""
+    cdef object tp, idem, p, acc, last_acked
+    cdef list unacked
+    cdef set incomplete
+    cdef dict metrics
+    cdef PyObject* found
+    cdef long long last
+    (<dict?>sender.in_flight).pop(id(b), None)
+    b.in_flight = False
+    tp = (b.topic, b.partition)
+    (<set?>sender._muted).discard(tp)
+    if b.done:                       # expired while in flight; the answer is too late
+        return
+    # IdempotenceManager.on_success: the partition's sequences move past it
+    idem = sender.idem
+    if idem is not None:
+        found = PyDict_GetItemWithError(<dict?>idem.partitions, tp)
+        if found != NULL:
+            p = <object>found
+            unacked = <list?>p.unacked
+            if unacked and unacked[0] is b:
+                del unacked[0]
+            else:
+                try:
+                    unacked.remove(b)
+                except ValueError:
+                    pass
+            if b.producer_id == idem.producer_id and b.epoch == idem.epoch:
+                last = _increment_sequence(b.base_sequence, b.builder.record_count - 1)
+                last_acked = p.last_acked
+                if last_acked < 0 or _seq_after(last, last_acked):
+                    p.last_acked = last
+    # Sender._finish, for a success
+    b.done = True
+    acc = sender.acc
+    incomplete = <set?>acc.incomplete
+    if b in incomplete:              # RecordAccumulator.release
+        incomplete.discard(b)
+        acc.used_memory -= b.reserved
+    n = b.builder.record_count
+    metrics = <dict?>sender.metrics
+    metrics["records_sent"] += n
+    (<list?>sender.results).append(_tuple_new(result_type, (
+        b.topic, b.partition, base_offset, log_append_time, None, b.parts, b.outcome, b.callbacks)))
+    sender.results_records += n
+
+
+def assign_sequence(idem, ProducerBatch b):
+    """``idem.assign(b)`` (IdempotenceManager): at drain, a batch without a
+    sequence of the current producer id and epoch takes its partition's
+    next one (a retry keeps its own); the builder gets the producer state."""
+    cdef object pid = idem.producer_id, epoch = idem.epoch, p
+    cdef PyObject* found
+    if not b.base_sequence >= 0 or b.producer_id != pid or b.epoch != epoch:
+        found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
+        p = <object>found if found != NULL else idem._part((b.topic, b.partition))
+        b.base_sequence = p.next_sequence
+        b.producer_id = pid
+        b.epoch = epoch
+        p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
+        (<list?>p.unacked).append(b)
+    b.builder.set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)
