@@ -516,6 +516,14 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
+    async def unregister_controller(self, controller_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> None:
+        ...
+
+    @overload
+    async def unregister_controller(self, controller_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
     async def create_delegation_token(self, owner: Optional[str]=..., renewers: Iterable[str]=..., max_lifetime_ms: int=..., *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> DelegationToken:
         ...
 
