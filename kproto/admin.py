@@ -433,6 +433,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         self.closed = False
         self.retries = 0                        # total retried calls (metrics, tests)
         self._created: Dict[str, float] = {}    # topic -> when this core created it (see the module doc)
+        self._telemetry_closing: Optional[AdminHandle] = None    # terminate_telemetry's, until done
 
     # -- the driver interface --------------------------------------------------------------
     def poll(self, now) -> list:
@@ -440,6 +441,8 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         if not self.client.closing:
             self._run_calls(now)
             actions.extend(self.client.poll(now))
+        if self._telemetry_closing is not None:
+            self._check_telemetry_closing(now)
         return actions
 
     def next_deadline(self, now) -> Optional[float]:
@@ -451,6 +454,9 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
             for d in (c.op.deadline, wake):
                 if d is not None and (best is None or d < best):
                     best = d
+        closing = self._telemetry_closing
+        if closing is not None and (best is None or closing.deadline < best):
+            best = closing.deadline
         return best
 
     def events(self) -> list:
@@ -462,9 +468,37 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
     def pending(self) -> bool:
         return bool(self._calls or self._in_flight)
 
+    def terminate_telemetry(self, *, timeout_ms=None, now) -> AdminHandle:
+        """KIP-714 on close, as the producer and consumer do it: the terminating
+        PushTelemetry (when a metrics subscription is active; else nothing to
+        send), before :meth:`close` drops the connections. One item
+        "telemetry": True once telemetry is over, False when ``timeout_ms``
+        (at most request.timeout.ms, the bound of one push, as Java's close
+        timeout bounds it) ran out first - closing goes on either way, so
+        this never fails. The drivers run it, like any operation, in their
+        close."""
+        wait = self.config.request_timeout_ms
+        if timeout_ms is not None:
+            wait = max(0, min(wait, timeout_ms))
+        op = self._op("terminate_telemetry", ["telemetry"], now, wait, single=True)
+        self._telemetry_closing = op
+        self._check_telemetry_closing(now)
+        return op
+
+    def _check_telemetry_closing(self, now) -> None:
+        """Complete terminate_telemetry's operation: telemetry over, or its deadline passed."""
+        op = self._telemetry_closing
+        over = self.client.telemetry_closed(now)      # starts the terminating push (once)
+        if over or now >= op.deadline:
+            self._telemetry_closing = None
+            self._complete(op, "telemetry", value=over)
+
     def close(self, now):
         """Fail every unfinished operation and close every connection; returns Close actions."""
         self.closed = True
+        if self._telemetry_closing is not None:       # not waited for: closing anyway
+            op, self._telemetry_closing = self._telemetry_closing, None
+            self._complete(op, "telemetry", value=False)
         actions = self.client.close(now)     # in-flight calls fail through _on_done
         for c in self._calls + list(self._in_flight):
             self._fail_call(c, _closed_error())
