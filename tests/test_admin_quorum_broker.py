@@ -25,6 +25,7 @@ from kio.blocking import BlockingClient
 from kproto import error_codes
 from kproto.admin_quorum import kafka_uuid
 from kproto.errors import UnsupportedVersionError
+from test_admin_authorized_operations import CLUSTER_OPERATIONS
 
 try:
     from conftest import broker_kinds
@@ -200,6 +201,9 @@ def test_unregister_controller_of_an_unknown_id_fails_with_kafkas_error(quorum, 
     with kio.Admin(bootstrap_controllers=quorum.first.controller_address, default_api_timeout_ms=30000) as direct:
         with pytest.raises(error_codes.ControllerIdNotRegisteredError, match="99"):
             direct.unregister_controller(99)
+        # The controllers answer DescribeCluster's authorized operations too (no authorizer: all of them).
+        assert direct.describe_cluster(include_authorized_operations=True).authorized_operations == \
+            CLUSTER_OPERATIONS
 
 
 def _controllers(quorum):
