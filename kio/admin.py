@@ -120,8 +120,16 @@ class Admin(AdminOps):
                 raise
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def close(self) -> None:
-        """Fail whatever is unfinished and close every connection (idempotent)."""
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Send the terminating telemetry push (KIP-714, when the broker's
+        metrics subscription asked for pushes; waiting at most ``timeout``
+        seconds and request.timeout.ms), then fail whatever is unfinished
+        and close every connection (idempotent)."""
+        if not self._closed and self._fatal is None:
+            try:
+                self._call("terminate_telemetry", timeout=timeout, raise_errors=False)
+            except AdminClosedError:          # the loop failed (logged): close what is left
+                pass
         with self._lock:
             if self._closed:
                 return

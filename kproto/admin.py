@@ -45,7 +45,7 @@ wait is paid only by a program that uses the topic at once.
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, Iterable, NamedTuple, Optional
+from typing import Any, Dict, FrozenSet, Iterable, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.client import DriverIO, network_for
@@ -55,7 +55,7 @@ from kproto.config import (
 )
 from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupAdmin
-from kproto.admin_acls import AclAdmin
+from kproto.admin_acls import AclAdmin, AclOperation, authorized_operations
 from kproto.admin_cluster import ClusterAdmin
 from kproto.admin_quorum import QuorumAdmin
 from kproto.controller_metadata import CONTROLLER_ENDPOINT, ControllerMetadata
@@ -196,6 +196,8 @@ class TopicDescription(NamedTuple):
     topic_id: Any
     internal: bool
     partitions: tuple                     # PartitionInfo, by partition
+    #: What the caller may do with the topic; None unless asked (``include_authorized_operations``).
+    authorized_operations: Optional[FrozenSet[AclOperation]] = None
 
 
 class Node(NamedTuple):
@@ -209,6 +211,8 @@ class ClusterDescription(NamedTuple):
     cluster_id: Optional[str]
     controller: Optional[Node]
     nodes: tuple
+    #: What the caller may do with the cluster; None unless asked (``include_authorized_operations``).
+    authorized_operations: Optional[FrozenSet[AclOperation]] = None
 
 
 class ConsumerGroupListing(NamedTuple):
@@ -236,6 +240,8 @@ class ConsumerGroupDescription(NamedTuple):
     assignor: str                         # the protocol (assignor) name chosen
     members: tuple
     coordinator: Optional[Node]
+    #: What the caller may do with the group; None unless asked (``include_authorized_operations``).
+    authorized_operations: Optional[FrozenSet[AclOperation]] = None
 
 
 class ListOffsetsResultInfo(NamedTuple):
@@ -427,6 +433,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         self.closed = False
         self.retries = 0                        # total retried calls (metrics, tests)
         self._created: Dict[str, float] = {}    # topic -> when this core created it (see the module doc)
+        self._telemetry_closing: Optional[AdminHandle] = None    # terminate_telemetry's, until done
 
     # -- the driver interface --------------------------------------------------------------
     def poll(self, now) -> list:
@@ -434,6 +441,8 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         if not self.client.closing:
             self._run_calls(now)
             actions.extend(self.client.poll(now))
+        if self._telemetry_closing is not None:
+            self._check_telemetry_closing(now)
         return actions
 
     def next_deadline(self, now) -> Optional[float]:
@@ -445,6 +454,9 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
             for d in (c.op.deadline, wake):
                 if d is not None and (best is None or d < best):
                     best = d
+        closing = self._telemetry_closing
+        if closing is not None and (best is None or closing.deadline < best):
+            best = closing.deadline
         return best
 
     def events(self) -> list:
@@ -456,9 +468,37 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
     def pending(self) -> bool:
         return bool(self._calls or self._in_flight)
 
+    def terminate_telemetry(self, *, timeout_ms=None, now) -> AdminHandle:
+        """KIP-714 on close, as the producer and consumer do it: the terminating
+        PushTelemetry (when a metrics subscription is active; else nothing to
+        send), before :meth:`close` drops the connections. One item
+        "telemetry": True once telemetry is over, False when ``timeout_ms``
+        (at most request.timeout.ms, the bound of one push, as Java's close
+        timeout bounds it) ran out first - closing goes on either way, so
+        this never fails. The drivers run it, like any operation, in their
+        close."""
+        wait = self.config.request_timeout_ms
+        if timeout_ms is not None:
+            wait = max(0, min(wait, timeout_ms))
+        op = self._op("terminate_telemetry", ["telemetry"], now, wait, single=True)
+        self._telemetry_closing = op
+        self._check_telemetry_closing(now)
+        return op
+
+    def _check_telemetry_closing(self, now) -> None:
+        """Complete terminate_telemetry's operation: telemetry over, or its deadline passed."""
+        op = self._telemetry_closing
+        over = self.client.telemetry_closed(now)      # starts the terminating push (once)
+        if over or now >= op.deadline:
+            self._telemetry_closing = None
+            self._complete(op, "telemetry", value=over)
+
     def close(self, now):
         """Fail every unfinished operation and close every connection; returns Close actions."""
         self.closed = True
+        if self._telemetry_closing is not None:       # not waited for: closing anyway
+            op, self._telemetry_closing = self._telemetry_closing, None
+            self._complete(op, "telemetry", value=False)
         actions = self.client.close(now)     # in-flight calls fail through _on_done
         for c in self._calls + list(self._in_flight):
             self._fail_call(c, _closed_error())
@@ -860,19 +900,33 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         return op
 
     # -- cluster and configs ------------------------------------------------------------------
-    def describe_cluster(self, *, timeout_ms=None, now) -> AdminHandle:
-        """ClusterDescription (DescribeCluster when the broker has it, else Metadata)."""
+    def describe_cluster(self, *, include_authorized_operations=False, timeout_ms=None, now) -> AdminHandle:
+        """ClusterDescription (DescribeCluster when the broker has it, else Metadata).
+        ``include_authorized_operations``: its ``authorized_operations`` are
+        what the caller may do with the cluster (else None); a broker with
+        neither DescribeCluster nor Metadata v8-v10 fails it with
+        UnsupportedVersionError."""
         op = self._op("describe_cluster", ["cluster"], now, timeout_ms, single=True)
+        include = bool(include_authorized_operations)
 
         class Call(_Call):
             def build(call, core, node):
                 if self.using_bootstrap_controllers:      # the controllers describe themselves
-                    return {"include_cluster_authorized_operations": False, "endpoint_type": CONTROLLER_ENDPOINT}
+                    return {"include_cluster_authorized_operations": include, "endpoint_type": CONTROLLER_ENDPOINT}
                 if self.client.api_version(node, "DescribeCluster") is not None:
                     call.api = "DescribeCluster"
-                    return {"include_cluster_authorized_operations": False}
+                    return {"include_cluster_authorized_operations": include}
                 call.api = "Metadata"
-                return {"topics": [], "allow_auto_topic_creation": False}
+                if not include:
+                    return {"topics": [], "allow_auto_topic_creation": False}
+                # Only Metadata v8-v10 carry the cluster's operations (v11 moved them to DescribeCluster).
+                version = self.client.api_version(node, "Metadata") or 0
+                if not 8 <= version <= 10:
+                    raise UnsupportedVersionError(
+                        f"describe_cluster(include_authorized_operations=True) needs DescribeCluster or "
+                        f"Metadata v8-v10; node {node} offers neither (Metadata v{version})")
+                return {"topics": [], "allow_auto_topic_creation": False,
+                        "include_cluster_authorized_operations": True}
 
             def handle(call, core, body, now):
                 if call.api == "DescribeCluster":
@@ -892,7 +946,8 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                                   for b in body.get("brokers") or [])
                 ctl = next((n for n in nodes if n.id == body.get("controller_id")), None)
                 self._complete(op, "cluster", value=ClusterDescription(
-                    body.get("cluster_id"), ctl, tuple(sorted(nodes))))
+                    body.get("cluster_id"), ctl, tuple(sorted(nodes)),
+                    authorized_operations(body.get("cluster_authorized_operations")) if include else None))
 
         self._submit(Call(op, "DescribeCluster", op.items, target=self._broker_or_active_controller))
         return op
@@ -1079,15 +1134,20 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                                lambda n: ListCall(op, "ListGroups", ["groups"], target=NODE, node=n))
         return op
 
-    def describe_consumer_groups(self, group_ids, *, timeout_ms=None, now) -> AdminHandle:
+    def describe_consumer_groups(self, group_ids, *, include_authorized_operations=False, timeout_ms=None,
+                                 now) -> AdminHandle:
         """{group: ConsumerGroupDescription}; members' assignments decoded with the
-        consumer protocol (subscriptions too when the broker returns them)."""
+        consumer protocol (subscriptions too when the broker returns them).
+        ``include_authorized_operations``: each description's
+        ``authorized_operations`` are what the caller may do with the group
+        (else None)."""
+        include = bool(include_authorized_operations)
         groups = list(group_ids)
         _no_dups(groups, "describe_consumer_groups")
         op = self._op("describe_consumer_groups", groups, now, timeout_ms)
         for g in groups:
             def build(node, call=None, g=g):
-                return {"groups": [g], "include_authorized_operations": False}
+                return {"groups": [g], "include_authorized_operations": include}
 
             def handle(call, body, now, g=g):
                 d = next((x for x in body.get("groups") or [] if x.get("group_id") == g), None)
@@ -1095,19 +1155,20 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                     self._fail_call(call, KafkaError(f"DescribeGroups did not describe group {g!r}"))
                     return
                 if d["error_code"] == GROUP_ID_NOT_FOUND and self._describe_consumer_protocol_group(
-                        op, g, call, now):
+                        op, g, call, include, now):
                     return
                 if self._group_error(call, d["error_code"], None, f"describe group {g!r}", now):
                     return
                 pt = d.get("protocol_type") or ""
                 self._complete(op, g, value=ConsumerGroupDescription(
                     g, pt == "", d.get("group_state") or "", pt,
-                    d.get("protocol_data") or "", classic_members(d), getattr(call, "coordinator", None)))
+                    d.get("protocol_data") or "", classic_members(d), getattr(call, "coordinator", None),
+                    _asked_operations(d, include)))
 
             self._group_call(op, g, "DescribeGroups", build, handle)
         return op
 
-    def _describe_consumer_protocol_group(self, op, g, call, now) -> bool:
+    def _describe_consumer_protocol_group(self, op, g, call, include, now) -> bool:
         """DescribeGroups answers GROUP_ID_NOT_FOUND for a group of the KIP-848
         consumer protocol too ("not a classic group"): ask ConsumerGroupDescribe
         (as Java's Admin does) when this coordinator serves it. True when that
@@ -1117,7 +1178,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
             return False
 
         def build(node, call=None):
-            return {"group_ids": [g], "include_authorized_operations": False}
+            return {"group_ids": [g], "include_authorized_operations": include}
 
         def handle(call2, body, now2):
             d = next((x for x in body.get("groups") or [] if x.get("group_id") == g), None)
@@ -1140,7 +1201,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                                                  Assignment(owned), subscription))
             self._complete(op, g, value=ConsumerGroupDescription(
                 g, False, d.get("group_state") or "", "consumer", d.get("assignor_name") or "",
-                tuple(members), getattr(call2, "coordinator", None)))
+                tuple(members), getattr(call2, "coordinator", None), _asked_operations(d, include)))
 
         self._group_call(op, g, "ConsumerGroupDescribe", build, handle)
         return True
@@ -1399,6 +1460,14 @@ def classic_members(group: dict) -> tuple:
         members.append(MemberDescription(m["member_id"], m.get("group_instance_id"), m.get("client_id") or "",
                                          m.get("client_host") or "", assignment, subscription))
     return tuple(members)
+
+
+def _asked_operations(entry: dict, asked: bool) -> Optional[FrozenSet[AclOperation]]:
+    """A described group's or topic's ``authorized_operations`` when they were
+    asked for (a broker may fill the field regardless: Java ignores it then too)."""
+    if not asked:
+        return None
+    return authorized_operations(entry.get("authorized_operations", entry.get("topic_authorized_operations")))
 
 
 def _topic_id(u):

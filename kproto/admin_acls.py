@@ -19,7 +19,7 @@ any broker, which forwards writes to the controller.
 from __future__ import annotations
 
 import enum
-from typing import Iterable, List, NamedTuple, Optional
+from typing import FrozenSet, Iterable, List, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto._admin_mixin import AdminMixin
@@ -27,7 +27,8 @@ from kproto.errors import KafkaError
 
 __all__ = ["AclAdmin", "ResourceType", "PatternType", "AclOperation", "AclPermissionType",
            "ResourcePattern", "AccessControlEntry", "AclBinding", "ResourcePatternFilter",
-           "AccessControlEntryFilter", "AclBindingFilter", "WILDCARD_RESOURCE"]
+           "AccessControlEntryFilter", "AclBindingFilter", "WILDCARD_RESOURCE",
+           "AUTHORIZED_OPERATIONS_OMITTED", "authorized_operations"]
 
 #: The resource name of a LITERAL pattern that applies to every resource of its type.
 WILDCARD_RESOURCE = "*"
@@ -73,6 +74,26 @@ class AclOperation(enum.IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
     TWO_PHASE_COMMIT = 15
+
+
+#: The ``authorized_operations`` bit field of an answer that was not asked for
+#: them (Java's ``MetadataResponse.AUTHORIZED_OPERATIONS_OMITTED``: Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED = -2 ** 31
+
+# The codes a bit field may name that are no operation one can be granted (Java leaves them out too).
+_NOT_GRANTABLE = frozenset({AclOperation.UNKNOWN, AclOperation.ANY, AclOperation.ALL})
+_GRANTABLE = tuple(op for op in AclOperation if op not in _NOT_GRANTABLE)
+
+
+def authorized_operations(bits: Optional[int]) -> Optional[FrozenSet[AclOperation]]:
+    """The operations a describe answer's ``*authorized_operations`` bit field
+    grants (bit i set: the caller may do AclOperation code i), as Java's
+    ``validAclOperations``: None when the field says "not asked"
+    (:data:`AUTHORIZED_OPERATIONS_OMITTED`) or is missing; UNKNOWN, ANY and
+    ALL, and bits of codes this client does not know, are left out."""
+    if bits is None or bits == AUTHORIZED_OPERATIONS_OMITTED:
+        return None
+    return frozenset(op for op in _GRANTABLE if bits >> op & 1)
 
 
 class AclPermissionType(enum.IntEnum):

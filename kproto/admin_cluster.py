@@ -161,7 +161,7 @@ class ClusterAdmin(AdminMixin):
 
     # -- topics ------------------------------------------------------------------------------
     def describe_topics(self, topics, *, partition_size_limit_per_response=PARTITION_SIZE_LIMIT,
-                        timeout_ms=None, now):
+                        include_authorized_operations=False, timeout_ms=None, now):
         """{name: TopicDescription}; one item per topic. UNKNOWN_TOPIC_OR_PARTITION
         fails it, except for a topic this core created recently: that one is
         retried within the deadline (the brokers learn of a new topic a moment
@@ -170,7 +170,10 @@ class ClusterAdmin(AdminMixin):
         A topic given by id (a ``uuid.UUID``, as TopicDescription.topic_id;
         Java's ``TopicCollection.ofTopicIds``) is its own item, described by
         a Metadata v12+ request naming the ids; an id no topic has fails with
-        UnknownTopicIdError naming it."""
+        UnknownTopicIdError naming it. ``include_authorized_operations``: each
+        description's ``authorized_operations`` are what the caller may do
+        with the topic (else None; DescribeTopicPartitions always answers
+        them, Metadata when asked)."""
         from kproto.admin import NODE, _Call, _no_dups
         topics = list(topics)
         _no_dups(topics, "describe_topics")
@@ -183,8 +186,9 @@ class ClusterAdmin(AdminMixin):
         op = self._op("describe_topics", topics, now, timeout_ms)
         ids = [t for t in topics if isinstance(t, uuid.UUID)]
         topics = [t for t in topics if not isinstance(t, uuid.UUID)]
+        include = bool(include_authorized_operations)
         if ids:
-            self._describe_topic_ids(op, ids)
+            self._describe_topic_ids(op, ids, include)
         op.pages = 0
         core = self
         gathered: Dict[str, list] = {}        # topic -> partitions of the pages so far
@@ -195,7 +199,8 @@ class ClusterAdmin(AdminMixin):
             def build(call, core_, node):
                 if call.cursor is None and core.client.api_version(node, "DescribeTopicPartitions") is None:
                     call.api = "Metadata"
-                    return {"topics": [{"name": n} for n in call.keys], "allow_auto_topic_creation": False}
+                    return {"topics": [{"name": n} for n in call.keys], "allow_auto_topic_creation": False,
+                            "include_topic_authorized_operations": include}
                 call.api = "DescribeTopicPartitions"
                 return {"topics": [{"name": n} for n in sorted(call.keys)],
                         "response_partition_limit": partition_size_limit_per_response,
@@ -223,7 +228,7 @@ class ClusterAdmin(AdminMixin):
                         continue
                     gathered.setdefault(n, []).extend(t.get("partitions") or ())
                     if more is None or n != more["topic_name"]:
-                        core._complete(op, n, value=core._topic_description(t, gathered.pop(n)))
+                        core._complete(op, n, value=core._topic_description(t, gathered.pop(n), include))
                 if more is not None:
                     rest = [n for n in call.keys if not op.items[n].done and n not in again]
                     nxt = Describe(op, "DescribeTopicPartitions", rest, target=NODE, node=call.node,
@@ -257,7 +262,7 @@ class ClusterAdmin(AdminMixin):
             self._submit(Describe(op, "DescribeTopicPartitions", topics))
         return op
 
-    def _describe_topic_ids(self, op, ids):
+    def _describe_topic_ids(self, op, ids, include):
         """Metadata naming topics by id only (v12+: the name null), one call
         for every id of ``op``; the answer's topics are found by id."""
         from kproto.admin import _SelfCall
@@ -270,7 +275,7 @@ class ClusterAdmin(AdminMixin):
                     f"describing topics by id needs Metadata v12 or later (KIP-516); node {node} "
                     f"offers v{version}")
             return {"topics": [{"topic_id": i, "name": None} for i in call.keys],
-                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": include}
 
         def handle(call, body, now):
             core._seen_metadata(body, now)
@@ -283,19 +288,20 @@ class ClusterAdmin(AdminMixin):
                         code, "no topic has this id" if code == _UNKNOWN_TOPIC_ID else None,
                         f"describe topic id {i}"))
                 else:
-                    core._complete(op, i, value=core._topic_description(t, t.get("partitions") or ()))
+                    core._complete(op, i, value=core._topic_description(t, t.get("partitions") or (), include))
 
         self._submit(_SelfCall(op, "Metadata", ids, build, handle))
 
     @staticmethod
-    def _topic_description(t, partitions):
-        from kproto.admin import PartitionInfo, TopicDescription, _topic_id
+    def _topic_description(t, partitions, include_authorized_operations):
+        from kproto.admin import PartitionInfo, TopicDescription, _asked_operations, _topic_id
         parts = tuple(PartitionInfo(
             p["partition_index"], p["leader_id"] if p["leader_id"] >= 0 else None,
             tuple(p.get("replica_nodes") or ()), tuple(p.get("isr_nodes") or ()),
             tuple(p.get("offline_replicas") or ()), p.get("leader_epoch", -1))
             for p in sorted(partitions, key=lambda p: p["partition_index"]))
-        return TopicDescription(t["name"], _topic_id(t.get("topic_id")), bool(t.get("is_internal")), parts)
+        return TopicDescription(t["name"], _topic_id(t.get("topic_id")), bool(t.get("is_internal")), parts,
+                                _asked_operations(t, include_authorized_operations))
 
     # -- log dirs ------------------------------------------------------------------------------
     def describe_log_dirs(self, broker_ids: Iterable[int], *, timeout_ms=None, now):

@@ -25,9 +25,10 @@ admin operation: coordinator moves, retries and the deadline are the core's.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Union
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Union
 
 from kproto import error_codes
+from kproto.admin_acls import AclOperation
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.errors import KafkaError, UnsupportedVersionError
@@ -66,6 +67,8 @@ class ClassicGroupDescription(NamedTuple):
     members: tuple                        # kproto.admin.MemberDescription
     state: str                            # Stable, Empty, PreparingRebalance, CompletingRebalance, Dead
     coordinator: Optional[Any]            # kproto.admin.Node
+    #: What the caller may do with the group; None unless asked (``include_authorized_operations``).
+    authorized_operations: Optional[FrozenSet[AclOperation]] = None
 
     @property
     def is_simple_consumer_group(self) -> bool:
@@ -139,16 +142,19 @@ class GroupAdmin:
 
         self._ask_every_broker(op, key, left, lambda n: Ask(op, api, [key], target=NODE, node=n))
 
-    def _describe_each_group(self, op, api, what, body, describe):
+    def _describe_each_group(self, op, api, what, describe, include_authorized_operations):
         """``api`` (ShareGroupDescribe, StreamsGroupDescribe: the next-generation
-        groups' describe) at the coordinator of each of ``op``'s groups: the
-        request is ``body(group)`` (a body, or a function of the version), the
-        item's value ``describe(entry, coordinator)`` of the group's entry in
-        the answer. A group's error fails its item (GROUP_ID_NOT_FOUND:
-        GroupIdNotFoundError, as Java's Admin); ``what`` names the group kind."""
+        groups' describe) at the coordinator of each of ``op``'s groups, one
+        group a request; the item's value is ``describe(entry, coordinator)``
+        of the group's entry in the answer, with its ``authorized_operations``
+        when ``include_authorized_operations``. A group's error fails its
+        item (GROUP_ID_NOT_FOUND: GroupIdNotFoundError, as Java's Admin);
+        ``what`` names the group kind."""
+        from kproto.admin import _asked_operations
+        include = bool(include_authorized_operations)
         for g in op.items:
             def build(node, call=None, g=g):
-                return body(g)
+                return {"group_ids": [g], "include_authorized_operations": include}
 
             def handle(call, resp, now, g=g):
                 d = next((x for x in resp.get("groups") or [] if x.get("group_id") == g), None)
@@ -158,7 +164,9 @@ class GroupAdmin:
                 if self._group_error(call, d["error_code"], d.get("error_message"),
                                      f"describe {what} {g!r}", now):
                     return
-                self._complete(op, g, value=describe(d, getattr(call, "coordinator", None)))
+                described = describe(d, getattr(call, "coordinator", None))
+                self._complete(op, g, value=described._replace(
+                    authorized_operations=_asked_operations(d, include)))
 
             self._group_call(op, g, api, build, handle)
         return op
@@ -310,25 +318,28 @@ class GroupAdmin:
         self._at_coordinators(op, list(specs), "OffsetFetch", build, handle)
         return op
 
-    def describe_classic_groups(self, group_ids, *, timeout_ms=None, now):
+    def describe_classic_groups(self, group_ids, *, include_authorized_operations=False, timeout_ms=None, now):
         """{group: ClassicGroupDescription}, one item per group; the groups of
         one coordinator in one DescribeGroups. A group that is not a classic
         group fails with GroupIdNotFoundError (Kafka 4's DescribeGroups v6
         says so; an older broker's answer for a missing group, state "Dead"
         with no protocol, gets the same error), as Java's
         ``describeClassicGroups``. Members' assignments are decoded in
-        "consumer" protocol groups."""
-        from kproto.admin import _no_dups, classic_members
+        "consumer" protocol groups. ``include_authorized_operations``: each
+        description's ``authorized_operations`` are what the caller may do
+        with the group (else None)."""
+        from kproto.admin import _asked_operations, _no_dups, classic_members
         groups = list(group_ids)
         _no_dups(groups, "describe_classic_groups")
         bad = [g for g in groups if not isinstance(g, str) or not g]
         if bad:
             raise ValueError(f"describe_classic_groups: {bad[0]!r} is not a group id (a non-empty str)")
         op = self._op("describe_classic_groups", groups, now, timeout_ms)
+        include = bool(include_authorized_operations)
         core = self
 
         def build(node, call=None):
-            return {"groups": list(call.keys), "include_authorized_operations": False}
+            return {"groups": list(call.keys), "include_authorized_operations": include}
 
         def handle(call, body, now):
             answers = {d.get("group_id"): d for d in body.get("groups") or ()}
@@ -344,7 +355,7 @@ class GroupAdmin:
                     continue
                 core._complete(op, g, value=ClassicGroupDescription(
                     g, d.get("protocol_type") or "", d.get("protocol_data") or "", classic_members(d),
-                    d.get("group_state") or "", getattr(call, "coordinator", None)))
+                    d.get("group_state") or "", getattr(call, "coordinator", None), _asked_operations(d, include)))
 
         self._at_coordinators(op, groups, "DescribeGroups", build, handle)
         return op

@@ -4,7 +4,9 @@
 * ``add_raft_voter`` / ``remove_raft_voter`` (KIP-853 dynamic quorums, Kafka
   3.9+): AddRaftVoter / RemoveRaftVoter;
 * ``unregister_broker`` (KIP-631): UnregisterBroker, which removes a broker's
-  registration from the cluster metadata (for a broker that is gone for good).
+  registration from the cluster metadata (for a broker that is gone for good);
+* ``unregister_controller`` (Kafka 4.4): UnregisterController, the same for a
+  controller's registration.
 
 Where they go: every one of these APIs is accepted by brokers as well as by
 controllers (the definitions' "listeners"); a broker forwards it to the active
@@ -15,9 +17,10 @@ kproto.
 
 Retries, as Java: NOT_CONTROLLER (the controller moved while the broker
 forwarded) is retried for the voter calls, REQUEST_TIMED_OUT for
-``unregister_broker``; any other error fails the operation at once with its
-specific exception (e.g. DuplicateVoterError, VoterNotFoundError,
-BrokerIdNotRegisteredError) and the broker's message. A quorum that is not
+``unregister_broker`` and ``unregister_controller``; any other error fails
+the operation at once with its specific exception (e.g. DuplicateVoterError,
+VoterNotFoundError, BrokerIdNotRegisteredError, ControllerIdNotRegisteredError)
+and the broker's message. A quorum that is not
 dynamic (formatted with ``controller.quorum.voters``: ``kraft.version`` 0)
 refuses voter changes with UNSUPPORTED_VERSION, raised as
 BrokerUnsupportedVersionError whose text says so.
@@ -156,6 +159,18 @@ class QuorumAdmin(AdminMixin):
             return {"broker_id": bid}
         return self._quorum_call("unregister_broker", "UnregisterBroker", "broker", build,
                                  f"unregister broker {bid}", {_REQUEST_TIMED_OUT}, timeout_ms, now)
+
+    def unregister_controller(self, controller_id: int, *, timeout_ms: Optional[int] = None, now):
+        """Remove controller ``controller_id``'s registration from the cluster
+        metadata (Java 4.4's ``unregisterController``: for a controller gone
+        for good, e.g. after ``remove_raft_voter``). Not registered:
+        ControllerIdNotRegisteredError. One item "controller" (value None)."""
+        cid = _node_id(controller_id, "unregister_controller: controller_id")
+
+        def build(timeout):
+            return {"controller_id": cid}
+        return self._quorum_call("unregister_controller", "UnregisterController", "controller", build,
+                                 f"unregister controller {cid}", {_REQUEST_TIMED_OUT}, timeout_ms, now)
 
     def _quorum_call(self, operation, api, key, build_body, what, retried, timeout_ms, now):
         """One request to the least loaded broker answering only an error

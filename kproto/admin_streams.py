@@ -17,7 +17,9 @@
 """
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, NamedTuple, Optional, Tuple
+
+from kproto.admin_acls import AclOperation
 
 __all__ = ["StreamsGroupAdmin", "StreamsGroupDescription", "StreamsGroupMemberDescription",
            "StreamsGroupMemberAssignment", "StreamsTaskIds", "StreamsTaskOffset", "StreamsEndpoint",
@@ -102,6 +104,8 @@ class StreamsGroupDescription(NamedTuple):
     group_state: str
     coordinator: Any                  # kproto.admin.Node
     assignor_name: Optional[str]      # None: a broker before StreamsGroupDescribe v1
+    #: What the caller may do with the group; None unless asked (``include_authorized_operations``).
+    authorized_operations: Optional[FrozenSet[AclOperation]] = None
 
 
 def _tasks(entries) -> Tuple[StreamsTaskIds, ...]:
@@ -158,10 +162,13 @@ class StreamsGroupAdmin:
     core's ``_op``, ``_describe_each_group`` and the consumer-group offset
     and delete machinery, as Java's Admin does)."""
 
-    def describe_streams_groups(self, group_ids, *, timeout_ms=None, now):
+    def describe_streams_groups(self, group_ids, *, include_authorized_operations=False, timeout_ms=None, now):
         """{group: StreamsGroupDescription} (StreamsGroupDescribe at each
         group's coordinator); a group that does not exist, or is not a
-        streams group, fails with GroupIdNotFoundError."""
+        streams group, fails with GroupIdNotFoundError.
+        ``include_authorized_operations``: each description's
+        ``authorized_operations`` are what the caller may do with the group
+        (else None)."""
         from kproto.admin import _no_dups
         groups = list(group_ids)
         bad = [g for g in groups if not isinstance(g, str) or not g]
@@ -169,9 +176,8 @@ class StreamsGroupAdmin:
             raise ValueError(f"describe_streams_groups: group ids are non-empty strings, not {bad!r}")
         _no_dups(groups, "describe_streams_groups")
         op = self._op("describe_streams_groups", groups, now, timeout_ms)
-        return self._describe_each_group(
-            op, "StreamsGroupDescribe", "streams group",
-            lambda g: {"group_ids": [g], "include_authorized_operations": False}, streams_group_description)
+        return self._describe_each_group(op, "StreamsGroupDescribe", "streams group", streams_group_description,
+                                         include_authorized_operations)
 
     def list_streams_group_offsets(self, group_id, partitions=None, *, require_stable=True, timeout_ms=None, now):
         """{TopicPartition: OffsetAndMetadata} committed by streams group

@@ -156,6 +156,10 @@ ERROR_TABLE = (
     (131, "STREAMS_INVALID_TOPOLOGY_EPOCH", False, "", "the streams topology epoch is invalid"),
     (132, "STREAMS_TOPOLOGY_FENCED", False, "", "the streams topology epoch is outdated"),
     (133, "SHARE_SESSION_LIMIT_REACHED", True, "", "the share session limit has been reached"),
+    (134, "GROUP_DELETION_FAILED", False, "", "DeleteGroups could not complete; see the per-group error message"),
+    (135, "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED", False, "",
+     "the broker could not process the topology description update"),
+    (136, "CONTROLLER_ID_NOT_REGISTERED", False, "", "the given controller id is not registered"),
 )
 
 # Names whose plain CamelCase form would clash with client-side errors, and the

@@ -157,6 +157,9 @@ __all__ = [
     "StreamsInvalidTopologyEpochError",
     "StreamsTopologyFencedError",
     "ShareSessionLimitReachedError",
+    "GroupDeletionFailedError",
+    "StreamsTopologyDescriptionUpdateFailedError",
+    "ControllerIdNotRegisteredError",
 ]
 
 ERROR_TABLE: Tuple[Tuple[int, str, bool, str, str], ...]
@@ -835,4 +838,19 @@ class StreamsTopologyFencedError(BrokerError):
 
 class ShareSessionLimitReachedError(BrokerError):
     """Kafka error SHARE_SESSION_LIMIT_REACHED (133): the share session limit has been reached."""
+    code: int
+
+
+class GroupDeletionFailedError(BrokerError):
+    """Kafka error GROUP_DELETION_FAILED (134): DeleteGroups could not complete; see the per-group error message."""
+    code: int
+
+
+class StreamsTopologyDescriptionUpdateFailedError(BrokerError):
+    """Kafka error STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED (135): the broker could not process the topology description update."""
+    code: int
+
+
+class ControllerIdNotRegisteredError(BrokerError):
+    """Kafka error CONTROLLER_ID_NOT_REGISTERED (136): the given controller id is not registered."""
     code: int

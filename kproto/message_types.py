@@ -2677,6 +2677,18 @@ class UnregisterBrokerResponse(TypedDict, total=False):
     error_message: Optional[str]  # v0+
 
 
+class UnregisterControllerRequest(TypedDict, total=False):
+    """The body of the UnregisterController request (api key 94)."""
+    controller_id: int  # v0+
+
+
+class UnregisterControllerResponse(TypedDict, total=False):
+    """The body of the UnregisterController response (api key 94)."""
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: Optional[str]  # v0+
+
+
 class CreateDelegationTokenRequestCreatableRenewers(TypedDict, total=False):
     """CreateDelegationTokenRequestCreatableRenewers: a struct in CreateDelegationTokenRequest."""
     principal_type: str  # v0+
@@ -2945,6 +2957,8 @@ __all__ = [
     "RemoveRaftVoterResponse",
     "UnregisterBrokerRequest",
     "UnregisterBrokerResponse",
+    "UnregisterControllerRequest",
+    "UnregisterControllerResponse",
     "CreateDelegationTokenRequest",
     "CreateDelegationTokenResponse",
     "RenewDelegationTokenRequest",

@@ -25,6 +25,7 @@ from kio.blocking import BlockingClient
 from kproto import error_codes
 from kproto.admin_quorum import kafka_uuid
 from kproto.errors import UnsupportedVersionError
+from test_admin_authorized_operations import CLUSTER_OPERATIONS
 
 try:
     from conftest import broker_kinds
@@ -189,3 +190,41 @@ def test_a_static_quorum_or_tansu_refuses_voter_changes(broker, bootstrap):
             with pytest.raises(UnsupportedVersionError, match=api):
                 call()
             assert time.monotonic() - start < 5
+
+
+def test_unregister_controller_of_an_unknown_id_fails_with_kafkas_error(quorum, admin):
+    """Java 4.4's ``unregisterController``: an id no controller registered is
+    CONTROLLER_ID_NOT_REGISTERED, through a broker (which forwards it) and
+    through the controllers (``bootstrap.controllers``)."""
+    with pytest.raises(error_codes.ControllerIdNotRegisteredError, match="99"):
+        admin.unregister_controller(99)
+    with kio.Admin(bootstrap_controllers=quorum.first.controller_address, default_api_timeout_ms=30000) as direct:
+        with pytest.raises(error_codes.ControllerIdNotRegisteredError, match="99"):
+            direct.unregister_controller(99)
+        # The controllers answer DescribeCluster's authorized operations too (no authorizer: all of them).
+        assert direct.describe_cluster(include_authorized_operations=True).authorized_operations == \
+            CLUSTER_OPERATIONS
+
+
+def _controllers(quorum):
+    """The controller ids the controllers list (DescribeCluster at a controller)."""
+    with kio.Admin(bootstrap_controllers=quorum.first.controller_address, default_api_timeout_ms=30000) as a:
+        return sorted(n.id for n in a.describe_cluster().nodes)
+
+
+def test_unregister_controller_removes_a_stopped_observers_registration(quorum, admin):
+    """Last in the module: it stops controller 2 for good. Node 2 is an
+    observer (never added, or removed again by the tests above); once it is
+    stopped its registration stays until unregister_controller removes it."""
+    assert 2 not in _voters(admin.describe_metadata_quorum())
+    end = time.monotonic() + 20
+    while _controllers(quorum) != [1, 2] and time.monotonic() < end:
+        time.sleep(0.2)
+    assert _controllers(quorum) == [1, 2]
+    quorum.nodes[2]._stop_process(60.0)
+    assert _controllers(quorum) == [1, 2]           # stopped, still registered
+
+    admin.unregister_controller(2)
+    assert _controllers(quorum) == [1]
+    with pytest.raises(error_codes.ControllerIdNotRegisteredError):
+        admin.unregister_controller(2)

@@ -1,6 +1,6 @@
 """The KRaft quorum operations of AdminCore without a network (kproto/admin_quorum.py):
 the requests they build, Java's retries (NOT_CONTROLLER for the voter calls,
-REQUEST_TIMED_OUT for unregister_broker), the errors that end them at once,
+REQUEST_TIMED_OUT for unregister_broker and unregister_controller), the errors that end them at once,
 and the arguments refused before anything is sent. The real broker's answers
 are tests/test_admin_quorum_broker.py's."""
 import uuid
@@ -58,11 +58,15 @@ def test_remove_raft_voter_and_unregister_broker_bodies():
     fc = FakeCluster(nodes=(1,))
     _answers(fc, "RemoveRaftVoter")
     _answers(fc, "UnregisterBroker")
+    _answers(fc, "UnregisterController")
     sim = Sim(fc)
     remove = sim.core.remove_raft_voter(2, DIR, now=0)
     unregister = sim.core.unregister_broker(3, now=0)
-    sim.run(remove, unregister)
-    assert remove.result() is None and unregister.result() is None
+    unregister_controller = sim.core.unregister_controller(4, now=0)
+    sim.run(remove, unregister, unregister_controller)
+    assert remove.result() is None and unregister.result() is None and unregister_controller.result() is None
+    [(_, uc)] = sim.requests("UnregisterController")
+    assert uc.body == {"controller_id": 4} and list(unregister_controller.items) == ["controller"]
     [(_, rm)] = sim.requests("RemoveRaftVoter")
     assert rm.body == {"cluster_id": None, "voter_id": 2, "voter_directory_id": DIR}
     [(_, un)] = sim.requests("UnregisterBroker")
@@ -73,16 +77,18 @@ def test_remove_raft_voter_and_unregister_broker_bodies():
     ("add", "AddRaftVoter", 41, error_codes.DuplicateVoterError),          # NOT_CONTROLLER, then DUPLICATE_VOTER
     ("remove", "RemoveRaftVoter", 41, error_codes.VoterNotFoundError),
     ("unregister", "UnregisterBroker", 7, error_codes.BrokerIdNotRegisteredError),   # REQUEST_TIMED_OUT
+    ("unregister controller", "UnregisterController", 7, error_codes.ControllerIdNotRegisteredError),
 ])
 def test_javas_retried_code_is_retried_and_the_next_error_ends_it(operation, api, retried, final):
     fc = FakeCluster(nodes=(1,))
     final_code = {error_codes.DuplicateVoterError: 126, error_codes.VoterNotFoundError: 127,
-                  error_codes.BrokerIdNotRegisteredError: 102}[final]
+                  error_codes.BrokerIdNotRegisteredError: 102, error_codes.ControllerIdNotRegisteredError: 136}[final]
     _answers(fc, api, retried, retried, final_code)
     sim = Sim(fc)
     start = {"add": lambda: sim.core.add_raft_voter(2, DIR, [("CONTROLLER", "h", 1)], now=0),
              "remove": lambda: sim.core.remove_raft_voter(2, DIR, now=0),
-             "unregister": lambda: sim.core.unregister_broker(2, now=0)}[operation]
+             "unregister": lambda: sim.core.unregister_broker(2, now=0),
+             "unregister controller": lambda: sim.core.unregister_controller(2, now=0)}[operation]
     h = start()
     sim.run(h)
     err = h.items[next(iter(h.items))].error
@@ -128,6 +134,8 @@ def test_bad_ids_are_refused_before_sending():
         sim.core.remove_raft_voter(-1, DIR, now=0)
     with pytest.raises(TypeError, match="broker_id must be an int"):
         sim.core.unregister_broker("3", now=0)
+    with pytest.raises(ValueError, match="unregister_controller: controller_id must be >= 0"):
+        sim.core.unregister_controller(-2, now=0)
     with pytest.raises(ValueError, match="voter_directory_id 'xyz' is not a Kafka Uuid"):
         sim.core.add_raft_voter(2, "xyz", [("CONTROLLER", "h", 1)], now=0)
     assert not sim.core.pending

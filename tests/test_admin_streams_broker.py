@@ -31,6 +31,7 @@ from kproto.error_codes import (
     GroupIdNotFoundError, GroupSubscribedToTopicError, NonEmptyGroupError, UnknownMemberIdError,
 )
 from kproto.errors import UnsupportedVersionError
+from test_admin_authorized_operations import GROUP_OPERATIONS
 from test_admin_java_tools import java_tool
 from test_cli import kio as kio_cli
 from test_cli import ok
@@ -157,6 +158,10 @@ def test_streams_group_described_offsets_altered_and_deleted(bootstrap, make_top
         with StreamsMember(bootstrap, group, topic) as member:
             d = admin.describe_streams_groups([group])[group]
             assert (d.group_id, d.group_state, d.topology_epoch) == (group, "Stable", 0)
+            # No authorizer: every group operation (None unless asked).
+            assert d.authorized_operations is None
+            assert admin.describe_streams_groups([group], include_authorized_operations=True)[group] \
+                .authorized_operations == GROUP_OPERATIONS
             assert d.group_epoch >= 1 and d.target_assignment_epoch == d.group_epoch
             assert d.coordinator is not None and d.assignor_name == "sticky"      # the broker's default
             (sub,) = d.subtopologies

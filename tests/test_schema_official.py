@@ -63,7 +63,7 @@ EXPECTED_APIS = {
     "OffsetDelete", "AlterShareGroupOffsets", "DeleteShareGroupOffsets", "DescribeProducers",
     "DescribeTransactions", "ListTransactions", "WriteTxnMarkers",
     "GetTelemetrySubscriptions", "PushTelemetry", "StreamsGroupHeartbeat", "StreamsGroupDescribe",
-    "AddRaftVoter", "RemoveRaftVoter", "UnregisterBroker",
+    "AddRaftVoter", "RemoveRaftVoter", "UnregisterBroker", "UnregisterController",
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
 }
 PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64",

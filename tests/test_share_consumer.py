@@ -21,6 +21,7 @@ import pytest
 import kio
 from kio import AcknowledgeType, Admin, Producer, ShareConsumer, ShareStateError
 from kio.admin import ConfigResource
+from test_admin_authorized_operations import GROUP_OPERATIONS
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
 
@@ -445,6 +446,10 @@ def test_admin_lists_and_describes_share_groups_and_their_offsets(bootstrap, mak
             assert all(g.group_id != group for g in admin.list_consumer_groups())   # not a consumer group
             desc = admin.describe_share_groups([group])[group]
             assert desc.state == "Stable" and desc.assignor and desc.coordinator is not None
+            assert desc.authorized_operations is None                 # not asked
+            asked = admin.describe_share_groups([group], include_authorized_operations=True)[group]
+            # Kafka without an authorizer: every group operation.
+            assert asked.authorized_operations == GROUP_OPERATIONS
             members = {m.member_id: m for m in desc.members}
             assert set(members) == {a.member_id, b.member_id}
             assert members[a.member_id].client_id == "share-admin-test"

@@ -190,3 +190,45 @@ def test_share_consumer_pushes_and_ends_with_a_terminating_push(sink_broker):
     assert _wait(lambda: _pushes(folder, "kio-tel-share")[True], 10)
     names = _names(_pushes(folder, "kio-tel-share")[False])
     assert {"org.apache.kafka.consumer.request.total", "org.apache.kafka.consumer.connection.count"} <= names
+
+
+def test_every_admin_ends_with_a_terminating_push(sink_broker):
+    """KIP-714 on the admin's close, as the producer's: once the subscription
+    is active, close() sends one last push with terminating=true (the
+    threading Admin, kio.aio.Admin and kio.trio.Admin run
+    AdminCore.terminate_telemetry)."""
+    import asyncio
+
+    import trio
+
+    import kio.aio
+    import kio.trio
+
+    b, folder = sink_broker
+
+    def subscribed(admin):
+        return admin._core.client.telemetry.state in (TelemetryState.PUSH_NEEDED, TelemetryState.PUSH_IN_PROGRESS)
+
+    admin = kio.Admin(bootstrap_servers=b.bootstrap_servers, client_id="kio-tel-admin-close")
+    try:
+        # The threading Admin drives its sockets only while an operation runs.
+        assert _wait(lambda: admin.list_topics() is not None and subscribed(admin), 20)
+    finally:
+        admin.close()
+    assert admin._core.client.telemetry.state is TelemetryState.TERMINATED
+
+    async def run(module, sleep, client_id):
+        async with module.Admin(bootstrap_servers=b.bootstrap_servers, client_id=client_id) as a:
+            await a.list_topics()
+            end = time.monotonic() + 20
+            while not subscribed(a) and time.monotonic() < end:
+                await sleep(0.1)
+            assert subscribed(a)
+        return a._core.client.telemetry.state
+
+    assert asyncio.run(run(kio.aio, asyncio.sleep, "kio-tel-aio-admin-close")) is TelemetryState.TERMINATED
+    assert trio.run(run, kio.trio, trio.sleep, "kio-tel-trio-admin-close") is TelemetryState.TERMINATED
+    for client_id in ("kio-tel-admin-close", "kio-tel-aio-admin-close", "kio-tel-trio-admin-close"):
+        assert _wait(lambda: _pushes(folder, client_id)[True], 10), f"no terminating push of {client_id}"
+        (last,) = _pushes(folder, client_id)[True]
+        assert "org.apache.kafka.admin.client.request.total" in _names([last])

@@ -219,3 +219,50 @@ def test_a_star_subscribes_every_metric():
     tel, client = _telemetry(), FakeClient()
     _subscribed(tel, client, requested_metrics=["*"])
     assert len(tel.collect(0)) == 2
+
+
+def _admin_subscribed(now=0):
+    """An AdminCore (no network) whose telemetry holds an active subscription."""
+    from kproto.admin import AdminCore
+    core = AdminCore(bootstrap_servers="127.0.0.1:1")
+    tel = core.client.telemetry
+    fake = FakeClient()
+    _subscribed(tel, fake, now)
+    assert tel.state is S.PUSH_NEEDED and tel.requested
+    return core, tel
+
+
+def test_admin_terminate_telemetry_waits_for_the_terminating_push_within_its_bound():
+    from kproto.admin import AdminCore
+    idle = AdminCore(bootstrap_servers="127.0.0.1:1")          # no subscription yet: nothing to push
+    h = idle.terminate_telemetry(now=0)
+    assert h.done and h.result() is True and idle.client.telemetry.state is S.TERMINATED
+
+    core, tel = _admin_subscribed()
+    h = core.terminate_telemetry(timeout_ms=5000, now=10)
+    assert not h.done and tel.state is S.TERMINATING_PUSH_NEEDED
+    assert core.next_deadline(10) <= 10                          # the push is due now
+    core.poll(20)                                                  # no broker answers here
+    assert not h.done and core.next_deadline(20) <= h.deadline == 10 + 5000
+    core.poll(5010)
+    assert h.done and h.result() is False                          # the bound ran out: close goes on
+    # request.timeout.ms bounds it too (Java: one push's wait), and close() ends a pending one
+    core2, _ = _admin_subscribed()
+    h2 = core2.terminate_telemetry(timeout_ms=10 ** 9, now=0)
+    assert h2.deadline == core2.config.request_timeout_ms
+    core2.close(1)
+    assert h2.done and h2.result() is False
+
+
+def test_admin_terminate_telemetry_done_once_the_push_is_answered():
+    core, tel = _admin_subscribed()
+    fake = FakeClient()
+    tel.terminate(0)
+    tel.poll(fake, 0)
+    push = fake.sent[-1]
+    assert push.api == "PushTelemetry" and push.body["terminating"] is True
+    h = core.terminate_telemetry(now=1)
+    assert not h.done
+    push.answer(2, {"error_code": 0})
+    core.poll(3)
+    assert h.done and h.result() is True and tel.state is S.TERMINATED

@@ -107,12 +107,14 @@ APIS = [
     # makes one (the suite's tests join with it, with no Kafka Streams JVM).
     ("StreamsGroupHeartbeat", "streams_group_heartbeat"),
     ("StreamsGroupDescribe", "streams_group_describe"),
-    # KRaft quorum administration (KIP-853 dynamic quorums, KIP-631): every one
-    # is accepted by brokers (which forward it to the active controller) as well
-    # as by controllers ("listeners" in the definitions).
+    # KRaft quorum administration (KIP-853 dynamic quorums, KIP-631, Kafka 4.4's
+    # UnregisterController): every one is accepted by brokers (which forward it
+    # to the active controller) as well as by controllers ("listeners" in the
+    # definitions).
     ("AddRaftVoter", "add_raft_voter"),
     ("RemoveRaftVoter", "remove_raft_voter"),
     ("UnregisterBroker", "unregister_broker"),
+    ("UnregisterController", "unregister_controller"),
     # Delegation tokens (KIP-48; KRaft since 3.6): Java's Admin create, renew,
     # expire and describe, and kafka-delegation-tokens.
     ("CreateDelegationToken", "create_delegation_token"),

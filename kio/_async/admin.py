@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from kio._shared.admin_ops import AdminOps
+from kio._shared.admin_ops import AdminClosedError, AdminOps
 from kio._async.clients import _Client
 from kio._shared.common import INF, Steps, now_ms
 from kproto.admin import AdminCore, AdminHandle
@@ -50,7 +50,14 @@ class AsyncAdmin(_Client, AdminOps):
             yield INF
 
     async def _close(self, timeout: Optional[float]) -> None:
+        """The terminating telemetry push (KIP-714; at most ``timeout`` and
+        request.timeout.ms), then stop the network task and close the core."""
         if self._engine.started:
+            if self._engine.fatal is None:
+                try:
+                    await self._call("terminate_telemetry", timeout=timeout, raise_errors=False)
+                except AdminClosedError:      # the network task failed: close what is left
+                    pass
             await self._engine.stop()
         self._core.close(now_ms())
         self._closed = True

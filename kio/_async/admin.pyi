@@ -64,27 +64,27 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, TopicDescription]:
+    async def describe_topics(self, topics: Iterable[str], *, include_authorized_operations: bool=..., partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, TopicDescription]:
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[uuid.UUID], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[uuid.UUID, TopicDescription]:
+    async def describe_topics(self, topics: Iterable[uuid.UUID], *, include_authorized_operations: bool=..., partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[uuid.UUID, TopicDescription]:
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[Union[str, uuid.UUID], TopicDescription]:
+    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, include_authorized_operations: bool=..., partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[Union[str, uuid.UUID], TopicDescription]:
         ...
 
     @overload
-    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, include_authorized_operations: bool=..., partition_size_limit_per_response: int=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
-    async def describe_cluster(self, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> ClusterDescription:
+    async def describe_cluster(self, *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> ClusterDescription:
         ...
 
     @overload
-    async def describe_cluster(self, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_cluster(self, *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -112,11 +112,11 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ConsumerGroupDescription]:
+    async def describe_consumer_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ConsumerGroupDescription]:
         ...
 
     @overload
-    async def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_consumer_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -172,11 +172,11 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ShareGroupDescription]:
+    async def describe_share_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ShareGroupDescription]:
         ...
 
     @overload
-    async def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_share_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -204,11 +204,11 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ClassicGroupDescription]:
+    async def describe_classic_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, ClassicGroupDescription]:
         ...
 
     @overload
-    async def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_classic_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -260,11 +260,11 @@ class AsyncAdmin(_Client):
         ...
 
     @overload
-    async def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, StreamsGroupDescription]:
+    async def describe_streams_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> Dict[str, StreamsGroupDescription]:
         ...
 
     @overload
-    async def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+    async def describe_streams_groups(self, group_ids: Iterable[str], *, include_authorized_operations: bool=..., timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload
@@ -513,6 +513,14 @@ class AsyncAdmin(_Client):
 
     @overload
     async def unregister_broker(self, broker_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    @overload
+    async def unregister_controller(self, controller_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[True]=...) -> None:
+        ...
+
+    @overload
+    async def unregister_controller(self, controller_id: int, *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
         ...
 
     @overload

@@ -407,3 +407,19 @@ timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         for good, from the cluster metadata (Java's ``unregisterBroker``); not
         registered: BrokerIdNotRegisteredError."""
         return self._call("unregister_broker", broker_id, timeout=timeout, raise_errors=raise_errors)
+
+    @overload
+    def unregister_controller(self, controller_id: int, *, timeout: Optional[float] = ...,
+                              raise_errors: Literal[True] = ...) -> None: ...
+
+    @overload
+    def unregister_controller(self, controller_id: int, *, timeout: Optional[float] = ...,
+                              raise_errors: Literal[False]) -> AdminHandle: ...
+
+    def unregister_controller(self, controller_id: int, *, timeout: Optional[float] = None,
+                              raise_errors: bool = True) -> Any:
+        """Remove the registration of controller ``controller_id``, one that is
+        gone for good, from the cluster metadata (Java 4.4's
+        ``unregisterController``); not registered:
+        ControllerIdNotRegisteredError."""
+        return self._call("unregister_controller", controller_id, timeout=timeout, raise_errors=raise_errors)

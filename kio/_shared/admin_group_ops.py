@@ -47,21 +47,30 @@ class AdminGroupOps:
         return self._call("list_groups", types=types, states=states, timeout=timeout, raise_errors=raise_errors)
 
     @overload
-    def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_classic_groups(self, group_ids: Iterable[str], *,
+                                include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                                 raise_errors: Literal[True] = ...) -> Dict[str, ClassicGroupDescription]: ...
 
     @overload
-    def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_classic_groups(self, group_ids: Iterable[str], *,
+                                include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                                 raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_classic_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+    def describe_classic_groups(self, group_ids: Iterable[str], *,
+                                include_authorized_operations: bool = False, timeout: Optional[float] = None,
                                 raise_errors: bool = True) -> Any:
         """{group: ClassicGroupDescription(group_id, protocol, protocol_data,
         members, state, coordinator)} of classic groups (KIP-1043, Java's
         ``describeClassicGroups``), one DescribeGroups per coordinator; a
         group that is not a classic group, or does not exist, fails with
-        GroupIdNotFoundError."""
-        return self._call("describe_classic_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+        GroupIdNotFoundError.
+
+        ``include_authorized_operations``: fill each description's
+        ``authorized_operations`` (the AclOperations the caller may do with it;
+        None unless asked), Java's ``includeAuthorizedOperations``."""
+        return self._call("describe_classic_groups", group_ids,
+                          include_authorized_operations=include_authorized_operations,
+                          timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def alter_consumer_group_offsets(
@@ -168,21 +177,30 @@ class AdminGroupOps:
 
     # -- streams groups (KIP-1071) ---------------------------------------------------------------
     @overload
-    def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_streams_groups(self, group_ids: Iterable[str], *,
+                                include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                                 raise_errors: Literal[True] = ...) -> Dict[str, StreamsGroupDescription]: ...
 
     @overload
-    def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_streams_groups(self, group_ids: Iterable[str], *,
+                                include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                                 raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_streams_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+    def describe_streams_groups(self, group_ids: Iterable[str], *,
+                                include_authorized_operations: bool = False, timeout: Optional[float] = None,
                                 raise_errors: bool = True) -> Any:
         """{group: StreamsGroupDescription(group_id, group_epoch,
         target_assignment_epoch, topology_epoch, subtopologies, members,
         group_state, coordinator, assignor_name)}, each member with its
         active, standby and warm-up tasks; an unknown group fails with
-        GroupIdNotFoundError."""
-        return self._call("describe_streams_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+        GroupIdNotFoundError.
+
+        ``include_authorized_operations``: fill each description's
+        ``authorized_operations`` (the AclOperations the caller may do with it;
+        None unless asked), Java's ``includeAuthorizedOperations``."""
+        return self._call("describe_streams_groups", group_ids,
+                          include_authorized_operations=include_authorized_operations,
+                          timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def list_streams_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,

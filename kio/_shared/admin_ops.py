@@ -109,26 +109,28 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
                         raise_errors=raise_errors)
 
     @overload
-    def describe_topics(self, topics: Iterable[str], *, partition_size_limit_per_response: int = ...,
+    def describe_topics(self, topics: Iterable[str], *,
+                        include_authorized_operations: bool = ..., partition_size_limit_per_response: int = ...,
                         timeout: Optional[float] = ...,
                         raise_errors: Literal[True] = ...) -> Dict[str, TopicDescription]: ...
 
     @overload
-    def describe_topics(self, topics: Iterable[uuid.UUID], *, partition_size_limit_per_response: int = ...,
+    def describe_topics(self, topics: Iterable[uuid.UUID], *,
+                        include_authorized_operations: bool = ..., partition_size_limit_per_response: int = ...,
                         timeout: Optional[float] = ...,
                         raise_errors: Literal[True] = ...) -> Dict[uuid.UUID, TopicDescription]: ...
 
     @overload
-    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, include_authorized_operations: bool = ...,
                         partition_size_limit_per_response: int = ..., timeout: Optional[float] = ...,
                         raise_errors: Literal[True] = ...) -> Dict[Union[str, uuid.UUID], TopicDescription]: ...
 
     @overload
-    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, include_authorized_operations: bool = ...,
                         partition_size_limit_per_response: int = ..., timeout: Optional[float] = ...,
                         raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *,
+    def describe_topics(self, topics: Iterable[Union[str, uuid.UUID]], *, include_authorized_operations: bool = False,
                         partition_size_limit_per_response: int = 2000,
                         timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         """{name: TopicDescription(name, topic_id, internal, partitions)}, the
@@ -138,23 +140,35 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
         partitions a request, where the broker has it; else Metadata. Topics
         given by id (``uuid.UUID``, Java's ``TopicCollection.ofTopicIds``)
         are keyed by their id and asked with Metadata v12+; an id no topic
-        has fails with UnknownTopicIdError naming it."""
+        has fails with UnknownTopicIdError naming it.
+
+        ``include_authorized_operations``: fill each description's
+        ``authorized_operations`` (the AclOperations the caller may do with it;
+        None unless asked), Java's ``includeAuthorizedOperations``."""
         return self._call("describe_topics", topics,
                           partition_size_limit_per_response=partition_size_limit_per_response,
+                          include_authorized_operations=include_authorized_operations,
                           timeout=timeout, raise_errors=raise_errors)
 
     @overload
-    def describe_cluster(self, *, timeout: Optional[float] = ...,
+    def describe_cluster(self, *, include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                          raise_errors: Literal[True] = ...) -> ClusterDescription: ...
 
     @overload
-    def describe_cluster(self, *, timeout: Optional[float] = ...,
+    def describe_cluster(self, *, include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                          raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_cluster(self, *, timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
+    def describe_cluster(self, *,
+                         include_authorized_operations: bool = False,
+                         timeout: Optional[float] = None, raise_errors: bool = True) -> Any:
         """ClusterDescription(cluster_id, controller, nodes): the brokers as
-        Node(id, host, port, rack)."""
-        return self._call("describe_cluster", timeout=timeout, raise_errors=raise_errors)
+        Node(id, host, port, rack).
+
+        ``include_authorized_operations``: fill its ``authorized_operations``
+        (the AclOperations the caller may do with the cluster;
+        None unless asked), Java's ``includeAuthorizedOperations``."""
+        return self._call("describe_cluster", include_authorized_operations=include_authorized_operations,
+                          timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def create_partitions(self, new_partitions: Mapping[str, Union[int, NewPartitions]], *,
@@ -207,18 +221,27 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
         return self._call("list_consumer_groups", states=states, timeout=timeout, raise_errors=raise_errors)
 
     @overload
-    def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_consumer_groups(self, group_ids: Iterable[str], *,
+                                 include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                                  raise_errors: Literal[True] = ...) -> Dict[str, ConsumerGroupDescription]: ...
 
     @overload
-    def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_consumer_groups(self, group_ids: Iterable[str], *,
+                                 include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                                  raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+    def describe_consumer_groups(self, group_ids: Iterable[str], *,
+                                 include_authorized_operations: bool = False, timeout: Optional[float] = None,
                                  raise_errors: bool = True) -> Any:
         """{group: ConsumerGroupDescription(state, assignor, members, ...)},
-        each member's assignment decoded."""
-        return self._call("describe_consumer_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+        each member's assignment decoded.
+
+        ``include_authorized_operations``: fill each description's
+        ``authorized_operations`` (the AclOperations the caller may do with it;
+        None unless asked), Java's ``includeAuthorizedOperations``."""
+        return self._call("describe_consumer_groups", group_ids,
+                          include_authorized_operations=include_authorized_operations,
+                          timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def delete_consumer_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
@@ -328,18 +351,27 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
         return self._call("list_share_groups", states=states, timeout=timeout, raise_errors=raise_errors)
 
     @overload
-    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_share_groups(self, group_ids: Iterable[str], *,
+                              include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                               raise_errors: Literal[True] = ...) -> Dict[str, ShareGroupDescription]: ...
 
     @overload
-    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = ...,
+    def describe_share_groups(self, group_ids: Iterable[str], *,
+                              include_authorized_operations: bool = ..., timeout: Optional[float] = ...,
                               raise_errors: Literal[False]) -> AdminHandle: ...
 
-    def describe_share_groups(self, group_ids: Iterable[str], *, timeout: Optional[float] = None,
+    def describe_share_groups(self, group_ids: Iterable[str], *,
+                              include_authorized_operations: bool = False, timeout: Optional[float] = None,
                               raise_errors: bool = True) -> Any:
         """{group: ShareGroupDescription(state, epochs, assignor, members,
-        coordinator)}, each member with its subscription and assignment."""
-        return self._call("describe_share_groups", group_ids, timeout=timeout, raise_errors=raise_errors)
+        coordinator)}, each member with its subscription and assignment.
+
+        ``include_authorized_operations``: fill each description's
+        ``authorized_operations`` (the AclOperations the caller may do with it;
+        None unless asked), Java's ``includeAuthorizedOperations``."""
+        return self._call("describe_share_groups", group_ids,
+                          include_authorized_operations=include_authorized_operations,
+                          timeout=timeout, raise_errors=raise_errors)
 
     @overload
     def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = ..., *,

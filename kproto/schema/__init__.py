@@ -76,6 +76,7 @@ from kproto.schema import streams_group_describe
 from kproto.schema import add_raft_voter
 from kproto.schema import remove_raft_voter
 from kproto.schema import unregister_broker
+from kproto.schema import unregister_controller
 from kproto.schema import create_delegation_token
 from kproto.schema import renew_delegation_token
 from kproto.schema import expire_delegation_token
@@ -150,6 +151,7 @@ API_MODULES = (
     add_raft_voter,
     remove_raft_voter,
     unregister_broker,
+    unregister_controller,
     create_delegation_token,
     renew_delegation_token,
     expire_delegation_token,

@@ -12,9 +12,10 @@ are the admin core's).
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, FrozenSet, NamedTuple, Optional, Tuple
 
 from kproto import error_codes
+from kproto.admin_acls import AclOperation
 from kproto.cluster import TopicPartition
 from kproto.errors import KafkaError
 
@@ -46,6 +47,8 @@ class ShareGroupDescription(NamedTuple):
     assignor: str
     members: Tuple[ShareMemberDescription, ...]
     coordinator: Any                      # kproto.admin.Node
+    #: What the caller may do with the group; None unless asked (``include_authorized_operations``).
+    authorized_operations: Optional[FrozenSet[AclOperation]] = None
 
 
 class SharePartitionOffset(NamedTuple):
@@ -101,17 +104,18 @@ class ShareGroupAdmin:
                                lambda n: ListCall(op, "ListGroups", ["groups"], target=NODE, node=n))
         return op
 
-    def describe_share_groups(self, group_ids, *, timeout_ms=None, now):
+    def describe_share_groups(self, group_ids, *, include_authorized_operations=False, timeout_ms=None, now):
         """{group: ShareGroupDescription} (ShareGroupDescribe at each group's
         coordinator); a group that does not exist fails with
-        GroupIdNotFoundError."""
+        GroupIdNotFoundError. ``include_authorized_operations``: each
+        description's ``authorized_operations`` are what the caller may do
+        with the group (else None)."""
         from kproto.admin import _no_dups
         groups = list(group_ids)
         _no_dups(groups, "describe_share_groups")
         op = self._op("describe_share_groups", groups, now, timeout_ms)
-        return self._describe_each_group(
-            op, "ShareGroupDescribe", "share group",
-            lambda g: {"group_ids": [g], "include_authorized_operations": False}, _share_group_description)
+        return self._describe_each_group(op, "ShareGroupDescribe", "share group", _share_group_description,
+                                         include_authorized_operations)
 
     def list_share_group_offsets(self, group_id, partitions=None, *, timeout_ms=None, now):
         """{TopicPartition: SharePartitionOffset} of ``group_id``: every
