@@ -43,7 +43,7 @@ def test_poll_sends_the_next_fetch_itself_without_waking_the_network_thread(boot
         assert [r.value for r in got] == [b"first"]
 
         wakes = _count_wakes(c)
-        rounds_before = c.rounds_here
+        rounds_before = c._rounds_here
         polls = 0
         for i in range(records):
             p.send(topic, b"r%d" % i, partition=0).result(30)
@@ -58,7 +58,7 @@ def test_poll_sends_the_next_fetch_itself_without_waking_the_network_thread(boot
                 # poll() returned (the broker holds it until records arrive).
                 assert c._core.client.in_flight(), f"no Fetch in flight after poll() returned record {i}"
         assert polls >= records
-        assert c.rounds_here - rounds_before >= 2 * polls     # poll()'s start and end, on this thread
+        assert c._rounds_here - rounds_before >= 2 * polls     # poll()'s start and end, on this thread
         # The old driver woke the network thread twice per poll(); now only a
         # round that leaves it work does (a connection, a partial write).
         assert wakes[0] <= polls // 5, f"{wakes[0]} network-thread wake-ups for {polls} polls"

@@ -65,7 +65,7 @@ class ThreadDriver:
         # if that round needs it earlier.
         self._planned: Optional[float] = None
         self._round_error: Optional[BaseException] = None   # raised by a round run on the application's thread
-        self.rounds_here = 0         # rounds the application's thread ran itself (tests, profiling)
+        self._rounds_here = 0        # rounds the application's thread ran itself (tests, profiling)
         self._thread = threading.Thread(target=self._network_loop, daemon=True, name=thread_name)
         self._thread.start()
 
@@ -140,7 +140,7 @@ class ThreadDriver:
                     wake = net.update_interest() or bool(actions) or work is not None \
                         or self._core.client.has_errors() \
                         or (deadline is not None and (planned is None or deadline < planned))
-                    self.rounds_here += 1
+                    self._rounds_here += 1
                 except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
                     self._round_error = e
                     work, wake = None, True
