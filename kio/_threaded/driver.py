@@ -43,9 +43,6 @@ class ThreadDriver:
     _thread: threading.Thread
     _fatal: Optional[BaseException]
     _seen_progress = -1          # the client's progress the last round saw
-    #: the longest the network thread sleeps in select (ms; None: until the
-    #: core's deadline), see PolledThreadDriver
-    _longest_sleep_ms: Optional[float] = None
     #: said when a step yields an awaitable (a coroutine listener's call) this runner cannot await
     _refuse_awaitable = "a threading client cannot await {step!r}; use kio.aio or kio.trio for coroutine functions"
 
@@ -59,13 +56,6 @@ class ThreadDriver:
         self._stop = False
         self._fatal = None
         self._net = SocketLoop(core, recv_size=recv_size)
-        # When the network thread's select ends unless I/O or a wake-up comes
-        # first (the core's deadline at its last round; None: no timer): a
-        # round the application runs itself (_round_here) must wake it only
-        # if that round needs it earlier.
-        self._planned: Optional[float] = None
-        self._round_error: Optional[BaseException] = None   # raised by a round run on the application's thread
-        self._rounds_here = 0        # rounds the application's thread ran itself (tests, profiling)
         self._thread = threading.Thread(target=self._network_loop, daemon=True, name=thread_name)
         self._thread.start()
 
@@ -105,49 +95,6 @@ class ThreadDriver:
     def _notify_if_waiting(self) -> None:
         if self._waiters:
             self._notify()
-
-    def _round_here(self) -> None:
-        """Run the network side's round on this (the application's) thread
-        instead of waking the network thread for it: what the application
-        just changed in the core (records drained, a commit, an assignment)
-        goes out at once - the next Fetch leaves before poll() returns, as in
-        Java's consumer - without a hand-off to the network thread and back
-        (a socketpair write, a select wake-up, two GIL and lock changes of
-        hands, and a scheduler delay on a busy machine: the latency tail).
-
-        The network thread keeps waiting in select for answers; it is woken
-        only when this round leaves it something: a Connect or Close, a
-        socket whose wanted events changed (a request not fully written),
-        a deadline earlier than the one it sleeps towards, error callbacks to
-        run, or work outside the lock. A round that raises is handed to the
-        network thread, whose loop fails the client as for its own rounds."""
-        net = self._net
-        work = None
-        with self._lock:
-            if self._stop or self._fatal is not None or self._round_error is not None \
-                    or not self._thread.is_alive():
-                wake = True
-            else:
-                try:
-                    now = now_ms()
-                    actions = self._core.poll(now)
-                    if actions:
-                        net.apply(actions, now)
-                    net.write_all(now)
-                    work = self._after_round(False)
-                    deadline = self._core.next_deadline(now)
-                    planned = self._planned
-                    wake = net.update_interest() or bool(actions) or work is not None \
-                        or self._core.client.has_errors() \
-                        or (deadline is not None and (planned is None or deadline < planned))
-                    self._rounds_here += 1
-                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
-                    self._round_error = e
-                    work, wake = None, True
-        if wake:
-            net.wake()
-        if work is not None:
-            self._outside_lock(work)
 
     def _network_moved(self, timer: bool) -> bool:
         """Lock held, once per round: whether the network side did something a
@@ -203,16 +150,10 @@ class ThreadDriver:
                     now = now_ms()
                     if self._stop:
                         break
-                    if self._round_error is not None:
-                        raise self._round_error
                     net.apply(core.poll(now), now)
                     net.write_all(now)
                     work = self._after_round(timer)
                     deadline = core.next_deadline(now)
-                    cap = self._longest_sleep_ms
-                    if cap is not None and (deadline is None or deadline > now + cap):
-                        deadline = now + cap
-                    self._planned = deadline
                     net.update_interest()
                     errors = error_callbacks(core)
                 if work is not None:
@@ -311,21 +252,8 @@ class PolledThreadDriver(ThreadDriver):
                 f"{self._owner} and was called from thread {me} ({threading.current_thread().name}); "
                 f"use one {self._what} per thread")
 
-    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18) -> None:
-        # The rounds run on the application's thread send requests whose
-        # timeouts (request.timeout.ms, more for a Fetch) are later than the
-        # network thread's next wake-up if it never sleeps longer than
-        # request.timeout.ms: they do not need to wake it. (Otherwise each
-        # Fetch sent by poll() would, the network thread sleeping towards the
-        # metadata refresh.) A request given a shorter timeout (a commit with
-        # its own) still wakes it.
-        self._longest_sleep_ms = core.config.request_timeout_ms
-        super()._start_network(core, thread_name, recv_size)
-
     def _kick(self) -> None:
-        # The application changed the core (drained records, a commit, an
-        # assignment...): send what that calls for from here.
-        self._round_here()
+        self._net.wake()
 
     @property
     def _failure(self) -> Optional[BaseException]:
