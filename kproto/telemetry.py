@@ -21,10 +21,11 @@ import uuid
 from typing import Callable, Optional
 
 from kproto import compression, otlp
+from kproto.errors import IllegalStateError
 from kproto.otlp import MetricPoint
 
 __all__ = ["ClientTelemetry", "TelemetryState", "DEFAULT_PUSH_INTERVAL_MS", "ZERO_UUID", "API_LATENCY_METRICS",
-           "metric_name"]
+           "metric_name", "client_instance_id", "check_instance_id_timeout"]
 
 log = logging.getLogger("kproto.telemetry")
 
@@ -86,6 +87,36 @@ def metric_name(group: str, name: str) -> str:
     if group.endswith("-metrics"):
         group = group[:-len("-metrics")]
     return f"{DOMAIN}.{group.replace('-', '.')}.{name.replace('-', '.')}"
+
+
+def client_instance_id(telemetry: Optional["ClientTelemetry"]) -> Optional[uuid.UUID]:
+    """KIP-714's ``clientInstanceId``, the part that does not wait: the id the
+    broker assigned in GetTelemetrySubscriptions, or None while it is not
+    known yet (the caller waits and asks again). Raises
+    :class:`~kproto.errors.IllegalStateError` when it never will be:
+    ``enable.metrics.push`` is off (``telemetry`` None, Java's message), or
+    telemetry went off before an id came - a broker without the telemetry
+    APIs (Tansu; Kafka without a client-telemetry plugin) or an error no
+    retry fixes. Java waits out the timeout and returns null then; failing at
+    once tells the caller why."""
+    if telemetry is None:
+        raise IllegalStateError("telemetry is not enabled: set enable.metrics.push to true "
+                                "for a client instance id (KIP-714)")
+    if telemetry.client_instance_id != ZERO_UUID:
+        return telemetry.client_instance_id
+    if telemetry.state is _S.DISABLED:
+        why = (f"the broker answered error {telemetry.last_error}" if telemetry.last_error is not None
+               else "the broker has no GetTelemetrySubscriptions API (no client-telemetry plugin)")
+        raise IllegalStateError(f"client telemetry is off, so no client instance id was assigned: {why}")
+    if telemetry.state is _S.TERMINATED:
+        raise IllegalStateError("the client closed before the broker assigned a client instance id")
+    return None
+
+
+def check_instance_id_timeout(timeout: Optional[float]) -> None:
+    """``client_instance_id(timeout)``'s argument: seconds, not negative (None: the client's default)."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"client_instance_id: the timeout cannot be negative (got {timeout!r} seconds)")
 
 
 def preferred_compression(accepted) -> int:

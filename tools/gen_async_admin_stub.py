@@ -59,12 +59,21 @@ def _stub(fn: _Function, make_async: bool) -> str:
     return "\n".join("    " + line for line in ast.unparse(ast.fix_missing_locations(out)).splitlines())
 
 
+def _runs_operation(fn: _Function) -> bool:
+    """Whether ``fn`` returns ``self._call(...)``: the async driver's awaitable.
+    A method that does not (``metrics``) returns its value in every driver."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "_call"
+               for n in ast.walk(fn))
+
+
 def _stubs(cls: ast.ClassDef, make_async: bool) -> List[str]:
     """A stub per public method; of an overloaded one only its overloads (a
-    stub has no implementation signature)."""
+    stub has no implementation signature). With ``make_async``, the methods
+    that run an operation become ``async def``."""
     fns = [fn for fn in cls.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(fn)]
     overloaded = {fn.name for fn in fns if _is_overload(fn)}
-    return [_stub(fn, make_async) for fn in fns if fn.name not in overloaded or _is_overload(fn)]
+    awaited = {fn.name for fn in fns if _runs_operation(fn)} if make_async else set()
+    return [_stub(fn, fn.name in awaited) for fn in fns if fn.name not in overloaded or _is_overload(fn)]
 
 
 def _imports(trees: List[ast.Module], used: Set[str]) -> List[str]:

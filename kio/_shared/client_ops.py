@@ -11,9 +11,11 @@ an awaitable a coroutine callback returned.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
 
 from kio._shared.common import INF, Steps, is_awaitable, now_ms
+from kio._shared.telemetry_ops import instance_id_steps
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
 
@@ -173,6 +175,12 @@ class ClientOps(ClosedChecks):
             self._core.begin_close(now_ms(), ms(timeout))
         self._kick()
         yield from self._until(lambda: self._core.close_done or self._failure is not None)
+
+    # == KIP-714 ===================================================================================
+    def _client_instance_id_steps(self, timeout: Optional[float]) -> Steps[uuid.UUID]:
+        self._start()
+        return (yield from instance_id_steps(self._lock, self._check_open, self._core.client.telemetry,
+                                             self._core.config.default_api_timeout_ms, timeout))
 
     # == waiting =================================================================================
     def _handle_steps(self, start: Callable[[Any, float, Optional[int]], Any],
