@@ -1,4 +1,5 @@
-"""KIP-714's client_instance_id(timeout) and the clients' metrics() (issue 24).
+"""KIP-714's client_instance_id(timeout), the clients' metrics() and KIP-1076's
+register_metric_for_subscription (issue 24).
 
 Against Kafka 4.4 with the TelemetrySink reporter (tests/test_telemetry_broker.py's
 ``sink_broker``): every client of every driver gets a uuid.UUID, the one the
@@ -13,6 +14,7 @@ import uuid
 
 import pytest
 import trio
+from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 import kio
 import kio.aio
@@ -146,3 +148,71 @@ def test_suite_brokers(broker):
             assert p.client_instance_id(0) == got
         m = p.metrics()
         assert m["connection_creation_total"] >= 1 and m["response_total"] >= 1
+
+
+# -- KIP-1076: the application's metrics pushed with the client's -------------------------------
+
+APP_METRIC = "org.apache.kafka.kio.app.jobs.done"
+
+
+def _app_points(folder, client_id):
+    """[(value, attributes, is a sum)] of APP_METRIC in each push of ``client_id``, in push order."""
+    files = sorted(folder.glob(f"*-{client_id}-*.bin"), key=lambda f: int(f.name.split("-", 1)[0]))
+    out = []
+    for f in files:
+        d = metrics_pb2.MetricsData()
+        d.ParseFromString(f.read_bytes())
+        found = None
+        for m in (m for rm in d.resource_metrics for sm in rm.scope_metrics for m in sm.metrics):
+            if m.name == APP_METRIC:
+                kind = m.WhichOneof("data")
+                dp = getattr(m, kind).data_points[0]
+                found = (dp.as_int if dp.WhichOneof("value") == "as_int" else dp.as_double,
+                         {a.key: a.value.string_value for a in dp.attributes}, kind == "sum")
+        out.append(found)
+    return out
+
+
+def test_registered_application_metric_is_pushed_until_unregistered(sink_broker):  # noqa: F811
+    b, folder = sink_broker
+    done = [41]
+    with kio.Producer(bootstrap_servers=b.bootstrap_servers, client_id="kio-app-metric") as p:
+        p.register_metric_for_subscription("kio-app-metrics", "jobs-done", lambda: done[0],
+                                           tags={"stage": "load"}, cumulative=True)
+        done[0] = 42                        # read at each push, not at registration
+        assert _wait(lambda: any(_app_points(folder, "kio-app-metric")), 20)
+        value, attributes, is_sum = next(x for x in _app_points(folder, "kio-app-metric") if x)
+        assert (value, attributes, is_sum) == (42, {"stage": "load"}, True)
+        p.unregister_metric_from_subscription("kio-app-metrics", "jobs-done", tags={"stage": "load"})
+        seen = len(_app_points(folder, "kio-app-metric"))
+        # a push that began after unregistering has it no more
+        assert _wait(lambda: len(_app_points(folder, "kio-app-metric")) >= seen + 2, 20)
+        assert _app_points(folder, "kio-app-metric")[-1] is None
+
+
+def test_async_admin_pushes_a_registered_gauge(sink_broker):  # noqa: F811
+    b, folder = sink_broker
+
+    async def run():
+        async with kio.aio.Admin(bootstrap_servers=b.bootstrap_servers, client_id="kio-app-metric-admin") as a:
+            a.register_metric_for_subscription("kio-app-metrics", "jobs-done", lambda: 2.5)
+            end = time.monotonic() + 20
+            while not any(_app_points(folder, "kio-app-metric-admin")) and time.monotonic() < end:
+                await asyncio.sleep(0.2)
+
+    asyncio.run(run())
+    assert next(x for x in _app_points(folder, "kio-app-metric-admin") if x) == (2.5, {}, False)
+
+
+def test_register_metric_bad_input_and_telemetry_off():
+    servers = f"127.0.0.1:{_free_port()}"
+    with kio.Consumer(bootstrap_servers=servers, enable_metrics_push=False) as c:
+        with pytest.raises(TypeError, match="callable"):
+            c.register_metric_for_subscription("app-metrics", "x", 3)
+        with pytest.raises(TypeError, match="non-empty str"):
+            c.register_metric_for_subscription("", "x", lambda: 1)
+        with pytest.raises(TypeError, match="tags must map str to str"):
+            c.register_metric_for_subscription("app-metrics", "x", lambda: 1, tags={"k": 1})
+        c.register_metric_for_subscription("app-metrics", "x", lambda: 1)   # telemetry off: nothing, no error
+        c.unregister_metric_from_subscription("app-metrics", "never-registered")
+        assert c._core.client.telemetry is None

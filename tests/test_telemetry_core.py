@@ -300,3 +300,22 @@ def test_client_instance_id_illegal_state_when_telemetry_is_off():
         check_instance_id_timeout(-0.5)
     check_instance_id_timeout(0)
     check_instance_id_timeout(None)
+
+
+def test_application_metrics_join_the_push_and_bad_values_are_left_out():
+    from kproto.telemetry import register_metric, unregister_metric
+
+    tel, client = _telemetry(points=[]), FakeClient()
+    register_metric(tel, "app-metrics", "good", lambda: 7, tags={"a": "b"}, cumulative=True)
+    register_metric(tel, "app-metrics", "broken", lambda: 1 / 0)
+    register_metric(tel, "app-metrics", "text", lambda: "seven")
+    _subscribed(tel, client)
+    points = tel.collect(0)
+    assert [(p.name, p.value, p.sum, p.attributes) for p in points] == [
+        ("org.apache.kafka.app.good", 7, True, (("a", "b"),))]
+    unregister_metric(tel, "app-metrics", "good", tags={"a": "b"})
+    assert [p.name for p in tel.collect(0)] == []
+    narrow = _telemetry(points=[])
+    register_metric(narrow, "app-metrics", "good", lambda: 1)
+    _subscribed(narrow, FakeClient(), requested_metrics=["org.apache.kafka.producer."])
+    assert narrow.collect(0) == []          # the subscription does not select it

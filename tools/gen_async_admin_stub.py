@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Set, Union
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ROOT / "kio" / "_shared" / "admin_ops.py"
 #: Mixins of AdminOps in modules of their own, whose operations the stub has too.
+_MIXIN_MODULES = ("kio._shared.admin_", "kio._shared.telemetry_ops")
 DRIVER = ROOT / "kio" / "_async" / "admin.py"
 OUT = ROOT / "kio" / "_async" / "admin.pyi"
 OPS_CLASS, DRIVER_CLASS = "AdminOps", "AsyncAdmin"
@@ -94,9 +95,10 @@ def _imports(trees: List[ast.Module], used: Set[str]) -> List[str]:
 
 def _mixins(ops_tree: ast.Module, ops: ast.ClassDef) -> List[tuple]:
     """(module tree, class) of each base of AdminOps imported from a
-    ``kio._shared.admin_*`` module: operations written in mixins of their own."""
+    ``kio._shared.admin_*`` module (or telemetry_ops, the calls every client
+    has): operations written in mixins of their own."""
     where = {a.asname or a.name: node.module for node in ops_tree.body if isinstance(node, ast.ImportFrom)
-             and (node.module or "").startswith("kio._shared.admin_") for a in node.names}
+             and (node.module or "").startswith(_MIXIN_MODULES) for a in node.names}
     found = []
     for base in ops.bases:
         module = where.get(ast.unparse(base))

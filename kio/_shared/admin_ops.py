@@ -20,6 +20,7 @@ from kio._shared.admin_cluster_ops import AdminClusterOps
 from kio._shared.admin_group_ops import AdminGroupOps
 from kio._shared.admin_token_ops import AdminTokenOps
 from kio._shared.client_ops import ClosedChecks
+from kio._shared.telemetry_ops import MetricSubscriptionOps
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
     ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing,
@@ -40,7 +41,7 @@ class AdminClosedError(KafkaError):
 AdminClosedError.__module__ = "kio.admin"
 
 
-class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
+class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps, MetricSubscriptionOps):
     """The admin operations, shared by every driver (see the module docstring).
 
     Every operation takes ``timeout`` (seconds; default

@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
 
 from kio._shared.common import INF, Steps, is_awaitable, now_ms
-from kio._shared.telemetry_ops import instance_id_steps
+from kio._shared.telemetry_ops import MetricSubscriptionOps, instance_id_steps
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
 
@@ -74,7 +74,7 @@ class ClosedChecks:
             raise self._closed_error(f"the {self._what} is closed")
 
 
-class ClientOps(ClosedChecks):
+class ClientOps(ClosedChecks, MetricSubscriptionOps):
     """The hooks, checks and waits of a polled client's shared method bodies."""
 
     _closed_error = ConsumerClosedError

@@ -34,7 +34,7 @@ import uuid
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from kio._shared.common import INF, Steps, now_ms, wall_ms
-from kio._shared.telemetry_ops import instance_id_steps
+from kio._shared.telemetry_ops import MetricSubscriptionOps, instance_id_steps
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer import AppendBlocked, ProducerClosedError, ProducerCore, TxnResult
 
@@ -45,7 +45,7 @@ log = logging.getLogger("kio.producer")
 _time, _monotonic = time.time, time.monotonic
 
 
-class ProducerOps:
+class ProducerOps(MetricSubscriptionOps):
     """The producer's methods, shared by every driver (see the module docstring)."""
 
     _core: ProducerCore

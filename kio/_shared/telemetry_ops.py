@@ -1,5 +1,7 @@
-"""``client_instance_id`` (KIP-714) of the producer and the consumers, written
-once: the steps wait (see :mod:`kio._shared.producer_ops` for steps) until
+"""KIP-714/KIP-1076 calls of every client, written once:
+:class:`MetricSubscriptionOps` (the application's metrics, mixed into the
+producer's, the consumers' and the admin's shared bodies) and
+``client_instance_id`` of the producer and the consumers: the steps wait (see :mod:`kio._shared.producer_ops` for steps) until
 the core's :func:`kproto.telemetry.client_instance_id` knows the id. The
 admin's is an AdminCore operation (:mod:`kproto.admin_telemetry`): its
 threading driver has no network thread and drives its sockets only while an
@@ -7,13 +9,39 @@ operation runs."""
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from kio._shared.common import Steps, now_ms
 from kproto.errors import KafkaTimeoutError
-from kproto.telemetry import check_instance_id_timeout, client_instance_id
+from kproto.telemetry import check_instance_id_timeout, client_instance_id, register_metric, unregister_metric
 
-__all__ = ["instance_id_steps"]
+__all__ = ["instance_id_steps", "MetricSubscriptionOps"]
+
+
+class MetricSubscriptionOps:
+    """KIP-1076 (Java's ``registerMetricForSubscription``): application
+    metrics pushed with the client's own. Thread-safe and never waiting in
+    every driver (the core swaps its table, no lock)."""
+
+    _core: Any
+
+    def register_metric_for_subscription(self, group: str, name: str, value: Callable[[], float], *,
+                                         tags: Optional[Mapping[str, str]] = None,
+                                         cumulative: bool = False) -> None:
+        """Push the application's metric too when the broker's client-metrics
+        subscription selects it: named as Java names its metrics
+        (``("app-metrics", "jobs-done")`` is org.apache.kafka.app.jobs.done),
+        ``tags`` its attributes, ``value()`` read at each push (a number;
+        ``cumulative``: a monotonic total, else a gauge). The same group,
+        name and tags again replace it; with enable.metrics.push off nothing
+        is pushed (no error, as Java). TypeError for a bad argument."""
+        register_metric(self._core.client.telemetry, group, name, value, tags=tags, cumulative=cumulative)
+
+    def unregister_metric_from_subscription(self, group: str, name: str, *,
+                                            tags: Optional[Mapping[str, str]] = None) -> None:
+        """Stop pushing a metric :meth:`register_metric_for_subscription` added
+        (one never registered is ignored, as in Java)."""
+        unregister_metric(self._core.client.telemetry, group, name, tags=tags)
 
 
 def instance_id_steps(lock: Any, check: Callable[[], None], telemetry: Any, default_ms: float,
