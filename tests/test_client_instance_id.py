@@ -63,10 +63,37 @@ def test_threading_clients_get_the_id_the_broker_plugin_sees(sink_broker):  # no
             admin.list_topics()        # the threading Admin pushes while an operation runs
         for client_id, got in ids.items():
             assert _sink_instance_id(folder, client_id) == got, client_id
+        # metrics(): the network client's counters in each, and each core's own
+        cm, am = consumer.metrics(), admin.metrics()
+        assert cm["telemetry_pushes"] >= 1 and cm["assigned_partitions"] == 0 and cm["records_buffered"] is False
+        assert am["telemetry_pushes"] >= 1 and am["response_total"] > am["telemetry_pushes"]
+        assert am["calls_pending"] == 0 and am["connection_count"] >= 1
     finally:
         producer.close(10)
         consumer.close()
         admin.close()
+
+
+def test_share_consumers_get_the_id_the_broker_plugin_sees(sink_broker):  # noqa: F811
+    b, folder = sink_broker
+    topic = f"instid-share-{uuid.uuid4().hex[:8]}"
+    with kio.ShareConsumer(bootstrap_servers=b.bootstrap_servers, group_id=f"g-{topic}",
+                           client_id="kio-instid-share") as c:
+        got = c.client_instance_id(20)
+        c.subscribe([topic])
+        end = time.monotonic() + 20
+        while time.monotonic() < end and _sink_instance_id(folder, "kio-instid-share") is None:
+            c.poll(0.2)
+    assert isinstance(got, uuid.UUID) and _sink_instance_id(folder, "kio-instid-share") == got
+
+    async def run():
+        async with kio.aio.ShareConsumer(bootstrap_servers=b.bootstrap_servers, group_id=f"g-{topic}",
+                                         client_id="kio-instid-aio-share") as c:
+            return await c.client_instance_id(20), c.metrics()
+
+    got, metrics = asyncio.run(run())
+    assert isinstance(got, uuid.UUID) and got != _sink_instance_id(folder, "kio-instid-share")
+    assert metrics["response_total"] >= 1
 
 
 def test_async_clients_get_the_id_the_broker_plugin_sees(sink_broker):  # noqa: F811

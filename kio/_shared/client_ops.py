@@ -12,7 +12,7 @@ an awaitable a coroutine callback returned.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
+from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Type, TypeVar
 
 from kio._shared.common import INF, Steps, is_awaitable, now_ms
 from kio._shared.telemetry_ops import MetricSubscriptionOps, instance_id_steps
@@ -175,6 +175,13 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
             self._core.begin_close(now_ms(), ms(timeout))
         self._kick()
         yield from self._until(lambda: self._core.close_done or self._failure is not None)
+
+    def metrics(self) -> Dict[str, Any]:
+        """The client's counters and gauges ({name: value}: connections,
+        requests, responses, telemetry pushes, the consumer's assigned
+        partitions, ...)."""
+        with self._lock:
+            return self._core.metrics()  # type: ignore[no-any-return]
 
     # == KIP-714 ===================================================================================
     def _client_instance_id_steps(self, timeout: Optional[float]) -> Steps[uuid.UUID]:

@@ -98,12 +98,6 @@ class ConsumerOps(ClientOps):
     def _poll_started(self, now: float) -> None:
         self._core.poll_called(now)
 
-    def metrics(self) -> Dict[str, Any]:
-        """The consumer's counters and gauges ({name: value}: connections,
-        requests, responses, telemetry pushes, assigned partitions, ...)."""
-        with self._lock:
-            return self._core.metrics()  # type: ignore[no-any-return]
-
     # == subscriptions ==========================================================================
     def _subscribe(self, topics: Union[str, Iterable[str], Pattern[str]], listeners: Tuple[Any, Any, Any]) -> None:
         self._enter()
