@@ -24,6 +24,7 @@ Threading contract (as in Java, the consumer is NOT thread-safe):
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Set, Tuple, Union
 
 from kio._shared.consumer_ops import ConsumerOps, PartitionBatch, WakeupError, arrow_partition_batch
@@ -127,6 +128,15 @@ class Consumer(PolledThreadDriver, ConsumerOps):
         """The group's committed offsets of these partitions: {tp:
         OffsetAndMetadata, or None (nothing committed)}."""
         return self._run(self._committed_steps(partitions, timeout))
+
+    # == KIP-714 ==================================================================================
+    def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714) the broker assigned in
+        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default
+        default.api.timeout.ms; then KafkaTimeoutError) for its answer.
+        IllegalStateError when there is none to wait for: ``enable.metrics.push``
+        is off, or the broker has no telemetry APIs (or refused them)."""
+        return self._run(self._client_instance_id_steps(timeout))
 
     # == positions ==================================================================================
     def position(self, partition: Tuple[str, int], timeout: Optional[float] = None) -> int:

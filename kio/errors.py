@@ -46,6 +46,7 @@ from kproto.errors import (
     NotReadyError, ProtocolError, RequestTimedOutError, SslAuthenticationError, UnknownBrokerError,
     UnsupportedCodecError, UnsupportedVersionError,
     AllBrokersDownError,            # every known broker failed to connect (told to error_cb)
+    IllegalStateError,              # a call the client's settings do not allow (client_instance_id, telemetry off)
     IllegalStateTransitionError,    # a core state machine refused a move (a bug: see kproto.statemachine)
 )
 from kproto.oauth import OAuthTokenError, RetriableOAuthError
@@ -63,7 +64,7 @@ __all__ = [
     "KafkaError", "KafkaTimeoutError", "RequestTimedOutError", "DecodeError", "FrameError",
     "CorruptRecordError", "EncodeError", "UnsupportedVersionError", "UnsupportedCodecError",
     "ProtocolError", "ConnectionClosedError", "ConfigError", "NotReadyError", "SslAuthenticationError",
-    "IllegalStateTransitionError", "AllBrokersDownError",
+    "IllegalStateError", "IllegalStateTransitionError", "AllBrokersDownError",
     # OAUTHBEARER with OIDC: the token endpoint refused or cannot be reached
     "OAuthTokenError", "RetriableOAuthError",
     # producer

@@ -29,6 +29,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kio._shared.common import runs_body_of
@@ -296,6 +297,14 @@ class Producer(ProducerOps, ThreadDriver):
         """Partition count of ``topic``, waiting for its metadata up to
         ``timeout`` seconds (default max.block.ms), then KafkaTimeoutError."""
         return self._run(self._partitions_for_steps(topic, timeout))
+
+    def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714) the broker assigned in
+        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default
+        max.block.ms; then KafkaTimeoutError) for its answer.
+        IllegalStateError when there is none to wait for: ``enable.metrics.push``
+        is off, or the broker has no telemetry APIs (or refused them)."""
+        return self._run(self._client_instance_id_steps(timeout))
 
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Find the coordinator and get a producer id (fencing older

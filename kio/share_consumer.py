@@ -12,6 +12,7 @@ shared with ``kio.aio.ShareConsumer`` and ``kio.trio.ShareConsumer``.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
 from kio._shared.share_ops import AcknowledgementCallback, ShareConsumerOps, ack_callback_calls
@@ -66,6 +67,10 @@ class ShareConsumer(PolledThreadDriver, ShareConsumerOps):
         last poll's records) and wait for the leaders: {TopicPartition: None
         (committed) or the error}. ``timeout`` defaults to default.api.timeout.ms."""
         return self._run(self._commit_sync_steps(timeout))
+
+    def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714), as :meth:`kio.Consumer.client_instance_id`."""
+        return self._run(self._client_instance_id_steps(timeout))
 
     def commit_async(self) -> None:
         """Send the acknowledgements made so far without waiting; the

@@ -65,6 +65,7 @@ from kproto.admin_tokens import TokenAdmin
 from kproto.admin_groups import GroupAdmin
 from kproto.admin_streams import StreamsGroupAdmin
 from kproto.admin_transactions import TransactionAdmin
+from kproto.admin_telemetry import TelemetryAdmin
 from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.requests import find_coordinator_body
 from kproto.errors import (
@@ -416,7 +417,7 @@ class _Call:
 
 
 class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, TransactionAdmin, AclAdmin, ConfigAdmin,
-                ScramAdmin, TokenAdmin, ClusterAdmin, QuorumAdmin):
+                ScramAdmin, TokenAdmin, ClusterAdmin, QuorumAdmin, TelemetryAdmin):
     def __init__(self, config=None, *, rng=None, **kwargs):
         cfg = config if isinstance(config, Config) else parse_admin_config(config, **kwargs)
         self.config = cfg
@@ -434,6 +435,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
         self.retries = 0                        # total retried calls (metrics, tests)
         self._created: Dict[str, float] = {}    # topic -> when this core created it (see the module doc)
         self._telemetry_closing: Optional[AdminHandle] = None    # terminate_telemetry's, until done
+        self._instance_id_waits = []
 
     # -- the driver interface --------------------------------------------------------------
     def poll(self, now) -> list:
@@ -443,6 +445,7 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
             actions.extend(self.client.poll(now))
         if self._telemetry_closing is not None:
             self._check_telemetry_closing(now)
+        self._check_instance_id_waits(now)
         return actions
 
     def next_deadline(self, now) -> Optional[float]:
@@ -455,8 +458,9 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
                 if d is not None and (best is None or d < best):
                     best = d
         closing = self._telemetry_closing
-        if closing is not None and (best is None or closing.deadline < best):
-            best = closing.deadline
+        for d in (closing.deadline if closing is not None else None, self._instance_id_deadline()):
+            if d is not None and (best is None or d < best):
+                best = d
         return best
 
     def events(self) -> list:

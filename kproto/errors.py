@@ -177,6 +177,12 @@ class NotReadyError(KafkaError):
     retriable = True
 
 
+class IllegalStateError(KafkaError):
+    """A call the client's configuration or state does not allow (Java's
+    IllegalStateException): ``client_instance_id()`` with
+    ``enable.metrics.push`` off, or after the brokers turned telemetry off."""
+
+
 class IllegalStateTransitionError(KafkaError):
     """A state machine of the core was asked to move between two states its
     transition table does not connect (see :mod:`kproto.statemachine`).

@@ -21,10 +21,12 @@ import uuid
 from typing import Callable, Optional
 
 from kproto import compression, otlp
+from kproto.errors import IllegalStateError
 from kproto.otlp import MetricPoint
 
 __all__ = ["ClientTelemetry", "TelemetryState", "DEFAULT_PUSH_INTERVAL_MS", "ZERO_UUID", "API_LATENCY_METRICS",
-           "metric_name"]
+           "metric_name", "client_instance_id", "check_instance_id_timeout", "register_metric",
+           "unregister_metric"]
 
 log = logging.getLogger("kproto.telemetry")
 
@@ -88,6 +90,71 @@ def metric_name(group: str, name: str) -> str:
     return f"{DOMAIN}.{group.replace('-', '.')}.{name.replace('-', '.')}"
 
 
+def client_instance_id(telemetry: Optional["ClientTelemetry"]) -> Optional[uuid.UUID]:
+    """KIP-714's ``clientInstanceId``, the part that does not wait: the id the
+    broker assigned in GetTelemetrySubscriptions, or None while it is not
+    known yet (the caller waits and asks again). Raises
+    :class:`~kproto.errors.IllegalStateError` when it never will be:
+    ``enable.metrics.push`` is off (``telemetry`` None, Java's message), or
+    telemetry went off before an id came - a broker without the telemetry
+    APIs (Tansu; Kafka without a client-telemetry plugin) or an error no
+    retry fixes. Java waits out the timeout and returns null then; failing at
+    once tells the caller why."""
+    if telemetry is None:
+        raise IllegalStateError("telemetry is not enabled: set enable.metrics.push to true "
+                                "for a client instance id (KIP-714)")
+    if telemetry.client_instance_id != ZERO_UUID:
+        return telemetry.client_instance_id
+    if telemetry.state is _S.DISABLED:
+        why = (f"the broker answered error {telemetry.last_error}" if telemetry.last_error is not None
+               else "the broker has no GetTelemetrySubscriptions API (no client-telemetry plugin)")
+        raise IllegalStateError(f"client telemetry is off, so no client instance id was assigned: {why}")
+    if telemetry.state is _S.TERMINATED:
+        raise IllegalStateError("the client closed before the broker assigned a client instance id")
+    return None
+
+
+def check_instance_id_timeout(timeout: Optional[float]) -> None:
+    """``client_instance_id(timeout)``'s argument: seconds, not negative (None: the client's default)."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"client_instance_id: the timeout cannot be negative (got {timeout!r} seconds)")
+
+
+def _app_metric_key(group, name, tags) -> tuple:
+    """(telemetry name, attributes) of an application metric, its arguments checked."""
+    for what, v in (("group", group), ("name", name)):
+        if not isinstance(v, str) or not v:
+            raise TypeError(f"an application metric's {what} must be a non-empty str, not {v!r}")
+    tags = dict(tags or {})
+    bad = [k for k, v in tags.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise TypeError(f"an application metric's tags must map str to str (not at {bad!r})")
+    return metric_name(group, name), tuple(sorted(tags.items()))
+
+
+def register_metric(telemetry: Optional["ClientTelemetry"], group: str, name: str,
+                    value: Callable[[], float], *, tags=None, cumulative: bool = False) -> None:
+    """KIP-1076's ``registerMetricForSubscription``: push the application's
+    metric ``value()`` too when the subscription selects its name (Java's:
+    ``metric_name(group, name)``, ``tags`` its attributes; ``cumulative``: a
+    monotonic total, else a gauge). Registering the same group, name and
+    tags again replaces it. Nothing happens with ``telemetry`` None
+    (enable.metrics.push off), as in Java."""
+    key = _app_metric_key(group, name, tags)
+    if not callable(value):
+        raise TypeError(f"an application metric's value must be a callable returning a number, not {value!r}")
+    if telemetry is not None:
+        telemetry.app_metrics = {**telemetry.app_metrics, key: (value, bool(cumulative))}
+
+
+def unregister_metric(telemetry: Optional["ClientTelemetry"], group: str, name: str, *, tags=None) -> None:
+    """KIP-1076's ``unregisterMetricFromSubscription``: stop pushing the metric
+    :func:`register_metric` added (unknown ones are ignored, as in Java)."""
+    key = _app_metric_key(group, name, tags)
+    if telemetry is not None and key in telemetry.app_metrics:
+        telemetry.app_metrics = {k: v for k, v in telemetry.app_metrics.items() if k != key}
+
+
 def preferred_compression(accepted) -> int:
     """The first of the broker's accepted compression types that kproto can
     use here (its codec package installed); none (0) if there is none."""
@@ -110,6 +177,9 @@ class ClientTelemetry:
         self.base_metrics = base_metrics
         #: what the core measures beyond the network client: ``f(now) -> [MetricPoint]``
         self.extra_metrics: Optional[Callable[[float], list]] = None
+        #: the application's metrics (KIP-1076): {(name, attributes): (value(), cumulative)};
+        #: replaced, never changed in place, so any thread may register without a lock
+        self.app_metrics: dict = {}
         #: called after each payload is built: the avg/max windows start again
         self.on_pushed: Optional[Callable[[], None]] = None
         self.retry_backoff_ms = retry_backoff_ms
@@ -258,6 +328,7 @@ class ClientTelemetry:
         points = list(self.base_metrics(now))
         if self.extra_metrics is not None:
             points.extend(self.extra_metrics(now))
+        points.extend(self._app_points())
         out = []
         for p in points:
             if not self.wanted(p.name):
@@ -271,6 +342,22 @@ class ClientTelemetry:
                 else:
                     p = p._replace(start_ns=self._started_ns)
             out.append(p)
+        return out
+
+    def _app_points(self) -> list:
+        """The registered application metrics' values; one whose ``value()``
+        fails or is not a number is left out of this push (logged), not the push."""
+        out = []
+        for (name, attributes), (value, cumulative) in self.app_metrics.items():
+            try:
+                v = value()
+            except Exception:  # noqa: BLE001 - the application's code: never fail the push for it
+                log.warning("application metric %s: value() failed; not pushed", name, exc_info=True)
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                log.warning("application metric %s: value() returned %r, not a number; not pushed", name, v)
+                continue
+            out.append(MetricPoint(name, v, cumulative, attributes))
         return out
 
     def payload(self, now) -> bytes:

@@ -266,3 +266,56 @@ def test_admin_terminate_telemetry_done_once_the_push_is_answered():
     push.answer(2, {"error_code": 0})
     core.poll(3)
     assert h.done and h.result() is True and tel.state is S.TERMINATED
+
+
+def test_client_instance_id_none_while_waiting_then_the_assigned_id():
+    from kproto.telemetry import client_instance_id
+
+    tel, client = _telemetry(), FakeClient()
+    assert client_instance_id(tel) is None                   # no request yet: wait
+    tel.poll(client, 0)
+    assert client_instance_id(tel) is None                   # in flight: wait
+    client.sent[-1].answer(0, _subscription(requested_metrics=[]))
+    assert client_instance_id(tel) == INSTANCE               # even with nothing to push
+
+
+def test_client_instance_id_illegal_state_when_telemetry_is_off():
+    import pytest
+
+    from kproto.errors import IllegalStateError
+    from kproto.telemetry import check_instance_id_timeout, client_instance_id
+
+    with pytest.raises(IllegalStateError, match="enable.metrics.push"):
+        client_instance_id(None)
+    tel = _telemetry()
+    tel.poll(FakeClient(apis=()), 0)                         # a broker without the APIs
+    with pytest.raises(IllegalStateError, match="no GetTelemetrySubscriptions API"):
+        client_instance_id(tel)
+    tel, client = _telemetry(), FakeClient()
+    tel.poll(client, 0)
+    client.sent[-1].answer(0, _subscription(error_code=42))   # INVALID_REQUEST: off for good
+    with pytest.raises(IllegalStateError, match="error 42"):
+        client_instance_id(tel)
+    with pytest.raises(ValueError, match="negative"):
+        check_instance_id_timeout(-0.5)
+    check_instance_id_timeout(0)
+    check_instance_id_timeout(None)
+
+
+def test_application_metrics_join_the_push_and_bad_values_are_left_out():
+    from kproto.telemetry import register_metric, unregister_metric
+
+    tel, client = _telemetry(points=[]), FakeClient()
+    register_metric(tel, "app-metrics", "good", lambda: 7, tags={"a": "b"}, cumulative=True)
+    register_metric(tel, "app-metrics", "broken", lambda: 1 / 0)
+    register_metric(tel, "app-metrics", "text", lambda: "seven")
+    _subscribed(tel, client)
+    points = tel.collect(0)
+    assert [(p.name, p.value, p.sum, p.attributes) for p in points] == [
+        ("org.apache.kafka.app.good", 7, True, (("a", "b"),))]
+    unregister_metric(tel, "app-metrics", "good", tags={"a": "b"})
+    assert [p.name for p in tel.collect(0)] == []
+    narrow = _telemetry(points=[])
+    register_metric(narrow, "app-metrics", "good", lambda: 1)
+    _subscribed(narrow, FakeClient(), requested_metrics=["org.apache.kafka.producer."])
+    assert narrow.collect(0) == []          # the subscription does not select it

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Set, Union
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ROOT / "kio" / "_shared" / "admin_ops.py"
 #: Mixins of AdminOps in modules of their own, whose operations the stub has too.
+_MIXIN_MODULES = ("kio._shared.admin_", "kio._shared.telemetry_ops")
 DRIVER = ROOT / "kio" / "_async" / "admin.py"
 OUT = ROOT / "kio" / "_async" / "admin.pyi"
 OPS_CLASS, DRIVER_CLASS = "AdminOps", "AsyncAdmin"
@@ -59,12 +60,21 @@ def _stub(fn: _Function, make_async: bool) -> str:
     return "\n".join("    " + line for line in ast.unparse(ast.fix_missing_locations(out)).splitlines())
 
 
+def _runs_operation(fn: _Function) -> bool:
+    """Whether ``fn`` returns ``self._call(...)``: the async driver's awaitable.
+    A method that does not (``metrics``) returns its value in every driver."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "_call"
+               for n in ast.walk(fn))
+
+
 def _stubs(cls: ast.ClassDef, make_async: bool) -> List[str]:
     """A stub per public method; of an overloaded one only its overloads (a
-    stub has no implementation signature)."""
+    stub has no implementation signature). With ``make_async``, the methods
+    that run an operation become ``async def``."""
     fns = [fn for fn in cls.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(fn)]
     overloaded = {fn.name for fn in fns if _is_overload(fn)}
-    return [_stub(fn, make_async) for fn in fns if fn.name not in overloaded or _is_overload(fn)]
+    awaited = {fn.name for fn in fns if _runs_operation(fn)} if make_async else set()
+    return [_stub(fn, fn.name in awaited) for fn in fns if fn.name not in overloaded or _is_overload(fn)]
 
 
 def _imports(trees: List[ast.Module], used: Set[str]) -> List[str]:
@@ -85,9 +95,10 @@ def _imports(trees: List[ast.Module], used: Set[str]) -> List[str]:
 
 def _mixins(ops_tree: ast.Module, ops: ast.ClassDef) -> List[tuple]:
     """(module tree, class) of each base of AdminOps imported from a
-    ``kio._shared.admin_*`` module: operations written in mixins of their own."""
+    ``kio._shared.admin_*`` module (or telemetry_ops, the calls every client
+    has): operations written in mixins of their own."""
     where = {a.asname or a.name: node.module for node in ops_tree.body if isinstance(node, ast.ImportFrom)
-             and (node.module or "").startswith("kio._shared.admin_") for a in node.names}
+             and (node.module or "").startswith(_MIXIN_MODULES) for a in node.names}
     found = []
     for base in ops.bases:
         module = where.get(ast.unparse(base))

@@ -24,7 +24,7 @@ from kproto.admin_transactions import AbortTransactionSpec, ProducerIdAndEpoch, 
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
-from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, Union, overload
 
 __all__ = ["AsyncAdmin"]
 
@@ -37,6 +37,12 @@ class AsyncAdmin(_Client):
     ``raise_errors`` (False: return the :class:`AdminHandle`)."""
 
     def __init__(self, config: Optional[Dict[str, Any]]=None, *, nursery: Any=None, **kwargs: Any) -> None:
+        ...
+
+    async def client_instance_id(self, timeout: Optional[float]=None) -> uuid.UUID:
+        ...
+
+    def metrics(self) -> Dict[str, Any]:
         ...
 
     @overload
@@ -553,4 +559,10 @@ class AsyncAdmin(_Client):
 
     @overload
     async def describe_delegation_token(self, owners: Optional[Iterable[str]]=..., *, timeout: Optional[float]=..., raise_errors: Literal[False]) -> AdminHandle:
+        ...
+
+    def register_metric_for_subscription(self, group: str, name: str, value: Callable[[], float], *, tags: Optional[Mapping[str, str]]=None, cumulative: bool=False) -> None:
+        ...
+
+    def unregister_metric_from_subscription(self, group: str, name: str, *, tags: Optional[Mapping[str, str]]=None) -> None:
         ...

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from contextlib import nullcontext
 from types import GeneratorType as _GeneratorType
 from typing import (
@@ -284,6 +285,14 @@ class AsyncProducer(_Client, ProducerOps):
         ``timeout`` seconds (default max.block.ms), then KafkaTimeoutError."""
         return await self._run(self._partitions_for_steps(topic, timeout))  # type: ignore[no-any-return]
 
+    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714) the broker assigned in
+        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default
+        max.block.ms; then KafkaTimeoutError) for its answer.
+        IllegalStateError when there is none to wait for: ``enable.metrics.push``
+        is off, or the broker has no telemetry APIs (or refused them)."""
+        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
+
     async def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Find the coordinator and get a producer id (fencing older
         producers with the same transactional id); waits up to ``timeout``
@@ -415,6 +424,14 @@ class AsyncConsumer(PolledClient, ConsumerOps):
         """The group's committed offsets of these partitions: {tp:
         OffsetAndMetadata, or None (nothing committed)}."""
         return await self._run(self._committed_steps(partitions, timeout))
+
+    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714) the broker assigned in
+        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default
+        default.api.timeout.ms; then KafkaTimeoutError) for its answer.
+        IllegalStateError when there is none to wait for: ``enable.metrics.push``
+        is off, or the broker has no telemetry APIs (or refused them)."""
+        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
 
     async def position(self, partition: Tuple[str, int], timeout: Optional[float] = None) -> int:
         """The offset of the next record poll() returns for this partition;

@@ -20,6 +20,7 @@ from kio._shared.admin_cluster_ops import AdminClusterOps
 from kio._shared.admin_group_ops import AdminGroupOps
 from kio._shared.admin_token_ops import AdminTokenOps
 from kio._shared.client_ops import ClosedChecks
+from kio._shared.telemetry_ops import MetricSubscriptionOps
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,
     ConsumerLag, DeletedRecords, ListOffsetsResultInfo, NewPartitions, NewTopic, TopicDescription, TopicListing,
@@ -27,6 +28,7 @@ from kproto.admin import (
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.errors import KafkaError
+from kproto.telemetry import check_instance_id_timeout
 from kproto.share.admin import ShareGroupDescription, ShareGroupListing, SharePartitionOffset
 
 __all__ = ["AdminOps", "AdminClosedError"]
@@ -39,7 +41,7 @@ class AdminClosedError(KafkaError):
 AdminClosedError.__module__ = "kio.admin"
 
 
-class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
+class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps, MetricSubscriptionOps):
     """The admin operations, shared by every driver (see the module docstring).
 
     Every operation takes ``timeout`` (seconds; default
@@ -49,11 +51,28 @@ class AdminOps(AdminGroupOps, ClosedChecks, AdminClusterOps, AdminTokenOps):
     :class:`AdminHandle` (``values()`` and ``errors()`` per item)."""
 
     _what = "admin client"
+    _core: Any                            # the driver's kproto.admin.AdminCore
     _closed_error = AdminClosedError      # the drivers' _call checks _check_open() first
 
     def _call(self, name: str, *args: Any, timeout: Optional[float], raise_errors: bool, **kwargs: Any) -> Any:
         """Run the core operation ``name`` to its end (the driver's)."""
         raise NotImplementedError
+
+    # -- KIP-714 client telemetry ----------------------------------------------------------------
+    def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714) the broker assigned this client in
+        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default
+        default.api.timeout.ms; then :class:`AdminTimeoutError`) for its
+        answer. :class:`~kio.errors.IllegalStateError` when there is none to
+        wait for: ``enable.metrics.push`` is off, or the broker has no
+        telemetry APIs (or refused them); ValueError for a negative timeout."""
+        check_instance_id_timeout(timeout)
+        return self._call("client_instance_id", timeout=timeout, raise_errors=True)  # type: ignore[no-any-return]
+
+    def metrics(self) -> Dict[str, Any]:
+        """The admin client's counters ({name: value}: connections, requests,
+        responses, telemetry pushes, retried calls, calls in progress)."""
+        return self._core.metrics()  # type: ignore[no-any-return]
 
     # -- topics --------------------------------------------------------------------------------
     @overload

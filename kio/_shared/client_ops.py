@@ -11,9 +11,11 @@ an awaitable a coroutine callback returned.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, ContextManager, List, Optional, Type, TypeVar
+import uuid
+from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Type, TypeVar
 
 from kio._shared.common import INF, Steps, is_awaitable, now_ms
+from kio._shared.telemetry_ops import MetricSubscriptionOps, instance_id_steps
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
 
@@ -72,7 +74,7 @@ class ClosedChecks:
             raise self._closed_error(f"the {self._what} is closed")
 
 
-class ClientOps(ClosedChecks):
+class ClientOps(ClosedChecks, MetricSubscriptionOps):
     """The hooks, checks and waits of a polled client's shared method bodies."""
 
     _closed_error = ConsumerClosedError
@@ -173,6 +175,19 @@ class ClientOps(ClosedChecks):
             self._core.begin_close(now_ms(), ms(timeout))
         self._kick()
         yield from self._until(lambda: self._core.close_done or self._failure is not None)
+
+    def metrics(self) -> Dict[str, Any]:
+        """The client's counters and gauges ({name: value}: connections,
+        requests, responses, telemetry pushes, the consumer's assigned
+        partitions, ...)."""
+        with self._lock:
+            return self._core.metrics()  # type: ignore[no-any-return]
+
+    # == KIP-714 ===================================================================================
+    def _client_instance_id_steps(self, timeout: Optional[float]) -> Steps[uuid.UUID]:
+        self._start()
+        return (yield from instance_id_steps(self._lock, self._check_open, self._core.client.telemetry,
+                                             self._core.config.default_api_timeout_ms, timeout))
 
     # == waiting =================================================================================
     def _handle_steps(self, start: Callable[[Any, float, Optional[int]], Any],

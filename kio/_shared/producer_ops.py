@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from kio._shared.common import INF, Steps, now_ms, wall_ms
+from kio._shared.telemetry_ops import MetricSubscriptionOps, instance_id_steps
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer import AppendBlocked, ProducerClosedError, ProducerCore, TxnResult
 
@@ -43,7 +45,7 @@ log = logging.getLogger("kio.producer")
 _time, _monotonic = time.time, time.monotonic
 
 
-class ProducerOps:
+class ProducerOps(MetricSubscriptionOps):
     """The producer's methods, shared by every driver (see the module docstring)."""
 
     _core: ProducerCore
@@ -251,9 +253,15 @@ class ProducerOps:
 
     def metrics(self) -> Dict[str, Any]:
         """The producer's counters and gauges ({name: value}: records and
-        bytes sent, batches, retries, errors, buffer use, ...)."""
+        bytes sent, batches, retries, errors, buffer use, connections,
+        requests, ...)."""
         with self._lock:
             return self._core.metrics()
+
+    def _client_instance_id_steps(self, timeout: Optional[float]) -> Steps[uuid.UUID]:
+        self._start()
+        return (yield from instance_id_steps(self._lock, self._check_usable, self._core.client.telemetry,
+                                             self.config.max_block_ms, timeout))
 
     # == transactions (transactional_id set) =======================================================
     def _txn_steps(self, call: Any, timeout: Optional[float]) -> Steps[None]:

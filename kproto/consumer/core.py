@@ -57,6 +57,7 @@ from kproto.consumer.positions import (
     EARLIEST, LATEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, NoOffsetForPartitionError, Positions,
 )
 from kproto.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError, UnsupportedVersionError
+from kproto.client_metrics import network_metrics
 from kproto.telemetry import MetricPoint, metric_name
 
 __all__ = ["ConsumerCore", "OffsetsHandle", "OffsetAndTimestamp", "InvalidGroupIdError",
@@ -327,6 +328,15 @@ class ConsumerCore(DriverIO):
         """The consumer's own KIP-714 metrics (Java's names)."""
         return [MetricPoint(metric_name("consumer-coordinator-metrics", "assigned-partitions"),
                             len(self.positions.assigned()))]
+
+    def metrics(self) -> dict:
+        """The consumer's counters: the network client's
+        (:func:`~kproto.client_metrics.network_metrics`), the partitions
+        assigned and whether fetched records wait to be polled."""
+        m = network_metrics(self.client)
+        m["assigned_partitions"] = len(self.positions.assigned())
+        m["records_buffered"] = self.fetcher.has_buffered()
+        return m
 
     def assignment(self) -> set:
         return set(self.positions.assigned())

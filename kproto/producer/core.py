@@ -38,6 +38,7 @@ from kproto.producer.accumulator import (
     BufferExhausted, RecordAccumulator, RecordTooLargeError,
 )
 from kproto.records import RECORD_BATCH_OVERHEAD
+from kproto.client_metrics import network_metrics
 from kproto.telemetry import MetricPoint, metric_name
 from kproto.producer.config import parse_producer_config
 from kproto.producer.idempotence import IdempotenceManager
@@ -784,7 +785,11 @@ class ProducerCore(DriverIO):
                 MetricPoint(metric_name("producer-metrics", "buffer-available-bytes"), self.buffer_available)]
 
     def metrics(self) -> dict:
-        m = dict(self._metrics)
+        """The producer's counters (``requests``/``responses``: Produce
+        requests) and the network client's (:func:`~kproto.client_metrics.network_metrics`:
+        every request)."""
+        m = network_metrics(self.client)
+        m.update(self._metrics)
         m["records_queued"] = self._queued + (self._fast_append.appended if self._fast_append else 0)
         m["errors"] = dict(m["errors"])
         m["request_latency_ms_avg"] = (m["request_latency_ms_total"] / m["responses"]) if m["responses"] else 0.0

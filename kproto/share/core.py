@@ -29,6 +29,7 @@ import random
 from typing import Dict, Optional
 
 from kproto.client import DriverIO, network_for
+from kproto.client_metrics import network_metrics
 from kproto.cluster import TopicPartition, validate_topic_name
 from kproto.consumer.coordinator import CoordinatorLost, GroupCoordinator
 from kproto.consumer.membership import GroupError
@@ -136,6 +137,13 @@ class ShareConsumerCore(DriverIO):
     def assignment(self) -> set:
         """The partitions the broker gave this member (others may share them)."""
         return set(self.fetcher.assigned)
+
+    def metrics(self) -> dict:
+        """The share consumer's counters: the network client's
+        (:func:`~kproto.client_metrics.network_metrics`) and the partitions assigned."""
+        m = network_metrics(self.client)
+        m["assigned_partitions"] = len(self.fetcher.assigned)
+        return m
 
     def poll_started(self, now) -> None:
         """The application polls again: settle the records of its last poll

@@ -1,6 +1,7 @@
 // A broker metrics reporter that receives KIP-714 client telemetry and writes
 // each pushed payload to a file of the folder named by the broker setting
-// "telemetry.sink.dir": <n>-<client id>-<terminating>.bin.
+// "telemetry.sink.dir": <n>-<client id>-<terminating>.bin, and the client
+// instance id the broker assigned that client in <client id>.instance-id.
 // tests/test_telemetry_broker.py compiles it with the machine's javac.
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -42,6 +43,10 @@ public class TelemetrySink implements MetricsReporter, ClientTelemetry, ClientTe
             Path tmp = dir.resolve(name + ".tmp");
             Files.write(tmp, bytes);
             Files.move(tmp, dir.resolve(name));
+            Path idTmp = dir.resolve(context.clientId() + ".instance-id.tmp");
+            Files.write(idTmp, payload.clientInstanceId().toString().getBytes());
+            Files.move(idTmp, dir.resolve(context.clientId() + ".instance-id"),
+                       java.nio.file.StandardCopyOption.REPLACE_EXISTING);
         } catch (IOException e) {
             throw new RuntimeException(e);
         }
