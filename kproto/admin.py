@@ -45,7 +45,7 @@ wait is paid only by a program that uses the topic at once.
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, FrozenSet, Iterable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.client import DriverIO, network_for
@@ -66,12 +66,14 @@ from kproto.admin_groups import GroupAdmin
 from kproto.admin_streams import StreamsGroupAdmin
 from kproto.admin_transactions import TransactionAdmin
 from kproto.admin_telemetry import TelemetryAdmin
-from kproto.consumer.assignors import Assignment, MemberSubscription, decode_assignment, decode_subscription
 from kproto.requests import find_coordinator_body
 from kproto.errors import (
     ConfigError, ConnectionClosedError, KafkaError, KafkaTimeoutError, NotReadyError, RequestTimedOutError,
     UnsupportedVersionError,
 )
+
+if TYPE_CHECKING:   # the consumer protocol's codecs load with the first group described (issue 27)
+    from kproto.consumer.assignors import Assignment, MemberSubscription
 
 __all__ = [
     "AdminCore", "AdminHandle", "AdminResult", "AdminTimeoutError", "ADMIN_CONFIG",
@@ -1192,6 +1194,8 @@ class AdminCore(DriverIO, ShareGroupAdmin, StreamsGroupAdmin, GroupAdmin, Transa
             if self._group_error(call2, d["error_code"], d.get("error_message"),
                                  f"describe group {g!r}", now2):
                 return
+            from kproto.consumer.assignors import Assignment, MemberSubscription
+
             members = []
             for m in d.get("members") or []:
                 owned = tuple(sorted(TopicPartition(t["topic_name"], p)
@@ -1446,6 +1450,8 @@ def classic_members(group: dict) -> tuple:
     in a "consumer" protocol group their assignments and subscriptions are
     decoded with the consumer protocol (one that does not decode is left
     empty: a member's bytes are its client's business)."""
+    from kproto.consumer.assignors import Assignment, decode_assignment, decode_subscription
+
     consumer = (group.get("protocol_type") or "") == "consumer"
     members = []
     for m in group.get("members") or []:

@@ -13,8 +13,6 @@ controller).
 from __future__ import annotations
 
 import enum
-import hashlib
-import secrets
 from typing import Iterable, NamedTuple, Optional, Tuple, Union
 
 from kproto import error_codes
@@ -87,6 +85,8 @@ def salted_password(mechanism, password: Union[str, bytes], salt: bytes, iterati
     m = ScramMechanism.of(mechanism)
     if iterations < 1:
         raise ValueError(f"SCRAM iterations must be positive, not {iterations}")
+    import hashlib   # here, not at the top: OpenSSL's libraries cost ~3.5 MB of RSS (issue 27)
+
     pw = password.encode("utf-8") if isinstance(password, str) else bytes(password)
     return hashlib.pbkdf2_hmac(m.hash_name, pw, bytes(salt), iterations)
 
@@ -94,6 +94,8 @@ def salted_password(mechanism, password: Union[str, bytes], salt: bytes, iterati
 def random_salt() -> bytes:
     """A salt as Java's ``ScramFormatter.secureRandomBytes``: a 130-bit random
     number in base 36, as UTF-8 bytes."""
+    import secrets   # imports hashlib: loaded with the first upsertion only
+
     n = secrets.randbits(130)
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     out = ""

@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Union,
 from kio._shared.admin_cluster_ops import AdminClusterOps
 from kio._shared.admin_group_ops import AdminGroupOps
 from kio._shared.admin_token_ops import AdminTokenOps
-from kio._shared.client_ops import ClosedChecks
+from kio._shared.common import ClosedChecks
 from kio._shared.telemetry_ops import MetricSubscriptionOps
 from kproto.admin import (
     AdminHandle, ClusterDescription, ConfigEntry, ConfigResource, ConsumerGroupDescription, ConsumerGroupListing,

@@ -1,6 +1,6 @@
 """What the shared method bodies of the consumer (:mod:`kio._shared.consumer_ops`)
 and of the share consumer (:mod:`kio._shared.share_ops`) have in common, once: the
-driver's hooks, the closed checks (:class:`ClosedChecks`, the admin's too),
+driver's hooks, the closed checks (:class:`~kio._shared.common.ClosedChecks`, the admin's too),
 the poll loop, the waits, and calling the application's callbacks.
 
 Both clients are polled by one application thread or task, which runs the
@@ -12,9 +12,9 @@ an awaitable a coroutine callback returned.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Optional, TypeVar
 
-from kio._shared.common import INF, Steps, is_awaitable, now_ms
+from kio._shared.common import INF, ClosedChecks, Steps, is_awaitable, now_ms
 from kio._shared.telemetry_ops import MetricSubscriptionOps, instance_id_steps
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
@@ -43,35 +43,6 @@ def callback_steps(fn: Callable[..., Any], *args: Any) -> Steps[None]:
     result = fn(*args)
     if result is not None and is_awaitable(result):
         yield result
-
-
-class ClosedChecks:
-    """The checks every client's shared method bodies start with (the
-    consumers', the admin's): once close() ran, or the driver's network side
-    (thread, task, or the blocking admin's loop) failed, a call raises
-    ``_closed_error`` saying which."""
-
-    #: the client in messages ("the consumer is closed")
-    _what: ClassVar[str] = "client"
-    _closed_error: ClassVar[Type[KafkaError]] = KafkaError
-    _closed: bool
-
-    @property
-    def _failure(self) -> Optional[BaseException]:
-        """What ended the driver's network side (the client is unusable), or None: the driver's."""
-        raise NotImplementedError
-
-    def _check_failed(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            raise self._closed_error(f"the {self._what}'s network side failed: {failure!r}") from failure
-
-    def _check_open(self) -> None:
-        """Closed (or failed): every call but the state getters and close() raises. The
-        callbacks close() runs may still seek, commit..."""
-        self._check_failed()
-        if self._closed:
-            raise self._closed_error(f"the {self._what} is closed")
 
 
 class ClientOps(ClosedChecks, MetricSubscriptionOps):

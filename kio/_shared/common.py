@@ -7,11 +7,11 @@ import math
 import socket
 import time
 import types
-from typing import Any, Callable, Generator, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Generator, Optional, Type, TypeVar
 
-from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
+from kproto.errors import KafkaError
 
-__all__ = ["INF", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "rebalance_calls", "resolve", "open_socket", "connect_error",
+__all__ = ["INF", "ClosedChecks", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "resolve", "open_socket", "connect_error",
            "error_callbacks", "call_error_cb", "runs_body_of", "RecvBuffer"]
 
 #: a wait without a deadline (a step of a blocking operation, see kio._shared.consumer_ops)
@@ -20,6 +20,35 @@ _T = TypeVar("_T")
 #: a blocking operation: yields waits (a float deadline) or awaitables, returns the result
 Steps = Generator[Any, Any, _T]
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class ClosedChecks:
+    """The checks every client's shared method bodies start with (the
+    consumers', the admin's): once close() ran, or the driver's network side
+    (thread, task, or the blocking admin's loop) failed, a call raises
+    ``_closed_error`` saying which."""
+
+    #: the client in messages ("the consumer is closed")
+    _what: ClassVar[str] = "client"
+    _closed_error: ClassVar[Type[KafkaError]] = KafkaError
+    _closed: bool
+
+    @property
+    def _failure(self) -> Optional[BaseException]:
+        """What ended the driver's network side (the client is unusable), or None: the driver's."""
+        raise NotImplementedError
+
+    def _check_failed(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            raise self._closed_error(f"the {self._what}'s network side failed: {failure!r}") from failure
+
+    def _check_open(self) -> None:
+        """Closed (or failed): every call but the state getters and close() raises. The
+        callbacks close() runs may still seek, commit..."""
+        self._check_failed()
+        if self._closed:
+            raise self._closed_error(f"the {self._what} is closed")
 
 
 def runs_body_of(shared: Callable[..., Any]) -> Callable[[_F], _F]:
@@ -95,31 +124,6 @@ def sleep_time(deadline, now):
     fixed polling interval would only burn CPU, and hide a core that forgot
     to report a deadline."""
     return None if deadline is None else max(0.0, (deadline - now) / 1000.0)
-
-
-def rebalance_calls(events, on_assign, on_revoke, on_lost):
-    """What the application's listeners must be told, in order:
-    ([(listener, partitions)], revoked, fatal_error). ``on_lost`` defaults to
-    ``on_revoke`` (Java's onPartitionsLost); ``revoked`` says the core waits
-    for ``rebalance_listener_done`` once they have run."""
-    calls = []
-    revoked = False
-    fatal = None
-    for ev in events:
-        if isinstance(ev, PartitionsRevoked):
-            revoked = True
-            if on_revoke is not None:
-                calls.append((on_revoke, list(ev.partitions)))
-        elif isinstance(ev, PartitionsLost):
-            fn = on_lost or on_revoke
-            if fn is not None:
-                calls.append((fn, list(ev.partitions)))
-        elif isinstance(ev, PartitionsAssigned):
-            if on_assign is not None:
-                calls.append((on_assign, list(ev.partitions)))
-        elif isinstance(ev, GroupFatalError):
-            fatal = fatal or ev.error
-    return calls, revoked, fatal
 
 
 def resolve(host, port):

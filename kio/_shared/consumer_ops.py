@@ -34,11 +34,12 @@ import re
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Set, Tuple, Union
 
 from kio._shared.client_ops import ClientOps, WakeupError, callback_steps, ms as _ms
-from kio._shared.common import INF, Steps, now_ms, rebalance_calls
+from kio._shared.common import INF, Steps, now_ms
 from kio._shared.types import Offsets, Partitions
 from kproto.cluster import TopicPartition
 from kproto.consumer import OffsetAndMetadata
 from kproto.consumer.core import ConsumerCore, OffsetAndTimestamp
+from kproto.consumer.membership import GroupFatalError, PartitionsAssigned, PartitionsLost, PartitionsRevoked
 
 __all__ = ["ConsumerOps", "Steps", "INF", "WakeupError", "PartitionBatch", "arrow_partition_batch"]
 
@@ -78,6 +79,31 @@ def arrow_partition_batch(tp: TopicPartition, cb: Any, headers: bool) -> Partiti
 
 def _offsets_only(res: Mapping[TopicPartition, Optional[OffsetAndTimestamp]]) -> Dict[TopicPartition, Optional[int]]:
     return {tp: None if v is None else v.offset for tp, v in res.items()}
+
+
+def rebalance_calls(events, on_assign, on_revoke, on_lost):
+    """What the application's listeners must be told, in order:
+    ([(listener, partitions)], revoked, fatal_error). ``on_lost`` defaults to
+    ``on_revoke`` (Java's onPartitionsLost); ``revoked`` says the core waits
+    for ``rebalance_listener_done`` once they have run."""
+    calls = []
+    revoked = False
+    fatal = None
+    for ev in events:
+        if isinstance(ev, PartitionsRevoked):
+            revoked = True
+            if on_revoke is not None:
+                calls.append((on_revoke, list(ev.partitions)))
+        elif isinstance(ev, PartitionsLost):
+            fn = on_lost or on_revoke
+            if fn is not None:
+                calls.append((fn, list(ev.partitions)))
+        elif isinstance(ev, PartitionsAssigned):
+            if on_assign is not None:
+                calls.append((on_assign, list(ev.partitions)))
+        elif isinstance(ev, GroupFatalError):
+            fatal = fatal or ev.error
+    return calls, revoked, fatal
 
 
 class ConsumerOps(ClientOps):

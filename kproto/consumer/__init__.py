@@ -29,12 +29,13 @@ Request bodies are version-agnostic: they carry the fields of every version
 (the codec ignores the fields a version lacks), so the driver may send them at
 whatever version it negotiated with the broker.
 
-The shared value types live here (before the submodules are imported, which
-use them) so that every module and the future fetcher agree on them.
+The shared value types live here so that every module and the fetcher agree on
+them; the submodules' names are re-exported here but loaded on first use.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+import importlib
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 #: OutgoingRequest destinations: the least-loaded known node (FindCoordinator),
 #: or the group coordinator found by FindCoordinator.
@@ -95,25 +96,64 @@ class OutgoingRequest:
         return f"<OutgoingRequest {self.api_name} -> {self.destination}>"
 
 
-from kproto.consumer.assignors import (  # noqa: E402  (the types above must exist first)
-    Assignment, CooperativeStickyAssignor, MemberSubscription, RangeAssignor,
-    RebalanceProtocol, RoundRobinAssignor, assignor_by_name, build_assignors,
-)
-from kproto.consumer.coordinator import (  # noqa: E402
-    CoordinatorFound, CoordinatorInfo, CoordinatorLookupFailed, CoordinatorLost,
-    CoordinatorState, GroupCoordinator,
-)
-from kproto.consumer.membership import (  # noqa: E402
-    GroupError, GroupFatalError, GroupMembership, MemberState, MetadataNeeded, PartitionsAssigned,
-    PartitionsLost, PartitionsRevoked,
-)
-from kproto.consumer.membership_consumer import (  # noqa: E402
-    ConsumerMemberState, ConsumerProtocolMembership, to_broker_regex,
-)
-from kproto.consumer.commits import (  # noqa: E402
-    CommitCompleted, CommitFailed, CommitFailedError, CommitHandle, CommitTimeoutError,
-    FetchHandle, OffsetCommitter, OffsetsFetched,
-)
+# The names of the submodules below are loaded on their first use (PEP 562
+# module ``__getattr__``), not here: a client that only needs the shared types
+# above (the admin client's OffsetAndMetadata, a driver's OutgoingRequest) does
+# not pay for the group machines and assignors (~1.5 MB of RSS, issue 27).
+# ``from kproto.consumer import GroupMembership`` works as before.
+_LAZY = {
+    "kproto.consumer.assignors": (
+        "Assignment", "CooperativeStickyAssignor", "MemberSubscription", "RangeAssignor",
+        "RebalanceProtocol", "RoundRobinAssignor", "assignor_by_name", "build_assignors"),
+    "kproto.consumer.coordinator": (
+        "CoordinatorFound", "CoordinatorInfo", "CoordinatorLookupFailed", "CoordinatorLost",
+        "CoordinatorState", "GroupCoordinator"),
+    "kproto.consumer.membership": (
+        "GroupError", "GroupFatalError", "GroupMembership", "MemberState", "MetadataNeeded",
+        "PartitionsAssigned", "PartitionsLost", "PartitionsRevoked"),
+    "kproto.consumer.membership_consumer": (
+        "ConsumerMemberState", "ConsumerProtocolMembership", "to_broker_regex"),
+    "kproto.consumer.commits": (
+        "CommitCompleted", "CommitFailed", "CommitFailedError", "CommitHandle", "CommitTimeoutError",
+        "FetchHandle", "OffsetCommitter", "OffsetsFetched"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+if TYPE_CHECKING:   # type checkers see the names as ordinary imports
+    from kproto.consumer.assignors import (
+        Assignment, CooperativeStickyAssignor, MemberSubscription, RangeAssignor,
+        RebalanceProtocol, RoundRobinAssignor, assignor_by_name, build_assignors,
+    )
+    from kproto.consumer.commits import (
+        CommitCompleted, CommitFailed, CommitFailedError, CommitHandle, CommitTimeoutError,
+        FetchHandle, OffsetCommitter, OffsetsFetched,
+    )
+    from kproto.consumer.coordinator import (
+        CoordinatorFound, CoordinatorInfo, CoordinatorLookupFailed, CoordinatorLost,
+        CoordinatorState, GroupCoordinator,
+    )
+    from kproto.consumer.membership import (
+        GroupError, GroupFatalError, GroupMembership, MemberState, MetadataNeeded, PartitionsAssigned,
+        PartitionsLost, PartitionsRevoked,
+    )
+    from kproto.consumer.membership_consumer import (
+        ConsumerMemberState, ConsumerProtocolMembership, to_broker_regex,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines a re-exported name on its first use, and keep the name here."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kproto.consumer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value   # later lookups are ordinary attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF))
+
 
 __all__ = [
     "ANY", "COORDINATOR", "COORDINATOR_NODE", "TopicPartition", "OffsetAndMetadata", "OutgoingRequest",
