@@ -40,6 +40,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 sys.path.insert(0, HERE)
 
+from _callgrind import instructions  # noqa: E402
+
 TOPIC = "t"
 TOPIC_ID = uuid.UUID(int=27)          # fixed: the requests must be the same in every run
 
@@ -148,11 +150,6 @@ def replay(log: list, partitions: int, records: int, per_fetch: int):
     return _scenario(partitions, records, per_fetch, lambda make: replayed, replaying=True)
 
 
-def _instructions(path: str) -> int:
-    from send_cost import _instructions as read
-    return read(path, "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=1000)
@@ -189,7 +186,7 @@ def main() -> None:
                             os.path.abspath(__file__), "--partitions", str(args.partitions), "--records", str(n),
                             "--per-fetch", str(args.per_fetch), "--replay", rec], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            found.append(_instructions(out))
+            found.append(instructions(out))
     dn = counts[1] - counts[0]
     print(f"{args.partitions} partitions, {args.per_fetch} records per partition and answer: "
           f"{(found[1] - found[0]) / dn:,.0f} instructions per record (callgrind, whole process, "

@@ -35,6 +35,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 sys.path.insert(0, HERE)
 
+from _callgrind import instructions  # noqa: E402
+
 VALUE = b"x" * 100
 
 
@@ -69,11 +71,6 @@ def run(partitions: int, records: int, rate: int, deadline_every_send: bool = Fa
     return m
 
 
-def _instructions(path: str) -> int:
-    from send_cost import _instructions as read
-    return read(path, "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=1000)
@@ -98,7 +95,7 @@ def main() -> None:
                             os.path.abspath(__file__), "--partitions", str(args.partitions), "--records", str(n),
                             "--rate", str(args.rate), *every], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
-            found.append(_instructions(out))
+            found.append(instructions(out))
     m0, m1 = (run(args.partitions, n, args.rate, args.deadline_every_send) for n in counts)
     dn = counts[1] - counts[0]
     print(f"{args.partitions} partitions at {args.rate:,} records/s (simulated): "

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _callgrind import instructions  # noqa: E402
 
 VALUE = b"x" * 100
 
@@ -98,18 +99,6 @@ def fill(bootstrap: str, topic: str, n: int) -> None:
         assert p.flush() == 0
 
 
-def _instructions(out_file: str, thread: str = "-01") -> int:
-    """Ir of the first thread (the application's) in a callgrind output of
-    --separate-threads=yes (that file is named <out>-01), or of the whole
-    process (thread "")."""
-    with open(out_file + thread) as f:
-        for line in f:
-            m = re.match(r"(?:summary|totals):\s+(\d+)", line)
-            if m:
-                return int(m.group(1))
-    raise RuntimeError(f"no instruction total in {out_file}-01")
-
-
 def callgrind(bootstrap: str, topic: str, counts: list[int], callback: bool, consume: bool,
               all_threads: bool = False) -> float:
     whole = consume or all_threads
@@ -122,7 +111,7 @@ def callgrind(bootstrap: str, topic: str, counts: list[int], callback: bool, con
                    sys.executable, os.path.abspath(__file__), "--bootstrap", bootstrap, "--topic", topic,
                    "--records", str(n)] + (["--callback"] if callback else []) + (["--consume"] if consume else [])
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            results.append(_instructions(out, "" if whole else "-01"))
+            results.append(instructions(out, "" if whole else "-01"))
     (n0, n1), (i0, i1) = counts, results
     return (i1 - i0) / (n1 - n0)
 

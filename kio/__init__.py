@@ -8,8 +8,9 @@ before; only the moment the module is loaded moved.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kproto._lazy import lazy_names
 
 # public name -> the module that defines it
 _LAZY = {
@@ -38,15 +39,4 @@ if TYPE_CHECKING:   # type checkers and IDEs see the names as ordinary imports
     from kio.share_consumer import AcknowledgeType, ShareConsumer, ShareRecord, ShareStateError
 
 
-def __getattr__(name: str) -> Any:
-    """Import the module that defines a public name on its first use, and keep the name here."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kio' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value   # later lookups are ordinary attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)

@@ -61,6 +61,9 @@ class _Client:
     config: Config
     """The parsed settings."""
 
+    if TYPE_CHECKING:                 # the shared method bodies', which come after this class in the MRO
+        def _client_instance_id_steps(self, timeout: Optional[float]) -> Any: ...
+
     def _setup(self, core, nursery, recv_size):
         self._core = core
         self.config = core.config
@@ -115,6 +118,15 @@ class _Client:
             return stepper.result
         finally:
             steps.close()
+
+    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714) the broker assigned in
+        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default:
+        the producer's max.block.ms, the consumers' default.api.timeout.ms;
+        then KafkaTimeoutError) for its answer.
+        IllegalStateError when there is none to wait for: ``enable.metrics.push``
+        is off, or the broker has no telemetry APIs (or refused them)."""
+        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
 
     async def close(self, timeout: Optional[float] = None) -> None:
         """Finish the client's work (see ``_close``: flush, commit and leave
@@ -285,14 +297,6 @@ class AsyncProducer(_Client, ProducerOps):
         ``timeout`` seconds (default max.block.ms), then KafkaTimeoutError."""
         return await self._run(self._partitions_for_steps(topic, timeout))  # type: ignore[no-any-return]
 
-    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
-        """The client instance id (KIP-714) the broker assigned in
-        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default
-        max.block.ms; then KafkaTimeoutError) for its answer.
-        IllegalStateError when there is none to wait for: ``enable.metrics.push``
-        is off, or the broker has no telemetry APIs (or refused them)."""
-        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
-
     async def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Find the coordinator and get a producer id (fencing older
         producers with the same transactional id); waits up to ``timeout``
@@ -424,14 +428,6 @@ class AsyncConsumer(PolledClient, ConsumerOps):
         """The group's committed offsets of these partitions: {tp:
         OffsetAndMetadata, or None (nothing committed)}."""
         return await self._run(self._committed_steps(partitions, timeout))
-
-    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
-        """The client instance id (KIP-714) the broker assigned in
-        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default
-        default.api.timeout.ms; then KafkaTimeoutError) for its answer.
-        IllegalStateError when there is none to wait for: ``enable.metrics.push``
-        is off, or the broker has no telemetry APIs (or refused them)."""
-        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
 
     async def position(self, partition: Tuple[str, int], timeout: Optional[float] = None) -> int:
         """The offset of the next record poll() returns for this partition;

@@ -8,7 +8,6 @@ waits on the engine (:meth:`kio._async.clients._Client._run`; closing:
 """
 from __future__ import annotations
 
-import uuid
 from contextlib import nullcontext
 from typing import Any, AsyncIterator, Dict, List, Optional
 
@@ -56,10 +55,6 @@ class AsyncShareConsumer(PolledClient, ShareConsumerOps):
         last poll's records) and wait for the leaders: {TopicPartition: None
         or the error}. ``timeout`` defaults to default.api.timeout.ms."""
         return await self._run(self._commit_sync_steps(timeout))  # type: ignore[no-any-return]
-
-    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
-        """The client instance id (KIP-714), as :meth:`kio.Consumer.client_instance_id`."""
-        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
 
     async def commit_async(self) -> None:
         """Send the acknowledgements made so far without waiting for the

@@ -34,8 +34,9 @@ them; the submodules' names are re-exported here but loaded on first use.
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+
+from kproto._lazy import lazy_names
 
 #: OutgoingRequest destinations: the least-loaded known node (FindCoordinator),
 #: or the group coordinator found by FindCoordinator.
@@ -141,19 +142,7 @@ if TYPE_CHECKING:   # type checkers see the names as ordinary imports
     )
 
 
-def __getattr__(name: str) -> Any:
-    """Import the submodule that defines a re-exported name on its first use, and keep the name here."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kproto.consumer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value   # later lookups are ordinary attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULE_OF))
-
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF)
 
 __all__ = [
     "ANY", "COORDINATOR", "COORDINATOR_NODE", "TopicPartition", "OffsetAndMetadata", "OutgoingRequest",
