@@ -16,7 +16,8 @@ def lazy_names(namespace: Dict[str, Any], module_of: Mapping[str, str]
                ) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
     """The ``__getattr__`` and ``__dir__`` of the module whose globals are
     ``namespace``, for the names of ``module_of`` (name -> the module that
-    defines it). A name, once imported, is kept in ``namespace``: later
+    defines it, or ``"module:attribute"`` for a name that is an alias of
+    another). A name, once imported, is kept in ``namespace``: later
     lookups are ordinary attribute reads. Type checkers do not see these
     names: import them under ``if TYPE_CHECKING:`` as well."""
     package = namespace["__name__"]
@@ -25,7 +26,8 @@ def lazy_names(namespace: Dict[str, Any], module_of: Mapping[str, str]
         module = module_of.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        module, _, attribute = module.partition(":")
+        value = getattr(importlib.import_module(module), attribute or name)
         namespace[name] = value
         return value
 

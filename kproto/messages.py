@@ -24,7 +24,7 @@ from __future__ import annotations
 from kproto import _codec
 from kproto._wire import Reader, Writer
 from kproto.errors import DecodeError, EncodeError, UnsupportedVersionError
-from kproto.schema import API_MODULES
+from kproto.schema import API_INDEX, ApiEntry
 from kproto.schema import consumer_protocol as _consumer_protocol
 from kproto.schema import headers as _headers
 
@@ -42,21 +42,31 @@ class Api:
     """One Kafka API (a request/response pair) and the versions this client knows."""
 
     __slots__ = ("key", "name", "min_version", "max_version", "flexible_from",
-                 "latest_unstable", "request", "response", "_req_plans", "_resp_plans")
+                 "latest_unstable", "_entry", "_req_plans", "_resp_plans")
 
-    def __init__(self, module):
-        self.key = module.API_KEY
-        self.name = module.NAME
-        self.request = module.REQUEST
-        self.response = module.RESPONSE
-        self.min_version, self.max_version = module.REQUEST["valid"]
+    def __init__(self, entry: ApiEntry):
+        self.key = entry.api_key
+        self.name = entry.name
+        self.min_version, self.max_version = entry.valid
         #: first flexible version (compact encodings + tagged fields), or None
-        self.flexible_from = module.REQUEST["flexible"]
+        self.flexible_from = entry.flexible
         #: True when the official definitions mark max_version as not yet stable
-        self.latest_unstable = bool(module.REQUEST.get("latest_unstable"))
+        self.latest_unstable = entry.latest_unstable
+        # the schema module is imported with the first plan asked for (issue 27)
+        self._entry = entry
         n = self.max_version + 1
         self._req_plans = [None] * n
         self._resp_plans = [None] * n
+
+    @property
+    def request(self) -> dict:
+        """The request's schema table (its module is imported on first use)."""
+        return self._entry.load().REQUEST
+
+    @property
+    def response(self) -> dict:
+        """The response's schema table (its module is imported on first use)."""
+        return self._entry.load().RESPONSE
 
     def __repr__(self):
         return f"<Api {self.name} key={self.key} v{self.min_version}-v{self.max_version}>"
@@ -112,11 +122,11 @@ class Api:
 #: Every API this client implements, by api key and by name ("Produce").
 APIS_BY_KEY: dict[int, Api] = {}
 APIS_BY_NAME: dict[str, Api] = {}
-for _module in API_MODULES:
-    _a = Api(_module)
+for _entry in API_INDEX:
+    _a = Api(_entry)
     APIS_BY_KEY[_a.key] = _a
     APIS_BY_NAME[_a.name] = _a
-del _module, _a
+del _entry, _a
 
 
 def api(name_or_key) -> Api:

@@ -321,6 +321,29 @@ def test_api_objects():
     assert len(m.APIS_BY_KEY) == len(gen.APIS) and m.api("UnregisterController").key == 94
 
 
+def test_api_index_says_what_each_schema_module_says():
+    """The index an Api is built from (its module is imported on first use,
+    issue 27) agrees with the module: name, key, versions, flexibility."""
+    from kproto.schema import API_INDEX, API_MODULES
+
+    assert [entry.load() for entry in API_INDEX] == list(API_MODULES)
+    for entry in API_INDEX:
+        module = entry.load()
+        a = m.api(entry.name)
+        assert (module.NAME, module.API_KEY) == (entry.name, entry.api_key) == (a.name, a.key)
+        assert module.REQUEST["valid"] == module.RESPONSE["valid"] == entry.valid == (a.min_version, a.max_version)
+        assert module.REQUEST["flexible"] == entry.flexible == a.flexible_from
+        assert bool(module.REQUEST.get("latest_unstable")) is entry.latest_unstable is a.latest_unstable
+        assert a.request is module.REQUEST and a.response is module.RESPONSE
+
+
+def test_unknown_schema_attribute_is_an_attribute_error():
+    import kproto.schema
+
+    with pytest.raises(AttributeError, match="module 'kproto.schema' has no attribute 'API_MODULE'"):
+        kproto.schema.API_MODULE  # noqa: B018
+
+
 def test_plans_are_cached():
     assert _codec.get_plan(fetch.REQUEST, 15) is _codec.get_plan(fetch.REQUEST, 15)
     assert m.api("Fetch").request_plan(15) is _codec.get_plan(fetch.REQUEST, 15)

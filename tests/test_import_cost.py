@@ -9,7 +9,14 @@ instead of as a resident-memory figure drifting up in a benchmark:
 - ``from kio import Producer, Consumer`` (a PLAINTEXT client) does not load
   ssl or hashlib (OpenSSL, ~4 MB), asyncio or trio, inspect, the admin client,
   the share consumer, nor the ``crc32c`` package's ``__init__`` (it imports
-  importlib.metadata and argparse: ~7 MB).
+  importlib.metadata and argparse: ~7 MB);
+- ``from kio import Admin`` does not load hashlib or secrets (OpenSSL: SCRAM
+  upsertions import them), the consumer's group machines and assignors
+  (``kproto.consumer``'s names load on first use), nor any producer, consumer
+  or share-consumer core;
+- no client loads a generated API schema module at import: each is imported
+  with the first request of its API (``kproto.schema.API_INDEX`` knows their
+  names, keys and versions before).
 """
 from __future__ import annotations
 
@@ -28,6 +35,18 @@ HEAVY = ["ssl", "_ssl", "hashlib", "_hashlib", "hmac", "asyncio", "trio", "inspe
          "argparse", "crc32c", "kproto.admin", "kproto.share", "kio.admin", "kio.share_consumer", "kio.aio"]
 CLIENTS = ["kio.producer", "kio.consumer", "kio.admin", "kio.share_consumer", "kproto.producer",
            "kproto.consumer", "kproto.client", "kproto.records"]
+
+
+# what the admin client must not load: its own modules are in HEAVY (the
+# producer and consumer must not load them), so they are taken out here
+ADMIN_OWN = {"kproto.admin", "kproto.share", "kio.admin"}
+ADMIN_HEAVY = sorted((set(HEAVY) - ADMIN_OWN) | {
+    "secrets", "kio.producer", "kio.consumer", "kproto.producer", "kproto.records",
+    "kproto.consumer.core", "kproto.consumer.fetcher", "kproto.consumer.positions",
+    "kproto.consumer.assignors", "kproto.consumer.coordinator", "kproto.consumer.membership",
+    "kproto.consumer.membership_consumer", "kproto.consumer.commits", "kproto.share.core"})
+# the generated modules of kproto.schema that are not an API's (loaded with the codec)
+SCHEMA_NOT_APIS = {"kproto.schema", "kproto.schema.headers", "kproto.schema.consumer_protocol"}
 
 
 def _loaded_after(statement: str) -> set[str]:
@@ -55,6 +74,28 @@ def test_plaintext_clients_load_nothing_heavy(statement):
     assert sorted(loaded & set(HEAVY)) == []
 
 
+def test_admin_loads_nothing_heavy():
+    loaded = _loaded_after("from kio import Admin")
+    assert {"kio.admin", "kproto.admin", "kproto.admin_scram"} <= loaded    # the client is really there
+    assert sorted(loaded & set(ADMIN_HEAVY)) == []
+
+
+@pytest.mark.parametrize("statement", [
+    "from kio import Admin",
+    "from kio import Producer, Consumer",
+    "import kio.aio",
+])
+def test_no_api_schema_module_is_loaded_at_import(statement):
+    loaded = _loaded_after(statement)
+    assert "kproto.messages" in loaded
+    assert sorted(m for m in loaded if m.startswith("kproto.schema") and m not in SCHEMA_NOT_APIS) == []
+
+
+def test_an_api_schema_module_loads_with_its_first_request():
+    loaded = _loaded_after("from kproto import messages\nmessages.encode_request('Produce', 9, 1, 'c', None)")
+    assert {"kproto.schema.produce"} == {m for m in loaded if m.startswith("kproto.schema.")} - SCHEMA_NOT_APIS
+
+
 def test_lazy_names_are_the_modules_objects():
     import kio
     from kio import admin, consumer, producer, share_consumer
@@ -68,6 +109,20 @@ def test_lazy_names_are_the_modules_objects():
     namespace: dict = {}
     exec("from kio import *", namespace)
     assert set(kio.__all__) <= set(namespace)
+
+
+def test_consumer_package_names_are_the_submodules_objects():
+    import importlib
+
+    import kproto.consumer as package
+
+    for name in package.__all__:
+        module = package._MODULE_OF.get(name)
+        if module is not None:
+            assert getattr(package, name) is getattr(importlib.import_module(module), name), name
+    assert set(package.__all__) <= set(dir(package))
+    with pytest.raises(AttributeError, match="module 'kproto.consumer' has no attribute 'GroupMembershp'"):
+        package.GroupMembershp  # noqa: B018
 
 
 def test_unknown_name_is_an_attribute_error():

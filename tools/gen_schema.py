@@ -351,8 +351,11 @@ def render_extra_module(module, entries) -> str:
     return "\n".join(parts)
 
 
-def render_init() -> str:
-    mods = [m for _, m in APIS]
+def render_init(index) -> str:
+    """The package's __init__: the index of every API (what a client must know
+    before it speaks one: name, key, versions) and the loader of the API
+    modules, which are imported on first use, not here (issue 27: ~1.7 MB of
+    resident memory for 71 APIs, of which a client speaks a dozen)."""
     lines = [HEADER,
              '"""Generated schema tables, one module per Kafka API (plus headers and the',
              "consumer protocol structs). Each API module defines NAME, API_KEY, REQUEST and",
@@ -361,35 +364,71 @@ def render_init() -> str:
              "(snake_case), type, versions, and when they apply nullable, tagged, tag,",
              "flexible (a per-field override), default, ignorable and nested fields.",
              "Version ranges are (min, max) tuples, max None meaning no upper bound.",
+             "",
+             "An API module is imported on first use (:meth:`ApiEntry.load`), not with this",
+             "package: a client loads the tables of the APIs it speaks. ``API_INDEX`` holds",
+             "what is needed before (names, keys, versions); ``API_MODULES`` imports them all.",
              '"""',
+             "from __future__ import annotations",
+             "",
+             "import importlib",
+             "from types import ModuleType",
+             "from typing import Any, NamedTuple, Optional, Tuple",
              "",
              "from kproto.schema import headers, consumer_protocol  # noqa: F401",
+             "",
+             "",
+             "class ApiEntry(NamedTuple):",
+             '    """One API as the index knows it, without its module: the module\'s name',
+             "    under kproto.schema, the API's name and key, its valid versions, first",
+             '    flexible version and whether its latest version is unstable."""',
+             "    module: str",
+             "    name: str",
+             "    api_key: int",
+             "    valid: Tuple[int, int]",
+             "    flexible: Optional[int]",
+             "    latest_unstable: bool",
+             "",
+             "    def load(self) -> ModuleType:",
+             '        """The API\'s schema module (NAME, API_KEY, REQUEST, RESPONSE), imported on first use."""',
+             '        return importlib.import_module(f"kproto.schema.{self.module}")',
+             "",
+             "",
+             "# Every API, in the order of tools/gen_schema.py.",
+             "API_INDEX = (",
              ]
-    for m in mods:
-        lines.append(f"from kproto.schema import {m}")
-    lines.append("")
-    lines.append("# Every API module, in the order of tools/gen_schema.py.")
-    lines.append("API_MODULES = (")
-    for m in mods:
-        lines.append(f"    {m},")
-    lines.append(")")
+    for module, name, key, valid, flexible, unstable in index:
+        lines.append(f"    ApiEntry({module!r}, {name!r}, {key!r}, {valid!r}, {flexible!r}, {unstable!r}),")
+    lines += [")",
+              "",
+              "",
+              "def __getattr__(name: str) -> Any:",
+              '    """``API_MODULES``: every API module in the order of ``API_INDEX``, imported',
+              '    (for the tools and tests that walk them all)."""',
+              '    if name == "API_MODULES":',
+              "        return tuple(entry.load() for entry in API_INDEX)",
+              "    raise AttributeError(f\"module 'kproto.schema' has no attribute {name!r}\")",
+              ]
     return "\n".join(lines) + "\n"
 
 
 def generate(protocol_dir: Path) -> dict:
     """Return {relative file name: text} of every generated module."""
     files = {}
+    index = []
     for api_name, module in APIS:
         req = convert_message(load_definition(protocol_dir, api_name + "Request"))
         resp = convert_message(load_definition(protocol_dir, api_name + "Response"))
         if req.get("api_key") != resp.get("api_key"):
             raise ValueError(f"{api_name}: request and response api keys differ")
         files[f"{module}.py"] = render_api_module(api_name, req, resp)
+        index.append((module, api_name, req["api_key"], req["valid"], req["flexible"],
+                      bool(req.get("latest_unstable"))))
     for module, entries in EXTRA.items():
         converted = [(var, convert_message(load_definition(protocol_dir, name)))
                      for var, name in entries]
         files[f"{module}.py"] = render_extra_module(module, converted)
-    files["__init__.py"] = render_init()
+    files["__init__.py"] = render_init(index)
     return files
 
 

@@ -6,154 +6,116 @@ RESPONSE; a table is a dict: name, type, api_key, valid (min, max), flexible
 (snake_case), type, versions, and when they apply nullable, tagged, tag,
 flexible (a per-field override), default, ignorable and nested fields.
 Version ranges are (min, max) tuples, max None meaning no upper bound.
+
+An API module is imported on first use (:meth:`ApiEntry.load`), not with this
+package: a client loads the tables of the APIs it speaks. ``API_INDEX`` holds
+what is needed before (names, keys, versions); ``API_MODULES`` imports them all.
 """
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any, NamedTuple, Optional, Tuple
 
 from kproto.schema import headers, consumer_protocol  # noqa: F401
-from kproto.schema import api_versions
-from kproto.schema import metadata
-from kproto.schema import produce
-from kproto.schema import fetch
-from kproto.schema import list_offsets
-from kproto.schema import find_coordinator
-from kproto.schema import join_group
-from kproto.schema import sync_group
-from kproto.schema import heartbeat
-from kproto.schema import leave_group
-from kproto.schema import offset_commit
-from kproto.schema import offset_fetch
-from kproto.schema import describe_groups
-from kproto.schema import list_groups
-from kproto.schema import delete_groups
-from kproto.schema import init_producer_id
-from kproto.schema import add_partitions_to_txn
-from kproto.schema import add_offsets_to_txn
-from kproto.schema import end_txn
-from kproto.schema import txn_offset_commit
-from kproto.schema import create_topics
-from kproto.schema import delete_topics
-from kproto.schema import create_partitions
-from kproto.schema import describe_configs
-from kproto.schema import delete_records
-from kproto.schema import describe_cluster
-from kproto.schema import sasl_handshake
-from kproto.schema import sasl_authenticate
-from kproto.schema import consumer_group_heartbeat
-from kproto.schema import consumer_group_describe
-from kproto.schema import share_group_heartbeat
-from kproto.schema import share_group_describe
-from kproto.schema import share_fetch
-from kproto.schema import share_acknowledge
-from kproto.schema import incremental_alter_configs
-from kproto.schema import describe_share_group_offsets
-from kproto.schema import create_acls
-from kproto.schema import describe_acls
-from kproto.schema import delete_acls
-from kproto.schema import alter_configs
-from kproto.schema import describe_client_quotas
-from kproto.schema import alter_client_quotas
-from kproto.schema import describe_user_scram_credentials
-from kproto.schema import alter_user_scram_credentials
-from kproto.schema import describe_log_dirs
-from kproto.schema import alter_replica_log_dirs
-from kproto.schema import elect_leaders
-from kproto.schema import alter_partition_reassignments
-from kproto.schema import list_partition_reassignments
-from kproto.schema import describe_quorum
-from kproto.schema import update_features
-from kproto.schema import describe_topic_partitions
-from kproto.schema import list_config_resources
-from kproto.schema import offset_delete
-from kproto.schema import alter_share_group_offsets
-from kproto.schema import delete_share_group_offsets
-from kproto.schema import describe_producers
-from kproto.schema import describe_transactions
-from kproto.schema import list_transactions
-from kproto.schema import write_txn_markers
-from kproto.schema import get_telemetry_subscriptions
-from kproto.schema import push_telemetry
-from kproto.schema import streams_group_heartbeat
-from kproto.schema import streams_group_describe
-from kproto.schema import add_raft_voter
-from kproto.schema import remove_raft_voter
-from kproto.schema import unregister_broker
-from kproto.schema import unregister_controller
-from kproto.schema import create_delegation_token
-from kproto.schema import renew_delegation_token
-from kproto.schema import expire_delegation_token
-from kproto.schema import describe_delegation_token
 
-# Every API module, in the order of tools/gen_schema.py.
-API_MODULES = (
-    api_versions,
-    metadata,
-    produce,
-    fetch,
-    list_offsets,
-    find_coordinator,
-    join_group,
-    sync_group,
-    heartbeat,
-    leave_group,
-    offset_commit,
-    offset_fetch,
-    describe_groups,
-    list_groups,
-    delete_groups,
-    init_producer_id,
-    add_partitions_to_txn,
-    add_offsets_to_txn,
-    end_txn,
-    txn_offset_commit,
-    create_topics,
-    delete_topics,
-    create_partitions,
-    describe_configs,
-    delete_records,
-    describe_cluster,
-    sasl_handshake,
-    sasl_authenticate,
-    consumer_group_heartbeat,
-    consumer_group_describe,
-    share_group_heartbeat,
-    share_group_describe,
-    share_fetch,
-    share_acknowledge,
-    incremental_alter_configs,
-    describe_share_group_offsets,
-    create_acls,
-    describe_acls,
-    delete_acls,
-    alter_configs,
-    describe_client_quotas,
-    alter_client_quotas,
-    describe_user_scram_credentials,
-    alter_user_scram_credentials,
-    describe_log_dirs,
-    alter_replica_log_dirs,
-    elect_leaders,
-    alter_partition_reassignments,
-    list_partition_reassignments,
-    describe_quorum,
-    update_features,
-    describe_topic_partitions,
-    list_config_resources,
-    offset_delete,
-    alter_share_group_offsets,
-    delete_share_group_offsets,
-    describe_producers,
-    describe_transactions,
-    list_transactions,
-    write_txn_markers,
-    get_telemetry_subscriptions,
-    push_telemetry,
-    streams_group_heartbeat,
-    streams_group_describe,
-    add_raft_voter,
-    remove_raft_voter,
-    unregister_broker,
-    unregister_controller,
-    create_delegation_token,
-    renew_delegation_token,
-    expire_delegation_token,
-    describe_delegation_token,
+
+class ApiEntry(NamedTuple):
+    """One API as the index knows it, without its module: the module's name
+    under kproto.schema, the API's name and key, its valid versions, first
+    flexible version and whether its latest version is unstable."""
+    module: str
+    name: str
+    api_key: int
+    valid: Tuple[int, int]
+    flexible: Optional[int]
+    latest_unstable: bool
+
+    def load(self) -> ModuleType:
+        """The API's schema module (NAME, API_KEY, REQUEST, RESPONSE), imported on first use."""
+        return importlib.import_module(f"kproto.schema.{self.module}")
+
+
+# Every API, in the order of tools/gen_schema.py.
+API_INDEX = (
+    ApiEntry('api_versions', 'ApiVersions', 18, (0, 5), 3, False),
+    ApiEntry('metadata', 'Metadata', 3, (0, 13), 9, False),
+    ApiEntry('produce', 'Produce', 0, (3, 13), 9, False),
+    ApiEntry('fetch', 'Fetch', 1, (4, 18), 12, False),
+    ApiEntry('list_offsets', 'ListOffsets', 2, (1, 11), 6, False),
+    ApiEntry('find_coordinator', 'FindCoordinator', 10, (0, 6), 3, False),
+    ApiEntry('join_group', 'JoinGroup', 11, (0, 9), 6, False),
+    ApiEntry('sync_group', 'SyncGroup', 14, (0, 5), 4, False),
+    ApiEntry('heartbeat', 'Heartbeat', 12, (0, 4), 4, False),
+    ApiEntry('leave_group', 'LeaveGroup', 13, (0, 5), 4, False),
+    ApiEntry('offset_commit', 'OffsetCommit', 8, (2, 10), 8, False),
+    ApiEntry('offset_fetch', 'OffsetFetch', 9, (1, 10), 6, False),
+    ApiEntry('describe_groups', 'DescribeGroups', 15, (0, 6), 5, False),
+    ApiEntry('list_groups', 'ListGroups', 16, (0, 5), 3, False),
+    ApiEntry('delete_groups', 'DeleteGroups', 42, (0, 3), 2, False),
+    ApiEntry('init_producer_id', 'InitProducerId', 22, (0, 6), 2, True),
+    ApiEntry('add_partitions_to_txn', 'AddPartitionsToTxn', 24, (0, 5), 3, False),
+    ApiEntry('add_offsets_to_txn', 'AddOffsetsToTxn', 25, (0, 4), 3, False),
+    ApiEntry('end_txn', 'EndTxn', 26, (0, 5), 3, False),
+    ApiEntry('txn_offset_commit', 'TxnOffsetCommit', 28, (0, 6), 3, False),
+    ApiEntry('create_topics', 'CreateTopics', 19, (2, 7), 5, False),
+    ApiEntry('delete_topics', 'DeleteTopics', 20, (1, 6), 4, False),
+    ApiEntry('create_partitions', 'CreatePartitions', 37, (0, 3), 2, False),
+    ApiEntry('describe_configs', 'DescribeConfigs', 32, (1, 4), 4, False),
+    ApiEntry('delete_records', 'DeleteRecords', 21, (0, 2), 2, False),
+    ApiEntry('describe_cluster', 'DescribeCluster', 60, (0, 2), 0, False),
+    ApiEntry('sasl_handshake', 'SaslHandshake', 17, (0, 1), None, False),
+    ApiEntry('sasl_authenticate', 'SaslAuthenticate', 36, (0, 2), 2, False),
+    ApiEntry('consumer_group_heartbeat', 'ConsumerGroupHeartbeat', 68, (0, 1), 0, False),
+    ApiEntry('consumer_group_describe', 'ConsumerGroupDescribe', 69, (0, 1), 0, False),
+    ApiEntry('share_group_heartbeat', 'ShareGroupHeartbeat', 76, (1, 1), 0, False),
+    ApiEntry('share_group_describe', 'ShareGroupDescribe', 77, (1, 1), 0, False),
+    ApiEntry('share_fetch', 'ShareFetch', 78, (1, 2), 0, False),
+    ApiEntry('share_acknowledge', 'ShareAcknowledge', 79, (1, 2), 0, False),
+    ApiEntry('incremental_alter_configs', 'IncrementalAlterConfigs', 44, (0, 1), 1, False),
+    ApiEntry('describe_share_group_offsets', 'DescribeShareGroupOffsets', 90, (0, 1), 0, False),
+    ApiEntry('create_acls', 'CreateAcls', 30, (1, 3), 2, False),
+    ApiEntry('describe_acls', 'DescribeAcls', 29, (1, 3), 2, False),
+    ApiEntry('delete_acls', 'DeleteAcls', 31, (1, 3), 2, False),
+    ApiEntry('alter_configs', 'AlterConfigs', 33, (0, 2), 2, False),
+    ApiEntry('describe_client_quotas', 'DescribeClientQuotas', 48, (0, 1), 1, False),
+    ApiEntry('alter_client_quotas', 'AlterClientQuotas', 49, (0, 1), 1, False),
+    ApiEntry('describe_user_scram_credentials', 'DescribeUserScramCredentials', 50, (0, 0), 0, False),
+    ApiEntry('alter_user_scram_credentials', 'AlterUserScramCredentials', 51, (0, 0), 0, False),
+    ApiEntry('describe_log_dirs', 'DescribeLogDirs', 35, (1, 5), 2, False),
+    ApiEntry('alter_replica_log_dirs', 'AlterReplicaLogDirs', 34, (1, 2), 2, False),
+    ApiEntry('elect_leaders', 'ElectLeaders', 43, (0, 2), 2, False),
+    ApiEntry('alter_partition_reassignments', 'AlterPartitionReassignments', 45, (0, 1), 0, False),
+    ApiEntry('list_partition_reassignments', 'ListPartitionReassignments', 46, (0, 0), 0, False),
+    ApiEntry('describe_quorum', 'DescribeQuorum', 55, (0, 2), 0, False),
+    ApiEntry('update_features', 'UpdateFeatures', 57, (0, 2), 0, False),
+    ApiEntry('describe_topic_partitions', 'DescribeTopicPartitions', 75, (0, 0), 0, False),
+    ApiEntry('list_config_resources', 'ListConfigResources', 74, (0, 1), 0, False),
+    ApiEntry('offset_delete', 'OffsetDelete', 47, (0, 0), None, False),
+    ApiEntry('alter_share_group_offsets', 'AlterShareGroupOffsets', 91, (0, 0), 0, False),
+    ApiEntry('delete_share_group_offsets', 'DeleteShareGroupOffsets', 92, (0, 0), 0, False),
+    ApiEntry('describe_producers', 'DescribeProducers', 61, (0, 0), 0, False),
+    ApiEntry('describe_transactions', 'DescribeTransactions', 65, (0, 0), 0, False),
+    ApiEntry('list_transactions', 'ListTransactions', 66, (0, 2), 0, False),
+    ApiEntry('write_txn_markers', 'WriteTxnMarkers', 27, (1, 2), 1, False),
+    ApiEntry('get_telemetry_subscriptions', 'GetTelemetrySubscriptions', 71, (0, 0), 0, False),
+    ApiEntry('push_telemetry', 'PushTelemetry', 72, (0, 0), 0, False),
+    ApiEntry('streams_group_heartbeat', 'StreamsGroupHeartbeat', 88, (0, 1), 0, False),
+    ApiEntry('streams_group_describe', 'StreamsGroupDescribe', 89, (0, 1), 0, False),
+    ApiEntry('add_raft_voter', 'AddRaftVoter', 80, (0, 1), 0, False),
+    ApiEntry('remove_raft_voter', 'RemoveRaftVoter', 81, (0, 0), 0, False),
+    ApiEntry('unregister_broker', 'UnregisterBroker', 64, (0, 0), 0, False),
+    ApiEntry('unregister_controller', 'UnregisterController', 94, (0, 0), 0, False),
+    ApiEntry('create_delegation_token', 'CreateDelegationToken', 38, (1, 3), 2, False),
+    ApiEntry('renew_delegation_token', 'RenewDelegationToken', 39, (1, 2), 2, False),
+    ApiEntry('expire_delegation_token', 'ExpireDelegationToken', 40, (1, 2), 2, False),
+    ApiEntry('describe_delegation_token', 'DescribeDelegationToken', 41, (1, 3), 2, False),
 )
+
+
+def __getattr__(name: str) -> Any:
+    """``API_MODULES``: every API module in the order of ``API_INDEX``, imported
+    (for the tools and tests that walk them all)."""
+    if name == "API_MODULES":
+        return tuple(entry.load() for entry in API_INDEX)
+    raise AttributeError(f"module 'kproto.schema' has no attribute {name!r}")

@@ -25,9 +25,13 @@ contract (:mod:`kproto.consumer`: ``poll(now)`` -> requests,
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
+from kproto._lazy import lazy_names
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.records import Record
+
+if TYPE_CHECKING:
+    from kproto.records import Record
 
 __all__ = ["AcknowledgeType", "ShareRecord", "GAP", "ShareCommitTimeoutError",
            "ShareStateError"]
@@ -53,7 +57,11 @@ class AcknowledgeType(enum.IntEnum):
 #: whose ``delivery_count`` is set (1 on the first delivery, 2 after one
 #: release or lock time-out, ...). The same type as a Consumer's records, as
 #: in Java (ConsumerRecord.deliveryCount()), where it is None.
-ShareRecord = Record
+#: (Loaded on first use: the admin client imports this package for its share
+#: group operations, and needs no record batches - issue 27.)
+if TYPE_CHECKING:
+    ShareRecord = Record
+__getattr__, __dir__ = lazy_names(globals(), {"ShareRecord": "kproto.records:Record"})
 
 
 class ShareStateError(KafkaError, RuntimeError):
