@@ -61,9 +61,6 @@ class _Client:
     config: Config
     """The parsed settings."""
 
-    if TYPE_CHECKING:                 # the shared method bodies', which come after this class in the MRO
-        def _client_instance_id_steps(self, timeout: Optional[float]) -> Any: ...
-
     def _setup(self, core, nursery, recv_size):
         self._core = core
         self.config = core.config
@@ -119,15 +116,6 @@ class _Client:
         finally:
             steps.close()
 
-    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
-        """The client instance id (KIP-714) the broker assigned in
-        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default:
-        the producer's max.block.ms, the consumers' default.api.timeout.ms;
-        then KafkaTimeoutError) for its answer.
-        IllegalStateError when there is none to wait for: ``enable.metrics.push``
-        is off, or the broker has no telemetry APIs (or refused them)."""
-        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
-
     async def close(self, timeout: Optional[float] = None) -> None:
         """Finish the client's work (see ``_close``: flush, commit and leave
         the group...) and stop its network task; ``timeout`` bounds the
@@ -147,6 +135,25 @@ class _Client:
             await self.close()
         finally:
             await self._io.exit(*exc)
+
+
+class SteppedClient(_Client):
+    """A client whose blocking operations are shared step generators (the
+    producer's :class:`~kio._shared.producer_ops.ProducerOps`, the consumers'
+    :class:`~kio._shared.client_ops.ClientOps`), run by ``_run``; not the
+    admin, whose operations go through its ``_call``."""
+
+    if TYPE_CHECKING:                 # the shared method bodies', which come after this class in the MRO
+        def _client_instance_id_steps(self, timeout: Optional[float]) -> Any: ...
+
+    async def client_instance_id(self, timeout: Optional[float] = None) -> uuid.UUID:
+        """The client instance id (KIP-714) the broker assigned in
+        GetTelemetrySubscriptions, waiting up to ``timeout`` seconds (default:
+        the producer's max.block.ms, the consumers' default.api.timeout.ms;
+        then KafkaTimeoutError) for its answer.
+        IllegalStateError when there is none to wait for: ``enable.metrics.push``
+        is off, or the broker has no telemetry APIs (or refused them)."""
+        return await self._run(self._client_instance_id_steps(timeout))  # type: ignore[no-any-return]
 
 
 # == producer ======================================================================================
@@ -219,7 +226,7 @@ class AsyncBulkDelivery(BulkDelivery):
         return self.value  # type: ignore[no-any-return]
 
 
-class AsyncProducer(_Client, ProducerOps):
+class AsyncProducer(SteppedClient, ProducerOps):
     """``async with Producer(bootstrap_servers=...) as p: md = await (await p.send("t", b"v"))``.
     The method bodies are :class:`kio._shared.producer_ops.ProducerOps`', shared with
     the threading Producer; this class only awaits their waits on the engine."""
@@ -334,7 +341,7 @@ class AsyncProducer(_Client, ProducerOps):
 
 # == consumer ======================================================================================
 
-class PolledClient(_Client):
+class PolledClient(SteppedClient):
     """An async client the application polls, whose method bodies are shared
     step generators (:class:`kio._shared.client_ops.ClientOps`: the consumer, the
     share consumer): the core's events are collected after each of its
