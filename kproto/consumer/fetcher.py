@@ -30,6 +30,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
+from kproto.consumer._fetch import FetchAnswer, apply_fetch_answer
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
@@ -214,13 +215,21 @@ class Fetcher:
         self._in_flight_nodes.discard(request.node)
         self.metadata_refresh_needed = True
 
-    def on_fetch_response(self, request: FetchRequest, body: dict) -> None:
+    def on_fetch_response(self, request: FetchRequest, body) -> None:
+        """Digest a Fetch answer: ``body`` is the codec's dict (the reference
+        path) or a :class:`~kproto.consumer._fetch.FetchAnswer` from
+        ``decode_fetch_response`` (the consumer's path: no Python object per
+        partition; the same outcome, tests/test_fetch_answer.py)."""
         self._in_flight_nodes.discard(request.node)
-        top = body.get("error_code", 0)
+        answer = isinstance(body, FetchAnswer)
+        top = body.error_code if answer else body.get("error_code", 0)
         if top:
             # Session errors cannot happen without fetch sessions (session_id 0);
             # anything else at the top level fails every partition in the request.
             self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
+            return
+        if answer:
+            apply_fetch_answer(self, request, body)
             return
         endpoints = body.get("node_endpoints")
         asked = request.partitions
@@ -251,22 +260,8 @@ class Fetcher:
             records = p["records"]
             if records is None or len(records) == 0:
                 return
-            try:
-                batches = read_batches(records, check_crc=self.check_crcs)
-            except DecodeError as exc:
-                self._partition_error(exc, tp, fetch_offset)
-                return
-            if not batches:
-                # Only part of one batch came back: it is bigger than the fetch
-                # size allows (brokers since KIP-74 send at least one whole batch,
-                # so this means a very old broker or a tiny setting).
-                self._partition_error(RecordTooLargeForFetchError(
-                    f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
-                    f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
-                    f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
-                return
             aborted = p.get("aborted_transactions") if self.isolation == READ_COMMITTED else None
-            self._buffered.append(_Buffered(tp, batches, aborted))
+            self._take_records(tp, fetch_offset, records, aborted)
             return
         err = error_codes.error_for_code(code, None, context=f"fetch {tp.topic}-{tp.partition}")
         hinted = self.leader_hint is not None and self.leader_hint(tp, p, endpoints)
@@ -294,6 +289,25 @@ class Fetcher:
                 self.positions.request_reset(tp)
         else:
             self._partition_error(err, tp, fetch_offset)
+
+    def _take_records(self, tp, fetch_offset, records, aborted) -> None:
+        """Buffer a partition's records (non-empty) from an answer: both the
+        dict path above and kproto.consumer._fetch.apply_fetch_answer end here."""
+        try:
+            batches = read_batches(records, check_crc=self.check_crcs)
+        except DecodeError as exc:
+            self._partition_error(exc, tp, fetch_offset)
+            return
+        if not batches:
+            # Only part of one batch came back: it is bigger than the fetch
+            # size allows (brokers since KIP-74 send at least one whole batch,
+            # so this means a very old broker or a tiny setting).
+            self._partition_error(RecordTooLargeForFetchError(
+                f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
+                f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
+                f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
+            return
+        self._buffered.append(_Buffered(tp, batches, aborted))
 
     def _partition_error(self, err, tp, fetch_offset):
         """Keep a partition's fetch error for the next drain: once per
