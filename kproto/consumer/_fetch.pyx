@@ -39,41 +39,9 @@ DEF FIRST_NODE_ENDPOINTS = 16
 MIN_VERSION, MAX_VERSION = 4, 18
 
 
-cdef struct PartitionEntry:
-    int32_t topic                   # index into FetchAnswer.topics
-    int32_t partition
-    int16_t error_code
-    int64_t high_watermark
-    int64_t last_stable_offset
-    int64_t log_start_offset
-    int32_t preferred_read_replica
-    Py_ssize_t aborted              # index into FetchAnswer.aborted, -1: null
-    Py_ssize_t records_pos          # -1: null records
-    Py_ssize_t records_len
-    # tagged fields (v12+), at their schema defaults when absent
-    int32_t diverging_epoch
-    int64_t diverging_end_offset
-    int32_t leader_id
-    int32_t leader_epoch
-    int64_t snapshot_end_offset
-    int32_t snapshot_epoch
-
-
 cdef class FetchAnswer:
     """A decoded Fetch response: its top-level fields as attributes, its
     partitions in a C array (see the module docstring)."""
-    cdef readonly int version
-    cdef readonly int32_t throttle_time_ms
-    cdef readonly int16_t error_code
-    cdef readonly int32_t session_id
-    cdef readonly list node_endpoints
-    cdef object data                # the frame the records ranges point into
-    cdef list topics                # per topic: its name (v4-v12) or its id (v13+)
-    cdef list aborted               # per partition with a non-null list: [{producer_id, first_offset}]
-    cdef PartitionEntry* parts
-    cdef Py_ssize_t count
-    cdef Py_ssize_t cap
-
     def __cinit__(self):
         self.parts = NULL
         self.count = self.cap = 0
@@ -142,6 +110,23 @@ cdef class FetchAnswer:
 
 import uuid as _uuid
 cdef object _ZERO_UUID = _uuid.UUID(int=0)
+
+
+cdef class Buffered:
+    """The records of one partition from one fetch answer, not yet drained
+    (the fetcher's queue holds these; a C class: made once per partition
+    and answer, and read on every drain)."""
+
+    def __init__(self, tp, list batches, aborted):
+        self.tp = tp
+        self.batches = batches
+        self.next_batch = 0
+        self.record_iter = None
+        self.current = None                  # the batch record_iter reads
+        # read_committed: (first_offset, producer_id) sorted by offset
+        self.aborted = sorted([(a["first_offset"], a["producer_id"]) for a in aborted]) if aborted else []
+        self.aborted_pids = set()
+        self.state = None                    # the partition's PartitionState, set by Fetcher._next_head
 
 
 cdef inline Py_ssize_t _array_len(Reader r, bint flexible) except? -2:

@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
-from kproto.consumer._fetch import FetchAnswer, apply_fetch_answer
+from kproto.consumer._fetch import Buffered as _Buffered, FetchAnswer, apply_fetch_answer
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
@@ -70,22 +70,6 @@ class ListOffsetsRequest(NamedTuple):
     node: int
     body: dict
     strategies: Dict[TopicPartition, str]
-
-
-class _Buffered:
-    """The records of one partition from one fetch response, not yet drained."""
-    __slots__ = ("tp", "batches", "aborted", "aborted_pids", "record_iter", "current", "next_batch", "state")
-
-    def __init__(self, tp, batches, aborted):
-        self.tp = tp
-        self.batches = batches
-        self.next_batch = 0
-        self.record_iter = None
-        self.current = None                  # the batch record_iter reads
-        # read_committed: (first_offset, producer_id) sorted by offset
-        self.aborted = sorted((a["first_offset"], a["producer_id"]) for a in aborted) if aborted else []
-        self.aborted_pids = set()
-        self.state = None                    # the partition's PartitionState, set by _next_head
 
 
 class Fetcher:
