@@ -225,3 +225,74 @@ def test_a_top_level_error_fails_the_answer_on_both_paths(version):
     assert outcomes[0] == outcomes[1]
     states, buffered, errors = outcomes[0][:3]
     assert not buffered and len(errors) == 1 and errors[0][2] is None
+
+
+# -- the columnar drain: kproto.consumer._fetch.drain_columns vs Fetcher._drain_columns_py
+
+def _legacy(base, n):
+    from kproto.records.legacy import LegacyBatchBuilder
+    b = LegacyBatchBuilder(magic=1, base_offset=base)
+    for i in range(n):
+        b.append(2000 + i, b"lk%d" % i, b"lv%d" % i)
+    return b.build()
+
+
+def _drain_logs():
+    """{partition of "t": its log from offset 10}: transactions (committed,
+    aborted, control markers), batches before the position, a legacy
+    message set, an empty-looking compacted gap."""
+    txn = (_batch(10, 3, pid=7, transactional=True) + _batch(13, 2, pid=8, transactional=True)
+           + build_control_batch(False, 8, 0, 0, 5000, base_offset=15)
+           + _batch(16, 2, pid=7, transactional=True) + build_control_batch(True, 7, 0, 0, 5000, base_offset=18)
+           + _batch(19, 4))
+    return {0: _batch(10, 7) + _batch(17, 5), 1: txn, 2: _batch(4, 9), 3: _legacy(10, 6),
+            4: _batch(10, 1), 5: _batch(12, 3), 6: _batch(10, 2) + _batch(30, 2)}
+
+
+def _filled_fetcher(isolation):
+    pos = Positions("earliest")
+    f = Fetcher(pos, isolation_level=isolation)
+    tps = [TopicPartition("t", p) for p in range(7)]
+    pos.assign(tps)
+    for tp in tps:
+        pos.seek(tp, POSITION)
+    req, = f.fetch_requests(lambda tp: 1, lambda node: 12, TOPIC_IDS.get)
+    logs = _drain_logs()
+    aborted = [{"producer_id": 8, "first_offset": 13}]
+    body = _body(12, {("t", p): dict(records=r, high_watermark=40, last_stable_offset=40,
+                                     aborted_transactions=aborted if p == 1 else None)
+                      for p, r in logs.items()})
+    body.pop("node_endpoints", None)
+    f.on_fetch_response(req, decode_fetch_response(12, _payload(12, body))[1])
+    return pos, f
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+@pytest.mark.parametrize("limits", [[500], [1] * 40, [3, 1, 7, 2, 500], [4, "drain", 5, "drain", 500]])
+def test_the_compiled_columnar_drain_walks_as_its_reference(isolation, limits):
+    """Limits that stop inside batches, record-by-record drains between
+    (a batch half taken by drain() is resumed), a partition paused and one
+    revoked half-way: the same columns, positions and leftovers."""
+    outcomes = []
+    for compiled in (False, True):
+        pos, f = _filled_fetcher(isolation)
+        drain = f.drain_columns if compiled else f._drain_columns_py
+        got = []
+        for i, limit in enumerate(limits * 3):
+            if i == 2:
+                pos.pause([TopicPartition("t", 5)])
+                pos.remove([TopicPartition("t", 6)])
+            if i == 5:
+                pos.resume([TopicPartition("t", 5)])
+            if limit == "drain":
+                got.append([(r.topic, r.partition, r.offset, r.key, r.value) for r in f.drain(2)])
+            else:
+                got.append(drain(limit))
+        positions = {tp: st.position for tp, st in pos.states.items()}
+        outcomes.append((got, positions, [(b.tp, b.next_batch) for b in f._buffered]))
+    assert outcomes[0] == outcomes[1]
+    got, positions, left = outcomes[0]
+    offsets = sorted((tp.partition, o) for d in got if isinstance(d, dict) for tp, c in d.items() for o in c[0])
+    assert (3, 15) in offsets and (2, 12) in offsets and (2, 9) not in offsets and (5, 12) in offsets
+    assert ((1, 13) in offsets) == (isolation == "read_uncommitted")
+    assert positions[TopicPartition("t", 0)] == 22 and not left

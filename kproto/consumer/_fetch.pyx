@@ -29,6 +29,7 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from kproto._wire cimport Reader, MAX_TAGGED_FIELDS
 
 from kproto.errors import DecodeError
+from kproto.records import CONTROL_ABORT, RecordBatch
 
 # Fetch v12 is the first flexible version (compact strings and arrays,
 # tagged fields, response header v1); v13 names topics by id; v16 adds the
@@ -364,3 +365,109 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
             continue
         fetcher._take_records(tp, fetch_offset, answer._records(e),
                               answer.aborted[e.aborted] if read_committed and e.aborted >= 0 else None)
+
+
+# -- the columnar drain ------------------------------------------------------------
+
+cdef Buffered _next_head(object buffered, dict states, list kept):
+    """Fetcher._next_head: the oldest buffered fetch that may be handed out."""
+    cdef Buffered buf
+    while buffered:
+        buf = <Buffered>buffered[0]
+        st = states.get(buf.tp)
+        if st is None:
+            buffered.popleft()                   # revoked
+        elif st.paused:
+            kept.append(buffered.popleft())      # kept for after resume()
+        else:
+            buf.state = st
+            return buf
+    return None
+
+
+cdef object _next_visible_batch(Buffered buf, object st, bint read_committed):
+    """Fetcher._next_visible_batch: skips what is before the position,
+    control batches and aborted transactional batches (moving the position)."""
+    cdef Py_ssize_t n = len(buf.batches)
+    while buf.next_batch < n:
+        batch = buf.batches[buf.next_batch]
+        buf.next_batch += 1
+        next_offset = batch.next_offset
+        if next_offset <= st.position:
+            continue                       # entirely before the position
+        if read_committed and buf.aborted:
+            # Producers whose aborted transaction started at or before this batch.
+            last_offset = batch.last_offset
+            while buf.aborted and buf.aborted[0][0] <= last_offset:
+                buf.aborted_pids.add(buf.aborted.pop(0)[1])
+        if batch.is_control:
+            if batch.control_type == CONTROL_ABORT:
+                buf.aborted_pids.discard(batch.producer_id)
+            st.position = next_offset
+            continue
+        if read_committed and batch.is_transactional and batch.producer_id in buf.aborted_pids:
+            st.position = next_offset
+            continue
+        return batch
+    return None
+
+
+def drain_columns(fetcher, Py_ssize_t limit):
+    """Fetcher.drain_columns after its pending errors: the walk of
+    Fetcher._walk_columnar with Fetcher.drain_columns' take, on the C
+    Buffered (the same steps, tested against it)."""
+    cdef dict out = {}
+    cdef list kept = []
+    cdef Buffered buf
+    cdef Py_ssize_t count = 0, n
+    cdef tuple cols
+    buffered = fetcher._buffered
+    cdef dict states = fetcher.positions.states
+    cdef bint read_committed = fetcher.isolation == 1
+    try:
+        while count < limit:
+            buf = _next_head(buffered, states, kept)
+            if buf is None:
+                break
+            st = buf.state
+            if buf.record_iter is not None:
+                batch = buf.current               # a drain stopped inside this batch
+                buf.record_iter = None
+            else:
+                batch = _next_visible_batch(buf, st, read_committed)
+                if batch is None:
+                    buffered.popleft()
+                    continue
+            tp = buf.tp
+            cols = out.get(tp)
+            if cols is None:
+                cols = out[tp] = ([], [], [], [])
+            position = st.position
+            if type(batch) is RecordBatch:
+                taken, complete, last = batch.append_columns(cols[0], cols[1], cols[2], cols[3],
+                                                             position, limit - count)
+            else:
+                taken, complete, last = _take_legacy(batch, cols, position, limit - count)
+            n = taken
+            count += n
+            if complete:
+                next_offset = batch.next_offset
+                if next_offset > position:
+                    st.position = next_offset
+            else:
+                if n:
+                    st.position = last + 1
+                buf.current = batch
+                buf.record_iter = batch.records(tp.topic, tp.partition, st.position)
+                if not n:
+                    break                         # the sink is full
+            if buf.next_batch >= len(buf.batches) and buf.record_iter is None:
+                buffered.popleft()
+    finally:
+        buffered.extendleft(reversed(kept))
+    return {tp: cols for tp, cols in out.items() if cols[0]}
+
+
+cdef object _take_legacy(batch, tuple cols, position, Py_ssize_t room):
+    from kproto.consumer.fetcher import take_legacy_columns
+    return take_legacy_columns(batch, cols, position, room)

@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
-from kproto.consumer._fetch import Buffered as _Buffered, FetchAnswer, apply_fetch_answer
+from kproto.consumer._fetch import Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
@@ -70,6 +70,20 @@ class ListOffsetsRequest(NamedTuple):
     node: int
     body: dict
     strategies: Dict[TopicPartition, str]
+
+
+def take_legacy_columns(batch, cols, min_offset: int, room: int):
+    """A legacy message set's records at or above min_offset (at most room)
+    appended to the (offsets, timestamps, keys, values) lists cols; returns
+    (count, complete, last offset taken) as RecordBatch.append_columns."""
+    n, last = 0, -1
+    for rec in batch.records(None, -1, min_offset):
+        if n == room:
+            return n, False, last
+        cols[0].append(rec.offset); cols[1].append(rec.timestamp)
+        cols[2].append(rec.key); cols[3].append(rec.value)
+        n, last = n + 1, rec.offset
+    return n, True, last
 
 
 class Fetcher:
@@ -418,7 +432,15 @@ class Fetcher:
 
     def drain_columns(self, max_records: Optional[int] = None) -> Dict[TopicPartition, tuple]:
         """The bulk path: {tp: (offsets, timestamps, keys, values)} lists,
-        no Record objects (headers are not returned here)."""
+        no Record objects (headers are not returned here).
+
+        Walked in C (kproto.consumer._fetch.drain_columns); ``_drain_columns_py``
+        is its reference twin (tests/test_fetch_answer.py compares them)."""
+        self._raise_pending_error()
+        return drain_columns(self, max_records or self.max_poll_records)
+
+    def _drain_columns_py(self, max_records: Optional[int] = None) -> Dict[TopicPartition, tuple]:
+        """drain_columns() walked by _drain_columnar: the reference."""
         out: Dict[TopicPartition, tuple] = {}
 
         def take(tp, batch, min_offset, room):
@@ -427,14 +449,7 @@ class Fetcher:
                 cols = out[tp] = ([], [], [], [])
             if isinstance(batch, RecordBatch):
                 return batch.append_columns(*cols, min_offset, room)
-            n, last = 0, -1
-            for rec in batch.records(None, -1, min_offset):     # legacy message sets
-                if n == room:
-                    return n, False, last
-                cols[0].append(rec.offset); cols[1].append(rec.timestamp)
-                cols[2].append(rec.key); cols[3].append(rec.value)
-                n, last = n + 1, rec.offset
-            return n, True, last
+            return take_legacy_columns(batch, cols, min_offset, room)
 
         self._drain_columnar(max_records, take)
         return {tp: cols for tp, cols in out.items() if cols[0]}
