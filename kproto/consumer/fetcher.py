@@ -420,10 +420,11 @@ class Fetcher:
                     buf.aborted_pids.add(buf.aborted.pop(0)[1])
             if batch.is_control:
                 if batch.control_type == CONTROL_ABORT:
-                    buf.aborted_pids.discard(batch.producer_id)
+                    if buf.aborted_pids:
+                        buf.aborted_pids.discard(batch.producer_id)
                 st.position = batch.next_offset
                 continue
-            if (self.isolation == READ_COMMITTED and batch.is_transactional
+            if (self.isolation == READ_COMMITTED and buf.aborted_pids and batch.is_transactional
                     and batch.producer_id in buf.aborted_pids):
                 st.position = batch.next_offset
                 continue
