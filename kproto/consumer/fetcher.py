@@ -30,7 +30,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
-from kproto.consumer._fetch import Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns
+from kproto.consumer._fetch import (
+    Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns, fetch_partitions, select_fetchable,
+)
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
@@ -137,24 +139,25 @@ class Fetcher:
         ``topic_id_of(topic)`` the topic id, needed from Fetch v13 on.
         """
         buffered = self._buffered_partitions()
+        if leaders_of_topic is not None:
+            by_node, refresh = select_fetchable(self.positions.states, buffered, leaders_of_topic,
+                                                self._in_flight_nodes)
+            self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
+            return self._requests(by_node, version_of, topic_id_of)
         by_node: Dict[int, list] = {}
-        topic, leaders = None, None
         for tp, st in self.positions.fetchable_states():
             if tp in buffered:
                 continue
-            if leaders_of_topic is None:
-                leader = leader_of(tp)
-            else:
-                if tp[0] != topic:
-                    topic = tp[0]
-                    leaders = leaders_of_topic(topic) or {}
-                leader = leaders.get(tp[1], -1)
+            leader = leader_of(tp)
             if leader is None or leader < 0:
                 self.metadata_refresh_needed = True
                 continue
             if leader in self._in_flight_nodes:
                 continue
             by_node.setdefault(leader, []).append((tp, st))
+        return self._requests(by_node, version_of, topic_id_of)
+
+    def _requests(self, by_node, version_of, topic_id_of) -> List[FetchRequest]:
         requests = []
         for node, tps in by_node.items():
             version = version_of(node)
@@ -168,22 +171,8 @@ class Fetcher:
 
     def _build(self, node, version, tps, topic_id_of) -> Optional[FetchRequest]:
         """The Fetch request to ``node`` for ``tps``, (partition, state) pairs."""
-        topics: Dict[str, list] = {}
-        offsets, names = {}, {}
-        index: Dict[str, Dict[int, TopicPartition]] = {}
-        max_bytes = self.max_partition_fetch_bytes
-        for tp, st in tps:
-            topic, partition = tp
-            offsets[tp] = st.position
-            parts = topics.get(topic)
-            if parts is None:
-                parts = topics[topic] = []
-                index[topic] = {}
-            index[topic][partition] = tp
-            parts.append({
-                "partition": partition, "current_leader_epoch": st.leader_epoch,
-                "fetch_offset": st.position, "last_fetched_epoch": -1, "log_start_offset": -1,
-                "partition_max_bytes": max_bytes})
+        topics, offsets, index = fetch_partitions(tps, self.max_partition_fetch_bytes)
+        names = {}
         topic_entries = []
         for topic, parts in topics.items():
             if version >= 13:
