@@ -47,6 +47,7 @@ from kproto.consumer import ANY, COORDINATOR_NODE, OffsetAndMetadata
 from kproto.consumer.commits import OffsetCommitter
 from kproto.consumer.config import parse_consumer_config
 from kproto.consumer.coordinator import CoordinatorFound, CoordinatorLost, GroupCoordinator
+from kproto.consumer._fetch import decode_fetch_response
 from kproto.consumer.fetcher import Fetcher
 from kproto.consumer.membership import (
     GroupError, GroupFatalError, GroupMembership, MetadataNeeded, PartitionsAssigned, PartitionsLost,
@@ -813,7 +814,8 @@ class ConsumerCore(DriverIO):
                 continue
             client.send(req.node, "Fetch", req.body, now, version=req.version,
                         timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms,
-                        callback=lambda r, req=req: self._on_fetch_done(req, r))
+                        callback=lambda r, req=req: self._on_fetch_done(req, r),
+                        decoder=decode_fetch_response)
         if f.metadata_refresh_needed:
             f.metadata_refresh_needed = False
             cluster.request_update()

@@ -30,6 +30,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
+from kproto.consumer._fetch import (
+    Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns, fetch_partitions, select_fetchable,
+)
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
@@ -71,20 +74,18 @@ class ListOffsetsRequest(NamedTuple):
     strategies: Dict[TopicPartition, str]
 
 
-class _Buffered:
-    """The records of one partition from one fetch response, not yet drained."""
-    __slots__ = ("tp", "batches", "aborted", "aborted_pids", "record_iter", "current", "next_batch", "state")
-
-    def __init__(self, tp, batches, aborted):
-        self.tp = tp
-        self.batches = batches
-        self.next_batch = 0
-        self.record_iter = None
-        self.current = None                  # the batch record_iter reads
-        # read_committed: (first_offset, producer_id) sorted by offset
-        self.aborted = sorted((a["first_offset"], a["producer_id"]) for a in aborted) if aborted else []
-        self.aborted_pids = set()
-        self.state = None                    # the partition's PartitionState, set by _next_head
+def take_legacy_columns(batch, cols, min_offset: int, room: int):
+    """A legacy message set's records at or above min_offset (at most room)
+    appended to the (offsets, timestamps, keys, values) lists cols; returns
+    (count, complete, last offset taken) as RecordBatch.append_columns."""
+    n, last = 0, -1
+    for rec in batch.records(None, -1, min_offset):
+        if n == room:
+            return n, False, last
+        cols[0].append(rec.offset); cols[1].append(rec.timestamp)
+        cols[2].append(rec.key); cols[3].append(rec.value)
+        n, last = n + 1, rec.offset
+    return n, True, last
 
 
 class Fetcher:
@@ -138,24 +139,25 @@ class Fetcher:
         ``topic_id_of(topic)`` the topic id, needed from Fetch v13 on.
         """
         buffered = self._buffered_partitions()
+        if leaders_of_topic is not None:
+            by_node, refresh = select_fetchable(self.positions.states, buffered, leaders_of_topic,
+                                                self._in_flight_nodes)
+            self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
+            return self._requests(by_node, version_of, topic_id_of)
         by_node: Dict[int, list] = {}
-        topic, leaders = None, None
         for tp, st in self.positions.fetchable_states():
             if tp in buffered:
                 continue
-            if leaders_of_topic is None:
-                leader = leader_of(tp)
-            else:
-                if tp[0] != topic:
-                    topic = tp[0]
-                    leaders = leaders_of_topic(topic) or {}
-                leader = leaders.get(tp[1], -1)
+            leader = leader_of(tp)
             if leader is None or leader < 0:
                 self.metadata_refresh_needed = True
                 continue
             if leader in self._in_flight_nodes:
                 continue
             by_node.setdefault(leader, []).append((tp, st))
+        return self._requests(by_node, version_of, topic_id_of)
+
+    def _requests(self, by_node, version_of, topic_id_of) -> List[FetchRequest]:
         requests = []
         for node, tps in by_node.items():
             version = version_of(node)
@@ -169,22 +171,8 @@ class Fetcher:
 
     def _build(self, node, version, tps, topic_id_of) -> Optional[FetchRequest]:
         """The Fetch request to ``node`` for ``tps``, (partition, state) pairs."""
-        topics: Dict[str, list] = {}
-        offsets, names = {}, {}
-        index: Dict[str, Dict[int, TopicPartition]] = {}
-        max_bytes = self.max_partition_fetch_bytes
-        for tp, st in tps:
-            topic, partition = tp
-            offsets[tp] = st.position
-            parts = topics.get(topic)
-            if parts is None:
-                parts = topics[topic] = []
-                index[topic] = {}
-            index[topic][partition] = tp
-            parts.append({
-                "partition": partition, "current_leader_epoch": st.leader_epoch,
-                "fetch_offset": st.position, "last_fetched_epoch": -1, "log_start_offset": -1,
-                "partition_max_bytes": max_bytes})
+        topics, offsets, index = fetch_partitions(tps, self.max_partition_fetch_bytes)
+        names = {}
         topic_entries = []
         for topic, parts in topics.items():
             if version >= 13:
@@ -214,13 +202,21 @@ class Fetcher:
         self._in_flight_nodes.discard(request.node)
         self.metadata_refresh_needed = True
 
-    def on_fetch_response(self, request: FetchRequest, body: dict) -> None:
+    def on_fetch_response(self, request: FetchRequest, body) -> None:
+        """Digest a Fetch answer: ``body`` is the codec's dict (the reference
+        path) or a :class:`~kproto.consumer._fetch.FetchAnswer` from
+        ``decode_fetch_response`` (the consumer's path: no Python object per
+        partition; the same outcome, tests/test_fetch_answer.py)."""
         self._in_flight_nodes.discard(request.node)
-        top = body.get("error_code", 0)
+        answer = isinstance(body, FetchAnswer)
+        top = body.error_code if answer else body.get("error_code", 0)
         if top:
             # Session errors cannot happen without fetch sessions (session_id 0);
             # anything else at the top level fails every partition in the request.
             self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
+            return
+        if answer:
+            apply_fetch_answer(self, request, body)
             return
         endpoints = body.get("node_endpoints")
         asked = request.partitions
@@ -251,22 +247,8 @@ class Fetcher:
             records = p["records"]
             if records is None or len(records) == 0:
                 return
-            try:
-                batches = read_batches(records, check_crc=self.check_crcs)
-            except DecodeError as exc:
-                self._partition_error(exc, tp, fetch_offset)
-                return
-            if not batches:
-                # Only part of one batch came back: it is bigger than the fetch
-                # size allows (brokers since KIP-74 send at least one whole batch,
-                # so this means a very old broker or a tiny setting).
-                self._partition_error(RecordTooLargeForFetchError(
-                    f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
-                    f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
-                    f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
-                return
             aborted = p.get("aborted_transactions") if self.isolation == READ_COMMITTED else None
-            self._buffered.append(_Buffered(tp, batches, aborted))
+            self._take_records(tp, fetch_offset, records, aborted)
             return
         err = error_codes.error_for_code(code, None, context=f"fetch {tp.topic}-{tp.partition}")
         hinted = self.leader_hint is not None and self.leader_hint(tp, p, endpoints)
@@ -294,6 +276,25 @@ class Fetcher:
                 self.positions.request_reset(tp)
         else:
             self._partition_error(err, tp, fetch_offset)
+
+    def _take_records(self, tp, fetch_offset, records, aborted) -> None:
+        """Buffer a partition's records (non-empty) from an answer: both the
+        dict path above and kproto.consumer._fetch.apply_fetch_answer end here."""
+        try:
+            batches = read_batches(records, check_crc=self.check_crcs)
+        except DecodeError as exc:
+            self._partition_error(exc, tp, fetch_offset)
+            return
+        if not batches:
+            # Only part of one batch came back: it is bigger than the fetch
+            # size allows (brokers since KIP-74 send at least one whole batch,
+            # so this means a very old broker or a tiny setting).
+            self._partition_error(RecordTooLargeForFetchError(
+                f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
+                f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
+                f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
+            return
+        self._buffered.append(_Buffered(tp, batches, aborted))
 
     def _partition_error(self, err, tp, fetch_offset):
         """Keep a partition's fetch error for the next drain: once per
@@ -408,10 +409,11 @@ class Fetcher:
                     buf.aborted_pids.add(buf.aborted.pop(0)[1])
             if batch.is_control:
                 if batch.control_type == CONTROL_ABORT:
-                    buf.aborted_pids.discard(batch.producer_id)
+                    if buf.aborted_pids:
+                        buf.aborted_pids.discard(batch.producer_id)
                 st.position = batch.next_offset
                 continue
-            if (self.isolation == READ_COMMITTED and batch.is_transactional
+            if (self.isolation == READ_COMMITTED and buf.aborted_pids and batch.is_transactional
                     and batch.producer_id in buf.aborted_pids):
                 st.position = batch.next_offset
                 continue
@@ -420,7 +422,15 @@ class Fetcher:
 
     def drain_columns(self, max_records: Optional[int] = None) -> Dict[TopicPartition, tuple]:
         """The bulk path: {tp: (offsets, timestamps, keys, values)} lists,
-        no Record objects (headers are not returned here)."""
+        no Record objects (headers are not returned here).
+
+        Walked in C (kproto.consumer._fetch.drain_columns); ``_drain_columns_py``
+        is its reference twin (tests/test_fetch_answer.py compares them)."""
+        self._raise_pending_error()
+        return drain_columns(self, max_records or self.max_poll_records)
+
+    def _drain_columns_py(self, max_records: Optional[int] = None) -> Dict[TopicPartition, tuple]:
+        """drain_columns() walked by _drain_columnar: the reference."""
         out: Dict[TopicPartition, tuple] = {}
 
         def take(tp, batch, min_offset, room):
@@ -429,14 +439,7 @@ class Fetcher:
                 cols = out[tp] = ([], [], [], [])
             if isinstance(batch, RecordBatch):
                 return batch.append_columns(*cols, min_offset, room)
-            n, last = 0, -1
-            for rec in batch.records(None, -1, min_offset):     # legacy message sets
-                if n == room:
-                    return n, False, last
-                cols[0].append(rec.offset); cols[1].append(rec.timestamp)
-                cols[2].append(rec.key); cols[3].append(rec.value)
-                n, last = n + 1, rec.offset
-            return n, True, last
+            return take_legacy_columns(batch, cols, min_offset, room)
 
         self._drain_columnar(max_records, take)
         return {tp: cols for tp, cols in out.items() if cols[0]}

@@ -37,7 +37,7 @@ OffsetOutOfRangeError = error_codes.OffsetOutOfRangeError
 
 class PartitionState:
     __slots__ = ("position", "leader_epoch", "paused", "reset_to", "high_watermark",
-                 "last_stable_offset", "log_start_offset", "preferred_read_replica")
+                 "last_stable_offset", "log_start_offset", "preferred_read_replica", "fetch_entry")
 
     def __init__(self):
         self.position: Optional[int] = None
@@ -48,6 +48,8 @@ class PartitionState:
         self.last_stable_offset: Optional[int] = None
         self.log_start_offset: Optional[int] = None
         self.preferred_read_replica: Optional[int] = None
+        #: the partition's entry in Fetch requests, reused (kproto.consumer._fetch.fetch_partitions)
+        self.fetch_entry: Optional[dict] = None
 
 
 class Positions:
