@@ -4,7 +4,8 @@ At a low rate each batch cost the driver three rounds: the send() that opens
 it wakes the network side (to set its linger timer), the timer drains it, the
 answer completes it. While a Produce is in flight its answer brings a round
 anyway: the sender promises a round by ``sent + linger.ms`` (the answer's, or
-a timer's), so a batch opened meanwhile needs no wake-up of its own.
+a timer's), so a batch opened meanwhile needs no wake-up of its own. The
+promise is made only when it is unlikely to cost a timer round of its own.
 
 The driver here is simulated (fake clock, scripted broker): it runs a round
 when the core asks for one (``accumulator.wakeup``), when the core's deadline
@@ -82,14 +83,24 @@ def test_batches_opened_while_an_answer_is_awaited_do_not_wake_the_driver():
     assert longest <= 5 + TICK, longest
 
 
-def test_a_slow_broker_gets_no_promise_and_batches_still_go_within_linger():
-    # Answers slower than linger.ms: a promised round would be a timer round
-    # of its own per request, so none is promised and new batches wake the
-    # driver as before; every batch still leaves within linger.ms.
+def test_a_slow_broker_still_gets_batches_out_within_linger():
+    # Answers slower than linger.ms while records keep coming: the promised
+    # round is a timer round, taken by the batch opened meanwhile (instead of
+    # its wake-up); every batch still leaves within linger.ms.
     wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=8)
     assert batches > 200
     assert longest <= 5 + TICK, longest
     assert timer_rounds + answer_rounds + wakeups <= 3.2 * batches, (timer_rounds, answer_rounds, wakeups, batches)
+
+
+def test_no_round_is_promised_when_neither_answers_nor_records_come_within_linger():
+    # A record every 20 ms, answers in 8 ms: a promised round would fire with
+    # nothing to do. None is promised (after the first answer shows the round
+    # trip), so there is one timer round per batch - its linger - and no more.
+    wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=8, records=100, every_ms=20)
+    assert batches == 100
+    assert timer_rounds <= batches + 2, (timer_rounds, batches)
+    assert longest <= 5 + TICK, longest
 
 
 def test_at_linger_zero_no_round_is_promised():

@@ -142,7 +142,7 @@ class Sender:
         exp = self._next_expiry()
         if exp is not None and (next_at is None or exp < next_at):
             next_at = exp
-        by = self._answer_round(now, bool(drained))
+        by = self._answer_round(now, drained)
         if by is not None and (next_at is None or by < next_at):
             next_at = by
         # What the accumulator needs to tell whether a new batch must wake the driver.
@@ -150,19 +150,24 @@ class Sender:
         self.acc.awaited_nodes = frozenset(awaited)
         return next_at
 
-    def _answer_round(self, now, sent):
+    def _answer_round(self, now, drained):
         """The round promised to batches opened while Produce answers are
         awaited (None: none). At a low rate each batch otherwise costs the
         driver three wake-ups: the send() that opens it (to set its linger
-        timer), the timer, the answer. While answers come back within
-        linger.ms, a round by ``sent + linger.ms`` (the answer's, or a timer's
-        if the answer is late) comes before any batch opened since is due, so
-        the accumulator need not wake the driver for it (``next_round_ms``):
-        the answer's round sets its timer. Promised only while answers come
-        back that fast, so that a slow broker does not add a timer round per
-        request to the wake-ups it saves."""
+        timer), the timer, the answer. A round by ``sent + linger.ms`` (the
+        answer's, or a timer's if the answer is late) comes before any batch
+        opened since is due, so the accumulator need not wake the driver for
+        it (``next_round_ms``): the answer's round sets its timer.
+
+        The promise costs a round of its own only when the answer is late and
+        no batch opened meanwhile, so it is made only while that is unlikely:
+        answers come back within linger.ms, or records come faster than one
+        per linger.ms (a batch just sent holds more than one: one opens before
+        the promised round, and that round replaces its wake-up)."""
         linger = self.acc.linger_ms
-        if sent and linger > 0 and self.acks != 0 and self._answer_rtt_ms < linger:
+        if drained and linger > 0 and self.acks != 0 and (
+                self._answer_rtt_ms < linger
+                or any(b.builder.record_count > 1 for batches in drained.values() for b in batches)):
             self._answer_round_by = now + linger
         by = self._answer_round_by
         if by is not None and (by <= now or not self.in_flight):
