@@ -551,6 +551,18 @@ class NetworkClient:
         self._polled_progress = self.progress
         return actions
 
+    def poll_requests(self, now) -> list:
+        """A second :meth:`poll` at the same ``now``, after the caller queued
+        requests (a producer's sender): only what those can have made due -
+        the metadata update they asked for and their Connect actions. The
+        timeouts, idle connections and telemetry that :meth:`poll` checked at
+        this ``now`` cannot have changed; checking them again cost every
+        round of a quiet producer a second walk of its connections."""
+        self._maybe_update_metadata(now)
+        actions, self._actions = self._actions, []
+        self._polled_progress = self.progress
+        return actions
+
     def next_deadline(self, now) -> Optional[float]:
         if self.progress != self._polled_progress:
             # Events since the last poll (a write that failed after it, say):

@@ -165,6 +165,8 @@ def error_callbacks(core) -> list:
     ``(error_cb, error)`` per error the core's NetworkClient reported
     (``take_errors``); empty without ``error_cb``."""
     errors = core.client.take_errors()
+    if not errors:
+        return errors           # every round: no config lookup (a missing setting raises inside)
     cb = getattr(core.config, "error_cb", None)
     return [(cb, e) for e in errors] if cb is not None else []
 

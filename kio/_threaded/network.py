@@ -119,9 +119,11 @@ class SocketLoop:
         # timer would sleep in select for good (a flush that never returned).
         # Cleared last, a wake() during the drain sends nothing, which is
         # safe: this thread polls the core after handle() and sees its change.
+        # One recv takes every byte: a wake() sends one only while the flag is
+        # clear, so at most a few are pending; reading on to EAGAIN was a second
+        # syscall per wake-up (a byte left over makes select return at once).
         try:
-            while self._wake_r.recv(4096):
-                pass
+            self._wake_r.recv(4096)
         except (BlockingIOError, InterruptedError):
             pass
         self.wake_pending = False

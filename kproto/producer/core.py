@@ -760,7 +760,7 @@ class ProducerCore(DriverIO):
         actions = self.client.poll(now)
         if not self.client.closing:
             self._sender_next = self.sender.run_once(now)
-            actions.extend(self.client.poll(now))
+            actions.extend(self.client.poll_requests(now))
         return actions
 
     def next_deadline(self, now) -> Optional[float]:

@@ -72,6 +72,11 @@ class Sender:
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
         self._muted: set = set()
         self._init_in_flight = False
+        # A round by this time (None: none) is promised to batches opened while
+        # a Produce is in flight, so they need not wake the driver: see
+        # _answer_round. _answer_rtt_ms is the last Produce's round trip.
+        self._answer_round_by = None
+        self._answer_rtt_ms = 0.0
         self._init_retry_at = 0                  # a failed InitProducerId: ask again then
         self._init_failures = 0
         self.fatal_error: Optional[BaseException] = None
@@ -137,10 +142,37 @@ class Sender:
         exp = self._next_expiry()
         if exp is not None and (next_at is None or exp < next_at):
             next_at = exp
+        by = self._answer_round(now, drained)
+        if by is not None and (next_at is None or by < next_at):
+            next_at = by
         # What the accumulator needs to tell whether a new batch must wake the driver.
         self.acc.next_round_ms = next_at
         self.acc.awaited_nodes = frozenset(awaited)
         return next_at
+
+    def _answer_round(self, now, drained):
+        """The round promised to batches opened while Produce answers are
+        awaited (None: none). At a low rate each batch otherwise costs the
+        driver three wake-ups: the send() that opens it (to set its linger
+        timer), the timer, the answer. A round by ``sent + linger.ms`` (the
+        answer's, or a timer's if the answer is late) comes before any batch
+        opened since is due, so the accumulator need not wake the driver for
+        it (``next_round_ms``): the answer's round sets its timer.
+
+        The promise costs a round of its own only when the answer is late and
+        no batch opened meanwhile, so it is made only while that is unlikely:
+        answers come back within linger.ms, or records come faster than one
+        per linger.ms (a batch just sent holds more than one: one opens before
+        the promised round, and that round replaces its wake-up)."""
+        linger = self.acc.linger_ms
+        if drained and linger > 0 and self.acks != 0 and (
+                self._answer_rtt_ms < linger
+                or any(b.builder.record_count > 1 for batches in drained.values() for b in batches)):
+            self._answer_round_by = now + linger
+        by = self._answer_round_by
+        if by is not None and (by <= now or not self.in_flight):
+            by = self._answer_round_by = None       # kept, or no answer left to bring the round
+        return by
 
     def _next_expiry(self):
         best = self.acc.next_expiry()
@@ -256,7 +288,8 @@ class Sender:
 
     def _on_produce(self, req, by_tp, by_id=None):
         now = req.completed_at
-        self.metrics["request_latency_ms_total"] += now - req.sent_at
+        self._answer_rtt_ms = now - req.sent_at
+        self.metrics["request_latency_ms_total"] += self._answer_rtt_ms
         self.metrics["responses"] += 1
         if req.error is not None:
             # Disconnect/timeout: every batch gets the same (retriable) error.

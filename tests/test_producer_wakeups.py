@@ -1,0 +1,110 @@
+"""How often a quiet producer's core makes its driver wake up (issue 27).
+
+At a low rate each batch cost the driver three rounds: the send() that opens
+it wakes the network side (to set its linger timer), the timer drains it, the
+answer completes it. While a Produce is in flight its answer brings a round
+anyway: the sender promises a round by ``sent + linger.ms`` (the answer's, or
+a timer's), so a batch opened meanwhile needs no wake-up of its own. The
+promise is made only when it is unlikely to cost a timer round of its own.
+
+The driver here is simulated (fake clock, scripted broker): it runs a round
+when the core asks for one (``accumulator.wakeup``), when the core's deadline
+has come, and when an answer arrives ``rtt`` ms after its request - as the
+kio drivers do. Counts, not timings: nothing depends on the machine's load.
+"""
+try:
+    from test_producer_core import FakeKafka, make
+except ImportError:  # pragma: no cover
+    from tests.test_producer_core import FakeKafka, make
+
+TICK = 0.25          # ms of fake time per step of the simulated driver
+
+
+def _run_paced(rtt_ms, records=2000, every_ms=1.0, linger_ms=5):
+    """Send ``records`` one every ``every_ms`` to one partition, the broker
+    answering each Produce ``rtt_ms`` after it was written. Returns
+    (wake-ups asked by send(), timer rounds, answer rounds, batches, the
+    longest time a batch waited in the accumulator)."""
+    core, kafka, sim = make(FakeKafka(), linger_ms=linger_ms)
+    sim.send(b"warm")
+    sim.run_until(lambda: not core.pending)
+    acc, broker = core.accumulator, kafka.brokers[1]
+    waited = []
+    drain = acc.drain
+
+    def noting_drain(cluster, nodes, now, can_drain=None):
+        out = drain(cluster, nodes, now, can_drain)
+        waited.extend(now - b.created_ms for bs in out.values() for b in bs)
+        return out
+    acc.drain = noting_drain
+    kafka.hold_replies = True
+    answers = []                         # fake times the held answers arrive at, in order
+    seen_requests = len(kafka.produce_requests)
+    wakeups = timer_rounds = answer_rounds = 0
+    sent = 0
+    next_send = sim.now
+    while sent < records or core.pending:
+        if sent < records and sim.now >= next_send:
+            sim.send(b"v%d" % sent, partition=0)
+            sent += 1
+            next_send += every_ms
+            if acc.wakeup:
+                acc.wakeup = False
+                wakeups += 1
+                sim.step()
+        if answers and answers[0] <= sim.now:
+            answers.pop(0)
+            core.received(1, broker.held.pop(0), sim.now)
+            answer_rounds += 1
+            sim.step()
+        deadline = core.next_deadline(sim.now)
+        if deadline is not None and deadline <= sim.now:
+            timer_rounds += 1
+            sim.step()
+        while len(kafka.produce_requests) > seen_requests:
+            seen_requests += 1
+            answers.append(sim.now + rtt_ms)
+        sim.now += TICK
+        assert sim.now < 60000, "the records were never all acknowledged"
+    assert core.metrics()["records_sent"] == records + 1
+    return wakeups, timer_rounds, answer_rounds, len(waited), max(waited)
+
+
+def test_batches_opened_while_an_answer_is_awaited_do_not_wake_the_driver():
+    # 1 record/ms, linger.ms 5, answers in 2 ms: nearly every batch opens while
+    # the previous one's Produce is in flight. Each used to wake the driver
+    # (one wake-up per batch); the answer's round now sets its timer.
+    wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=2)
+    assert batches > 200                               # ~6 records a batch: the case at hand
+    assert wakeups <= batches / 10, (wakeups, batches)
+    # two rounds a batch (its timer, its answer), not three; generous bound
+    assert timer_rounds + answer_rounds + wakeups <= 2.2 * batches, (timer_rounds, answer_rounds, wakeups, batches)
+    # and no batch waits longer for it: linger.ms plus the driver's step
+    assert longest <= 5 + TICK, longest
+
+
+def test_a_slow_broker_still_gets_batches_out_within_linger():
+    # Answers slower than linger.ms while records keep coming: the promised
+    # round is a timer round, taken by the batch opened meanwhile (instead of
+    # its wake-up); every batch still leaves within linger.ms.
+    wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=8)
+    assert batches > 200
+    assert longest <= 5 + TICK, longest
+    assert timer_rounds + answer_rounds + wakeups <= 3.2 * batches, (timer_rounds, answer_rounds, wakeups, batches)
+
+
+def test_no_round_is_promised_when_neither_answers_nor_records_come_within_linger():
+    # A record every 20 ms, answers in 8 ms: a promised round would fire with
+    # nothing to do. None is promised (after the first answer shows the round
+    # trip), so there is one timer round per batch - its linger - and no more.
+    wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=8, records=100, every_ms=20)
+    assert batches == 100
+    assert timer_rounds <= batches + 2, (timer_rounds, batches)
+    assert longest <= 5 + TICK, longest
+
+
+def test_at_linger_zero_no_round_is_promised():
+    # linger.ms 0: every batch is due at once, the driver is woken for it.
+    wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=2, records=300, linger_ms=0)
+    assert longest <= TICK, longest
+    assert wakeups >= batches * 0.9, (wakeups, batches)
