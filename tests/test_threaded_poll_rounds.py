@@ -45,16 +45,20 @@ def _count_plans_on(consumer, thread_id):
     return calls
 
 
-def test_a_record_reaches_poll_without_a_timer_and_without_waking_the_network_thread(bootstrap, make_topic):
-    """The broker holds each Fetch for up to 10 s (fetch.max.wait.ms): a
-    record comes back within a second only if the Fetch for it was already
-    in flight - sent by the poll() that drained the previous record, not
-    by a later timer round of the network thread."""
+def test_a_record_reaches_poll_without_a_timer_and_without_waking_the_network_thread(bootstrap, broker_kind,
+                                                                                      make_topic):
+    """Kafka holds each Fetch for up to 10 s (fetch.max.wait.ms) and answers
+    it when a record arrives: a record comes back within 5 s only if the
+    Fetch for it was already in flight - sent by the poll() that drained
+    the previous record, not by a later timer round of the network thread.
+    (Tansu answers a held Fetch only when its wait ends, records or not:
+    there the wait is 1 s and the Fetch in flight is what is checked.)"""
     topic = make_topic(1)
     tp = TP(topic, 0)
     records = 25
+    wait_ms = 10_000 if broker_kind == "kafka" else 1_000
     with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p, \
-            Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10_000) as c:
+            Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=wait_ms) as c:
         c.assign([tp])
         c.seek(tp, 0)
         p.send(topic, b"first", partition=0).result(30)
@@ -69,10 +73,6 @@ def test_a_record_reaches_poll_without_a_timer_and_without_waking_the_network_th
         polls = 0
         slowest = 0.0
         for i in range(records):
-            with c._lock:
-                # The Fetch for what comes next left on this thread, before
-                # poll() returned (the broker holds it until records arrive).
-                assert c._core.client.in_flight(), f"no Fetch in flight before record {i} was sent"
             p.send(topic, b"r%d" % i, partition=0).result(30)
             start = time.monotonic()
             got = []
@@ -81,6 +81,10 @@ def test_a_record_reaches_poll_without_a_timer_and_without_waking_the_network_th
                 polls += 1
             slowest = max(slowest, time.monotonic() - start)
             assert [r.value for r in got] == [b"r%d" % i]
+            with c._lock:
+                # The Fetch for what comes next left on this thread, before
+                # poll() returned (the broker holds it until records arrive).
+                assert c._core.client.in_flight(), f"no Fetch in flight after poll() returned record {i}"
         assert slowest < 5.0, f"a record took {slowest:.1f} s to reach poll(): it waited for a timer"
         assert c._rounds_here - rounds_before <= polls          # one round per poll(), on this thread
         assert c._rounds_here - rounds_before >= records        # (and it did run them)
