@@ -23,8 +23,9 @@ WALKS = ("fetchable_states", "needs_position", "awaiting_reset")
 
 
 class HeldFetches:
-    """The driver: delivers every answer at once except Fetch answers,
-    which wait in ``held`` until :meth:`deliver`."""
+    """The driver: delivers every answer at once except Fetch answers (and
+    what follows them on their connection), which wait in ``held`` until
+    :meth:`deliver`."""
 
     def __init__(self, kafka, core):
         self.kafka, self.core = kafka, core
@@ -43,8 +44,8 @@ class HeldFetches:
             data = bytes(core.output(node))
             core.sent(node, len(data), self.now)
             reply = self.channels[node].receive(data)
-            if reply and self.kafka.count("Fetch") > fetches:
-                self.held.append((node, reply))
+            if reply and (self.kafka.count("Fetch") > fetches or any(n == node for n, _ in self.held)):
+                self.held.append((node, reply))       # (answers come in order on a connection)
             elif reply:
                 core.received(node, reply, self.now)
         self.now += 1
@@ -147,3 +148,34 @@ def test_a_change_of_the_positions_is_planned_at_once():
     assert kafka.count("Fetch") == 3
     body = kafka.broker.requests_of("Fetch")[-1].body
     assert {p["fetch_offset"] for t in body["topics"] for p in t["partitions"]} == {3}
+
+
+def test_a_committed_offsets_fetch_started_late_in_a_round_asks_for_the_next_round_at_once():
+    """A driver runs a round when the core's deadline says so or on I/O,
+    not on every poll(): a partition assigned to a consumer with a group
+    starts a committed offsets fetch after the committer's turn in the
+    round (the coordinator still to be found), so the deadline must be
+    now - else only a later kick sent it."""
+    kafka = FakeKafka(partitions={"t": 2})
+    kafka.committed[("t", 0)] = kafka.committed[("t", 1)] = 1
+    core = ConsumerCore({"bootstrap.servers": "b1:9092", "group.id": "g", "enable.auto.commit": False})
+    driver = HeldFetches(kafka, core)
+    core.assign([TP("t", 0)], 0)
+    core.seek(TP("t", 0), 0)
+    for _ in range(100):
+        driver.round()
+        if driver.held:
+            break
+    assert driver.held and not core.coordinator.known   # connected and fetching; no commit yet
+    core.assign([TP("t", 0), TP("t", 1)], driver.now)  # (what the driver's assign() wakes a round for)
+    offset_fetches = kafka.count("OffsetFetch")
+    driver.round()
+    assert kafka.count("OffsetFetch") == offset_fetches  # started, not sent yet
+    assert core.next_deadline(driver.now) == driver.now
+    for _ in range(50):                     # FindCoordinator, its connection, OffsetFetch, the answer
+        driver.deliver()
+        driver.round()
+        if core.position(TP("t", 1)) is not None:
+            break
+    assert kafka.count("OffsetFetch") == offset_fetches + 1
+    assert core.position(TP("t", 1)) == 1

@@ -244,6 +244,9 @@ class ConsumerCore(DriverIO):
         self._unpositioned = (-1, [])
         self._assigned_topics = (-1, frozenset())
         self._fetch_idle = None
+        # _init_positions started a committed-offsets fetch after the
+        # committer's turn in this round: the next round sends it, at once.
+        self._round_again = False
         self.closing = False
         self.closed = False
         self._close_step = None
@@ -788,6 +791,7 @@ class ConsumerCore(DriverIO):
             h = self.committer.fetch_committed(need, now)
             self._committed_fetches.append((h, set(need)))
             self._committed_pending.update(need)
+            self._round_again = True
             if h.done:                                # (empty)
                 self._init_positions(now)
         else:
@@ -946,6 +950,7 @@ class ConsumerCore(DriverIO):
     # == the driver interface =================================================================
     def poll(self, now) -> list:
         self._now = now
+        self._round_again = False
         actions = self.client.poll(now)
         if self.closed:
             return actions
@@ -984,6 +989,8 @@ class ConsumerCore(DriverIO):
         return actions
 
     def next_deadline(self, now) -> Optional[float]:
+        if self._round_again:
+            return now
         ds = [self.client.next_deadline(now)]
         if self.coordinator is not None:
             ds.append(self.coordinator.next_deadline(now))
