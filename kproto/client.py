@@ -500,6 +500,11 @@ class NetworkClient:
         if len(self._errors) < 100:
             self._errors.append(exc)
 
+    def has_errors(self) -> bool:
+        """Whether errors wait for :meth:`take_errors` (a driver that ran a
+        round on another thread hands them to the one that calls error_cb)."""
+        return bool(self._errors)
+
     def take_errors(self) -> list:
         """The errors reported since the last call, oldest first (drivers hand
         them to the ``error_cb`` setting)."""

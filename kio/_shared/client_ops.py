@@ -79,8 +79,9 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
         """The core's new events (network side, lock held)."""
         raise NotImplementedError
 
-    def _poll_started(self, now: float) -> None:
-        """Tell the core the application polls (lock held)."""
+    def _poll_started(self, now: float) -> bool:
+        """Tell the core the application polls (lock held); whether that gave
+        the network side work (an auto-commit, a rejoin): then it is kicked."""
         raise NotImplementedError
 
     def _dispatch_steps(self) -> Steps[None]:
@@ -115,8 +116,9 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
         end = INF if timeout is None else now_ms() + timeout * 1000.0
         with self._lock:
             self._check_usable()
-            self._poll_started(now_ms())
-        self._kick()
+            work = self._poll_started(now_ms())
+        if work:
+            self._kick()
         while True:
             yield from self._dispatch_steps()
             with self._lock:

@@ -121,8 +121,8 @@ class ConsumerOps(ClientOps):
     def _core_events(self) -> List[Any]:
         return self._core.events(ack=False)
 
-    def _poll_started(self, now: float) -> None:
-        self._core.poll_called(now)
+    def _poll_started(self, now: float) -> bool:
+        return self._core.poll_called(now)
 
     # == subscriptions ==========================================================================
     def _subscribe(self, topics: Union[str, Iterable[str], Pattern[str]], listeners: Tuple[Any, Any, Any]) -> None:

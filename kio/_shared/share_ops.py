@@ -62,8 +62,9 @@ class ShareConsumerOps(ClientOps):
     def _core_events(self) -> List[Any]:
         return self._core.events()
 
-    def _poll_started(self, now: float) -> None:
+    def _poll_started(self, now: float) -> bool:
         self._core.poll_started(now)
+        return True        # (the share core's acknowledgements may be due: always a round)
 
     # == state ==================================================================================
     @property

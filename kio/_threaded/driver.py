@@ -43,6 +43,9 @@ class ThreadDriver:
     _thread: threading.Thread
     _fatal: Optional[BaseException]
     _seen_progress = -1          # the client's progress the last round saw
+    #: the longest the network thread sleeps in select (ms; None: until the
+    #: core's deadline), see PolledThreadDriver._start_network
+    _longest_sleep_ms: Optional[float] = None
     #: said when a step yields an awaitable (a coroutine listener's call) this runner cannot await
     _refuse_awaitable = "a threading client cannot await {step!r}; use kio.aio or kio.trio for coroutine functions"
 
@@ -56,6 +59,13 @@ class ThreadDriver:
         self._stop = False
         self._fatal = None
         self._net = SocketLoop(core, recv_size=recv_size)
+        # When the network thread's select ends unless I/O or a wake-up comes
+        # first (the core's deadline at its last round; None: no timer): a
+        # round the application runs itself (_round_here) wakes it only if
+        # that round needs it earlier.
+        self._planned: Optional[float] = None
+        self._round_error: Optional[BaseException] = None   # raised by a round run on the application's thread
+        self._rounds_here = 0        # rounds the application's thread ran itself (tests, profiling)
         self._thread = threading.Thread(target=self._network_loop, daemon=True, name=thread_name)
         self._thread.start()
 
@@ -78,6 +88,13 @@ class ThreadDriver:
     def _outside_lock(self, work: Any) -> None:
         """Run what a hook returned, without the lock (user callbacks)."""
 
+    def _before_wait(self) -> bool:
+        """Called by :meth:`_run` on the application's thread before it waits
+        on the Condition; True when it ran a round (PolledThreadDriver: the
+        one its kicks asked for), after which the steps look again before
+        any wait: that round may have done what they wait for."""
+        return False
+
     def _on_failure(self, exc: BaseException) -> Any:
         self._fatal = exc
         return None
@@ -95,6 +112,49 @@ class ThreadDriver:
     def _notify_if_waiting(self) -> None:
         if self._waiters:
             self._notify()
+
+    def _round_here(self) -> None:
+        """Run the network side's round on this (the application's) thread
+        instead of waking the network thread for it: what the application
+        just changed in the core (records drained, a commit, an assignment)
+        goes out at once - the next Fetch leaves before poll() returns, as in
+        Java's consumer - without a hand-off to the network thread and back
+        (a socketpair write, a select wake-up, two GIL and lock changes of
+        hands, and a scheduler delay on a busy machine: the latency tail).
+
+        The network thread keeps waiting in select for answers; it is woken
+        only when this round leaves it something: a Connect or Close, a
+        socket whose wanted events changed (a request not fully written),
+        a deadline earlier than the one it sleeps towards, error callbacks to
+        run, or work outside the lock. A round that raises is handed to the
+        network thread, whose loop fails the client as for its own rounds."""
+        net = self._net
+        work = None
+        with self._lock:
+            if self._stop or self._fatal is not None or self._round_error is not None \
+                    or not self._thread.is_alive():
+                wake = True
+            else:
+                try:
+                    now = now_ms()
+                    actions = self._core.poll(now)
+                    if actions:
+                        net.apply(actions, now)
+                    net.write_all(now)
+                    work = self._after_round(False)
+                    deadline = self._core.next_deadline(now)
+                    planned = self._planned
+                    wake = net.update_interest() or bool(actions) or work is not None \
+                        or self._core.client.has_errors() \
+                        or (deadline is not None and (planned is None or deadline < planned))
+                    self._rounds_here += 1
+                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                    self._round_error = e
+                    work, wake = None, True
+        if wake:
+            net.wake()
+        if work is not None:
+            self._outside_lock(work)
 
     def _network_moved(self, timer: bool) -> bool:
         """Lock held, once per round: whether the network side did something a
@@ -123,6 +183,8 @@ class ThreadDriver:
             stepper = Stepper(steps)
             for step in stepper:
                 if isinstance(step, float):
+                    if self._before_wait():
+                        continue
                     with self._lock:
                         if self._changes == seen:
                             left = stepper.seconds_left(step)
@@ -150,10 +212,16 @@ class ThreadDriver:
                     now = now_ms()
                     if self._stop:
                         break
+                    if self._round_error is not None:
+                        raise self._round_error
                     net.apply(core.poll(now), now)
                     net.write_all(now)
                     work = self._after_round(timer)
                     deadline = core.next_deadline(now)
+                    cap = self._longest_sleep_ms
+                    if cap is not None and (deadline is None or deadline > now + cap):
+                        deadline = now + cap
+                    self._planned = deadline
                     net.update_interest()
                     errors = error_callbacks(core)
                 if work is not None:
@@ -210,6 +278,8 @@ class PolledThreadDriver(ThreadDriver):
     _closed: bool
     _wakeup: bool
     _owner: Optional[int] = None
+    _runs = 0                       # _run calls the owner thread is inside (a listener may nest one)
+    _round_wanted = False           # a kick inside _run: one round before the next wait or the return
 
     if TYPE_CHECKING:                     # ClientOps', which comes after this class in the MRO
         def _collect_events(self) -> bool: ...
@@ -252,8 +322,46 @@ class PolledThreadDriver(ThreadDriver):
                 f"{self._owner} and was called from thread {me} ({threading.current_thread().name}); "
                 f"use one {self._what} per thread")
 
+    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18) -> None:
+        # The rounds run on the application's thread send requests whose
+        # timeouts (request.timeout.ms, more for a Fetch) are later than the
+        # network thread's next wake-up if it never sleeps longer than
+        # request.timeout.ms: they do not need to wake it. (Otherwise each
+        # Fetch sent by poll() would, the network thread sleeping towards the
+        # metadata refresh.) A request given a shorter timeout (a commit with
+        # its own) still wakes it.
+        self._longest_sleep_ms = core.config.request_timeout_ms
+        super()._start_network(core, thread_name, recv_size)
+
+    def _run(self, steps: Steps[_T]) -> _T:
+        # Kicks inside a blocking call (poll's drained partitions, a commit)
+        # are coalesced: one round on this thread before it waits, and one
+        # before it returns - never one per kick (a round may plan a Fetch
+        # over every assigned partition).
+        self._enter()                     # another thread is refused before it counts
+        self._runs += 1
+        try:
+            return super()._run(steps)
+        finally:
+            self._runs -= 1
+            self._before_wait()
+
+    def _before_wait(self) -> bool:
+        if not self._round_wanted:
+            return False
+        self._round_wanted = False
+        self._round_here()
+        return True
+
     def _kick(self) -> None:
-        self._net.wake()
+        # The application changed the core. Inside a blocking call on the
+        # owner thread the round waits for _before_wait; a plain method
+        # (assign, seek, resume) wakes the network thread, whose one round
+        # covers any number of them.
+        if self._runs and threading.get_ident() == self._owner:
+            self._round_wanted = True
+        else:
+            self._net.wake()
 
     @property
     def _failure(self) -> Optional[BaseException]:

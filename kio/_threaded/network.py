@@ -75,8 +75,11 @@ class SocketLoop:
             if sock is not None and node not in self._connecting and node not in self._handshaking:
                 self._write(node, sock, now)
 
-    def update_interest(self) -> None:
+    def update_interest(self) -> bool:
+        """Register what each socket waits for; whether anything changed (a
+        select already waiting may not see the change on every platform)."""
         pending = set(self.core.nodes_with_output())
+        changed = False
         for node, sock in self.socks.items():
             if node in self._connecting:
                 want = _WRITE
@@ -87,6 +90,8 @@ class SocketLoop:
             if self._interest.get(node) != want:
                 self._sel.modify(sock, want, node)
                 self._interest[node] = want
+                changed = True
+        return changed
 
     def select(self, timeout):
         """Wait (without the caller's lock) for I/O, a wake-up or ``timeout`` s."""

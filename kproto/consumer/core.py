@@ -236,6 +236,18 @@ class ConsumerCore(DriverIO):
         self._no_offset = set()                # 'none' reset strategy hit: wait for a seek
         self._lookups = []                     # OffsetsHandle
         self.data_ready = False                # a fetch response arrived (drivers: wake the app)
+        # A round with nothing new must not walk every assigned partition (a
+        # driver may run one per poll()): what the round derives from all of
+        # them is kept under Positions.version. _unpositioned: (version,
+        # needs_position() then); _assigned_topics: (version, topics);
+        # _fetch_idle: what the last fetch plan saw when it left nothing
+        # blocked (see _fetch), or None.
+        self._unpositioned = (-1, [])
+        self._assigned_topics = (-1, frozenset())
+        self._fetch_idle = None
+        # _init_positions started a committed-offsets fetch after the
+        # committer's turn in this round: the next round sends it, at once.
+        self._round_again = False
         self.closing = False
         self.closed = False
         self._close_step = None
@@ -518,12 +530,17 @@ class ConsumerCore(DriverIO):
             h._finish()
 
     # == records ===========================================================================
-    def poll_called(self, now) -> None:
-        """The application called poll(): max.poll.interval.ms timer and auto-commit."""
+    def poll_called(self, now) -> bool:
+        """The application called poll(): max.poll.interval.ms timer and
+        auto-commit. Returns whether that gave :meth:`poll` work to do now (an
+        auto-commit to send, a rejoin after a poll timeout); otherwise a
+        driver need not run a round for it."""
+        work = False
         if self.membership is not None and self.mode in ("subscribe", "pattern"):
-            self.membership.poll_called(now)
+            work = bool(self.membership.poll_called(now))
         if self.committer is not None and self.mode is not None:
-            self.committer.poll_called(now)
+            work = self.committer.poll_called(now) is not None or work
+        return work
 
     def _raise_error(self):
         if self.client.auth_error is not None:
@@ -765,7 +782,7 @@ class ConsumerCore(DriverIO):
                     self._reset(tp)
                 else:
                     self.positions.seek(tp, om.offset, om.leader_epoch)
-        need = [tp for tp in self.positions.needs_position()
+        need = [tp for tp in self._needs_position()
                 if tp not in self._committed_pending and tp not in self._no_offset]
         if not need:
             return
@@ -775,11 +792,20 @@ class ConsumerCore(DriverIO):
             h = self.committer.fetch_committed(need, now)
             self._committed_fetches.append((h, set(need)))
             self._committed_pending.update(need)
+            self._round_again = True
             if h.done:                                # (empty)
                 self._init_positions(now)
         else:
             for tp in need:
                 self._reset(tp)
+
+    def _needs_position(self) -> list:
+        """Positions.needs_position(), walked again only after a change of
+        the positions: a partition comes to need one only by an assignment."""
+        version = self.positions.version
+        if self._unpositioned[0] != version:
+            self._unpositioned = (version, self.positions.needs_position())
+        return self._unpositioned[1]
 
     def _reset(self, tp):
         try:
@@ -789,33 +815,78 @@ class ConsumerCore(DriverIO):
             self._errors.append(e)
 
     # == fetching ==============================================================================
+    def _fetch_plan_is_current(self) -> bool:
+        """Whether a fetch plan now would send nothing the last one did not,
+        without walking the partitions: the last plan was blocked by nothing
+        (every leader known and connected), and since then no answer, no
+        connection event and no change of the positions came (any of them
+        bumps ``client.progress`` or ``Positions.version``), and either no
+        buffered partition was drained or every node the assigned partitions
+        are fetched from still has a Fetch in flight (a drained partition's
+        next fetch waits for its node's answer: one Fetch per node)."""
+        idle = self._fetch_idle
+        if idle is None:
+            return False
+        version, progress, buffered, nodes = idle
+        f = self.fetcher
+        return (version == self.positions.version and progress == self.client.progress
+                and (buffered == len(f._buffered) or nodes <= f._in_flight_nodes))
+
+    def _fetch_nodes(self):
+        """The leaders of every partition of the assigned topics (a
+        superset of the nodes fetched from), or None while one is unknown."""
+        version = self.positions.version
+        if self._assigned_topics[0] != version:
+            self._assigned_topics = (version, frozenset(tp.topic for tp in self.positions.states))
+        nodes = set()
+        leaders_of_topic = self.cluster.partitions.get
+        for topic in self._assigned_topics[1]:
+            leaders = leaders_of_topic(topic)
+            if not leaders:
+                return None
+            nodes.update(leaders.values())
+        return frozenset(nodes) if -1 not in nodes else None
+
     def _fetch(self, now):
         f = self.fetcher
         client = self.client
         cluster = self.cluster
+        if self._fetch_plan_is_current():
+            return
+        # Whether this plan leaves something for later that no answer or
+        # position change will announce: a node not ready (its reconnect
+        # backoff is a timer), an unknown leader or topic id (the metadata
+        # refresh asked for below).
+        blocked = []
 
         def leader_of(tp):
             return cluster.leader(tp.topic, tp.partition)
 
         def version_of(node):
             if not client.ready(node, now):
+                blocked.append(node)
                 return None
             return client.api_version(node, "Fetch")
 
         for lo in f.reset_requests(leader_of, version_of):
             if not client.is_ready(lo.node):
                 f._resets_in_flight.difference_update(lo.strategies)
+                blocked.append(lo.node)
                 continue
             client.send(lo.node, "ListOffsets", lo.body, now,
                         callback=lambda r, lo=lo: self._on_reset_done(lo, r))
         for req in f.fetch_requests(leader_of, version_of, cluster.topic_ids.get, cluster.partitions.get):
             if not client.is_ready(req.node):
                 f._in_flight_nodes.discard(req.node)
+                blocked.append(req.node)
                 continue
             client.send(req.node, "Fetch", req.body, now, version=req.version,
                         timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms,
                         callback=lambda r, req=req: self._on_fetch_done(req, r),
                         decoder=decode_fetch_response)
+        nodes = None if blocked or f.metadata_refresh_needed else self._fetch_nodes()
+        self._fetch_idle = None if nodes is None else (
+            self.positions.version, client.progress, len(f._buffered), nodes)
         if f.metadata_refresh_needed:
             f.metadata_refresh_needed = False
             cluster.request_update()
@@ -881,6 +952,7 @@ class ConsumerCore(DriverIO):
     # == the driver interface =================================================================
     def poll(self, now) -> list:
         self._now = now
+        self._round_again = False
         actions = self.client.poll(now)
         if self.closed:
             return actions
@@ -919,6 +991,8 @@ class ConsumerCore(DriverIO):
         return actions
 
     def next_deadline(self, now) -> Optional[float]:
+        if self._round_again:
+            return now
         ds = [self.client.next_deadline(now)]
         if self.coordinator is not None:
             ds.append(self.coordinator.next_deadline(now))
@@ -937,7 +1011,7 @@ class ConsumerCore(DriverIO):
         if self.closing and not self.close_done:
             ds.append(self._close_deadline)
         if any(tp not in self._committed_pending and tp not in self._no_offset
-               for tp in self.positions.needs_position()):
+               for tp in self._needs_position()):
             # Committed offsets to fetch again after a failure. (A partition
             # without offset under auto.offset.reset=none waits for a seek, not
             # for a timer: counting it made the drivers spin.)

@@ -254,14 +254,17 @@ class GroupMembership:
         self.pattern = None
         self._move(MemberState.UNJOINED)
 
-    def poll_called(self, now) -> None:
+    def poll_called(self, now) -> bool:
         """The application called poll(): resets the max.poll.interval.ms timer,
-        and rejoins after a poll timeout made this member leave."""
+        and rejoins after a poll timeout made this member leave. Returns
+        whether it rejoins (a request to send: the caller's next poll has work)."""
         self._last_poll = now
         if self._poll_timed_out:
             self._poll_timed_out = False
             if self.subscription and self.state is MemberState.UNJOINED:
                 self._request_rejoin("the application polled again after a poll timeout")
+                return True
+        return False
 
     def update_metadata(self, partitions_per_topic: dict, now, internal_topics=(), topic_ids=None) -> None:
         """Topic -> partition count from a metadata refresh (all known topics).

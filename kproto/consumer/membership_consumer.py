@@ -315,15 +315,18 @@ class ConsumerProtocolMembership:
         self.pattern = self.regex = None
         self._move(ConsumerMemberState.UNJOINED)
 
-    def poll_called(self, now: float) -> None:
+    def poll_called(self, now: float) -> bool:
         """The application polled: resets the max.poll.interval.ms timer and,
-        after a poll timeout made the member leave, rejoins."""
+        after a poll timeout made the member leave, rejoins. Returns whether
+        it rejoins (a request to send: the caller's next poll has work)."""
         self._last_poll = now
         if self._poll_timed_out:
             self._poll_timed_out = False
             log.info("group %r: the application polled again after a poll timeout; rejoining",
                      self.group_id)
             self._join_if_needed()
+            return True
+        return False
 
     def update_metadata(self, partitions_per_topic: Dict[str, int], now: float,
                         internal_topics: Any = (), topic_ids: Optional[Dict[str, Any]] = None) -> None:

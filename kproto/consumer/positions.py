@@ -67,18 +67,30 @@ class Positions:
         #: after an assignment change (assign() replaces the dict); only this
         #: class modifies it.
         self.states: Dict[TopicPartition, PartitionState] = {}
+        #: Bumped by every change made through this class (assignment,
+        #: seek, reset, pause, resume): the core's round caches what it
+        #: derives from every partition (the partitions without a position,
+        #: whether a reset is pending, the nodes fetched from) under it, so
+        #: that a round with nothing new is not a walk over every partition.
+        #: (A position moved by a drain or set by a reset's answer changes
+        #: none of those: a drain only moves positions that exist, an answer
+        #: ends a reset.)
+        self.version = 0
 
     # -- assignment ------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment; kept partitions keep their state."""
         wanted = {TopicPartition(*tp) for tp in partitions}
+        self.version += 1
         self.states = {tp: self.states.get(tp) or PartitionState() for tp in wanted}
 
     def add(self, partitions: Iterable[TopicPartition]) -> None:
+        self.version += 1
         for tp in partitions:
             self.states.setdefault(TopicPartition(*tp), PartitionState())
 
     def remove(self, partitions: Iterable[TopicPartition]) -> None:
+        self.version += 1
         for tp in partitions:
             self.states.pop(TopicPartition(*tp), None)
 
@@ -104,6 +116,7 @@ class Positions:
         if offset < 0:
             raise ValueError(f"offset must be >= 0, not {offset}")
         st = self.state(tp)
+        self.version += 1
         st.position, st.leader_epoch, st.reset_to = offset, leader_epoch, None
 
     def position(self, tp) -> Optional[int]:
@@ -119,6 +132,7 @@ class Positions:
                 f"no valid offset for {tp.topic}-{tp.partition} and auto.offset.reset is 'none'")
             err.partitions = {tp}              # as Java's NoOffsetForPartitionException.partitions()
             raise err
+        self.version += 1
         st.reset_to, st.position = strategy, None
 
     def needs_position(self):
@@ -130,10 +144,12 @@ class Positions:
         return [(tp, st.reset_to) for tp, st in self.states.items() if st.reset_to is not None]
 
     def pause(self, partitions) -> None:
+        self.version += 1
         for tp in partitions:
             self.state(tp).paused = True
 
     def resume(self, partitions) -> None:
+        self.version += 1
         for tp in partitions:
             self.state(tp).paused = False
 
