@@ -223,9 +223,10 @@ class NetworkClient:
 
     # -- requests ----------------------------------------------------------------------
     def send(self, node, api, body, now, *, expect_response=True, callback=None, version=None,
-             timeout_ms=None):
+             timeout_ms=None, decoder=None):
         """Queue a request on a ready node; ``callback(request)`` runs when it
-        completes or fails (``request.result`` / ``request.error``)."""
+        completes or fails (``request.result`` / ``request.error``).
+        ``decoder``: see ``Connection.send``."""
         c = self.connections[node]
         if api in BY_TOPIC_ID:
             version, body, callback = self._by_topic_id(c, api, body, version, callback)
@@ -234,7 +235,7 @@ class NetworkClient:
             if expect_response:
                 callback = self._timed(node, api, callback)
         return c.send(api, body, now, version=version, expect_response=expect_response,
-                      timeout_ms=timeout_ms, callback=callback)
+                      timeout_ms=timeout_ms, callback=callback, decoder=decoder)
 
     def _by_topic_id(self, c, api, body, version, callback):
         """OffsetCommit/OffsetFetch v10, TxnOffsetCommit v6 (topics by id

@@ -235,7 +235,7 @@ class InFlightRequest:
 
     __slots__ = ("api", "version", "correlation_id", "body", "node_id", "expect_response",
                  "timeout_ms", "sent_at", "deadline", "written", "written_at", "completed_at",
-                 "result", "error", "done", "callback", "internal", "_end", "_seq")
+                 "result", "error", "done", "callback", "internal", "decoder", "_end", "_seq")
 
     def __init__(self, api, version, correlation_id, body, node_id, expect_response,
                  timeout_ms, sent_at, callback=None, internal=False):
@@ -256,6 +256,9 @@ class InFlightRequest:
         self.done = False
         self.callback = callback
         self.internal = internal
+        # decoder(version, payload): (correlation_id, body) read by a reader of
+        # the caller's own, or None to leave the answer to the generic codec
+        self.decoder = None
         self._end = 0     # stream offset just past this request's last byte
         self._seq = 0
 
@@ -593,7 +596,8 @@ class Connection:
         self._enqueue("ApiVersions", body, now, version, True, None, None, internal=True)
 
     # -- sending -----------------------------------------------------------------
-    def send(self, api, body, now, version=None, expect_response=True, timeout_ms=None, callback=None):
+    def send(self, api, body, now, version=None, expect_response=True, timeout_ms=None, callback=None,
+             decoder=None):
         """Queue a request; return its :class:`InFlightRequest` handle.
 
         ``api`` is a name ("Metadata") or an Api. ``version`` defaults to the
@@ -601,6 +605,10 @@ class Connection:
         ``body`` is a dict, or a callable taking the chosen version and
         returning the dict, for bodies whose fields differ between versions
         (the codec refuses a field the version lacks rather than drop it).
+        ``decoder(version, payload)``, if given, reads the answer first: it
+        returns ``(correlation_id, body)``, or None to leave the answer to
+        the generic codec (the producer reads a Produce answer that
+        acknowledges every batch this way: kproto/producer/_produce_answer.pyx).
         Raises NotReadyError unless ``can_send()``.
         """
         if self.state is not ConnectionState.READY:
@@ -613,7 +621,9 @@ class Connection:
             raise NotReadyError(
                 f"node {self.node_id} has {self.in_flight_count} requests in flight "
                 f"(max_in_flight={self.max_in_flight}); check can_send()")
-        return self._enqueue(api, body, now, version, expect_response, timeout_ms, callback)
+        req = self._enqueue(api, body, now, version, expect_response, timeout_ms, callback)
+        req.decoder = decoder
+        return req
 
     def _enqueue(self, api, body, now, version, expect_response, timeout_ms, callback, internal=False):
         m = messages
@@ -802,6 +812,11 @@ class Connection:
     def _decode(self, req, payload):
         # (messages.decode_response also reads the v0 answer a broker gives to
         # an ApiVersions version it does not support.)
+        decoder = req.decoder
+        if decoder is not None:
+            got = decoder(req.version, payload)
+            if got is not None:
+                return got
         return messages.decode_response(req.api, req.version, payload)
 
     # -- handshake & authentication ---------------------------------------------------

@@ -159,6 +159,7 @@ cdef class FastAppend:
     cdef object _txn                # TransactionManager or None
     cdef dict _partitions           # Cluster.partitions: topic -> {partition: leader}
     cdef dict _queues               # RecordAccumulator.queues: (topic, partition) -> deque
+    cdef dict _nonempty             # RecordAccumulator.nonempty: the queues that may hold a batch
     cdef dict _sticky               # StickyPartitioner._sticky: topic -> partition
     cdef dict _topic_queues         # topic -> [deque or None by partition] (see the docstring)
     cdef Py_ssize_t _small_record   # key + value below this: no size check needed
@@ -178,6 +179,7 @@ cdef class FastAppend:
         self._txn = core.transactions
         self._partitions = core.cluster.partitions
         self._queues = core.accumulator.queues
+        self._nonempty = core.accumulator.nonempty
         self._sticky = core.partitioner._sticky
         self._topic_queues = {}
         self._small_record = core._small_record
@@ -281,6 +283,7 @@ cdef class FastAppend:
         if floor is None or deadline < floor:
             acc._expiry_floor = deadline
         dq.append(batch)
+        PyDict_SetItem(self._nonempty, (topic, p_obj), dq)
         return batch
 
     def append(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):

@@ -23,6 +23,7 @@ from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer._acknowledge import acknowledge, assign_sequence
+from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -82,12 +83,21 @@ class Sender:
         self.acknowledged = partial(acknowledge, self, BatchResult)
         # assign(batch): its sequence at drain (IdempotenceManager.assign), in C
         self.assign = partial(assign_sequence, idempotence) if idempotence is not None else None
+        # read_answer(by_tp, by_id, version, payload): a Produce answer that
+        # acknowledges every batch, read in C straight into its batches
+        # (kproto/producer/_produce_answer.pyx); None: every answer goes
+        # through the generic codec and the dicts of _on_produce (the reference)
+        self.read_answer = read_acknowledged
 
     def use_python_reference(self):
         """Complete and sequence batches with the Python code the C functions
-        of kproto/producer/_acknowledge.pyx are checked against (twin tests)."""
+        of kproto/producer/_acknowledge.pyx are checked against, read every
+        Produce answer with the generic codec (no ``read_answer``), and let
+        the accumulator walk every partition in ``ready`` and ``drain`` (twin tests)."""
         self.acknowledged = self.acknowledged_in_python
         self.assign = self.idem.assign if self.idem is not None else None
+        self.read_answer = None
+        self.acc.use_walk_reference()
 
     # -- the loop -----------------------------------------------------------------------
     def run_once(self, now) -> Optional[float]:
@@ -247,8 +257,10 @@ class Sender:
         m = self.metrics
         m["requests"] += 1
         m["batches_sent"] += len(batches)
+        read = self.read_answer
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
-                         callback=lambda req: self._on_produce(req, by_tp, by_id))
+                         callback=lambda req: self._on_produce(req, by_tp, by_id),
+                         decoder=partial(read, by_tp, by_id) if read is not None else None)
 
     def _sticky_partition(self, topic):
         n = self.cluster.partition_count(topic)
@@ -268,6 +280,12 @@ class Sender:
         if req.result is None:           # acks=0: done once written
             for b in by_tp.values():
                 self._complete(b, None, -1, -1, now)
+            return
+        acked = req.result.get(ACKNOWLEDGED)
+        if acked is not None:            # every batch acknowledged, read in C (read_answer)
+            acknowledged = self.acknowledged
+            for i in range(0, len(acked), 3):
+                acknowledged(acked[i], acked[i + 1], acked[i + 2])
             return
         seen = set()
         endpoints = req.result.get("node_endpoints")
@@ -420,6 +438,7 @@ class Sender:
         dq = self.acc.queues[b.tp]
         for nb in reversed(new):
             dq.appendleft(nb)
+        self.acc.nonempty[b.tp] = dq
         if self.idem is not None and b.has_sequence:
             self.idem._forget(b)
             self.idem.request_epoch_bump()
