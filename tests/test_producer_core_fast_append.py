@@ -666,3 +666,30 @@ def test_produce_answers_read_in_c_match_the_generic_codec_with_errors_between(t
     assert out["metrics"]["records_failed"] > 0 and out["metrics"]["retries"] > 0
     assert out["metrics"]["records_sent"] + out["metrics"]["records_failed"] == 2402
     _in_send_order(out["logs"])
+
+
+def test_drains_over_three_leaders_with_small_requests_match_the_full_walk():
+    # The incremental ready/drain (RecordAccumulator.nonempty: only queues that
+    # may hold a batch are looked at) against the walks over every partition
+    # (the reference core): three leaders, and a max.request.size that stops
+    # nearly every drain part-way, so each node's next drain starts mid-list
+    # (its drain index) and goes round it - the same batches in the same
+    # requests, in the same order, with the same sequences.
+    def three_leaders():
+        return FakeKafka(nodes=(1, 2, 3), partitions={"t": 600}, leaders={("t", p): 1 + p % 3 for p in range(600)})
+
+    def play(s):
+        s.send("t", b"warm", partition=0)
+        rng = random.Random(23)
+        _keyed_over_many_partitions(s, rng, 0, 3000)
+        s.snapshot("end of sends")
+        return s.finish()
+
+    fast, out = compare(play, kafka_factory=three_leaders, min_fast=2000, linger_ms=5, enable_idempotence=True,
+                        max_request_size=2500)
+    requests = fast.kafka.produce_requests
+    assert {node for node, _ in requests} == {1, 2, 3}
+    # most requests were cut by max.request.size: far fewer batches than partitions waiting
+    assert max(len(req.body["topic_data"][0]["partition_data"]) for _, req in requests) < 40
+    assert out["metrics"]["records_sent"] == 3001
+    _in_send_order(out["logs"])
