@@ -22,7 +22,7 @@ from typing import NamedTuple, Optional, Sequence
 from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.producer._acknowledge import acknowledge, assign_sequence
+from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence
 from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
 from kproto.records import BatchBuilder, read_batches
 
@@ -283,9 +283,7 @@ class Sender:
             return
         acked = req.result.get(ACKNOWLEDGED)
         if acked is not None:            # every batch acknowledged, read in C (read_answer)
-            acknowledged = self.acknowledged
-            for i in range(0, len(acked), 3):
-                acknowledged(acked[i], acked[i + 1], acked[i + 2])
+            acknowledge_all(self, BatchResult, acked)
             return
         seen = set()
         endpoints = req.result.get("node_endpoints")
