@@ -14,14 +14,16 @@ script both ways). :func:`acknowledge_all` acknowledges every batch of a
 Produce answer read in C (kproto/producer/_produce_answer.pyx), reading
 the sender's containers once for the whole answer.
 :func:`assign_sequence` is ``IdempotenceManager.assign`` (the reference),
-called for every batch a Produce request carries.
+called for every batch a Produce request carries; :func:`can_drain` is
+``IdempotenceManager.can_drain`` (the reference), asked for every head of a
+queue a drain looks at.
 """
 from cpython.dict cimport PyDict_GetItemWithError
 from cpython.object cimport PyObject
 
 from kproto.producer._append cimport ProducerBatch
 
-__all__ = ["acknowledge", "acknowledge_all", "assign_sequence"]
+__all__ = ["acknowledge", "acknowledge_all", "assign_sequence", "can_drain"]
 
 # the sequence space of a partition (kproto.producer.idempotence)
 cdef long long MAX_SEQUENCE = 2147483647
@@ -160,3 +162,24 @@ def assign_sequence(idem, ProducerBatch b):
         p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
         (<list?>p.unacked).append(b)
     b.builder.set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)
+
+
+def can_drain(idem, ready_state, ProducerBatch b):
+    """``idem.can_drain(b)`` (IdempotenceManager; ``ready_state`` is
+    PidState.READY): whether a drain may take ``b``, the head of its queue."""
+    cdef object p
+    cdef list unacked
+    cdef PyObject* found
+    if idem.state is not ready_state:
+        return False
+    found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
+    if found == NULL:
+        return True
+    p = <object>found
+    unacked = <list?>p.unacked
+    if not unacked:
+        return True
+    if b.base_sequence >= 0:
+        return unacked[0] is b
+    # the partition's first batch of an epoch goes alone (see the reference)
+    return p.last_acked >= 0

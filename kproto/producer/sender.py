@@ -22,8 +22,9 @@ from typing import NamedTuple, Optional, Sequence
 from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence
+from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence, can_drain
 from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
+from kproto.producer.idempotence import PidState
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -83,6 +84,9 @@ class Sender:
         self.acknowledged = partial(acknowledge, self, BatchResult)
         # assign(batch): its sequence at drain (IdempotenceManager.assign), in C
         self.assign = partial(assign_sequence, idempotence) if idempotence is not None else None
+        # can_drain(batch): whether idempotence lets a drain take a queue's
+        # head (IdempotenceManager.can_drain), in C
+        self.can_drain = partial(can_drain, idempotence, PidState.READY) if idempotence is not None else None
         # read_answer(by_tp, by_id, version, payload): a Produce answer that
         # acknowledges every batch, read in C straight into its batches
         # (kproto/producer/_produce_answer.pyx); None: every answer goes
@@ -96,6 +100,7 @@ class Sender:
         the accumulator walk every partition in ``ready`` and ``drain`` (twin tests)."""
         self.acknowledged = self.acknowledged_in_python
         self.assign = self.idem.assign if self.idem is not None else None
+        self.can_drain = self.idem.can_drain if self.idem is not None else None
         self.read_answer = None
         self.acc.use_walk_reference()
 
@@ -131,9 +136,10 @@ class Sender:
             elif self.client.in_flight(node):
                 # at its limit of requests in flight: its next response brings a round
                 awaited = awaited + (node,)
-        can_drain = self.idem.can_drain if self.idem is not None else None
+        can_drain = self.can_drain
         if txn is not None:
-            can_drain = lambda b: txn.can_drain(b) and self.idem.can_drain(b)  # noqa: E731
+            idem_can_drain = self.can_drain
+            can_drain = lambda b: txn.can_drain(b) and idem_can_drain(b)  # noqa: E731
         drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else {}
         for node in ready_nodes:
             if node not in drained and self.client.in_flight():
