@@ -105,25 +105,7 @@ cdef class ProducerBatch:
     # (its fields are declared in _append.pxd, for the other typed modules)
 
     def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
-        self.topic = topic
-        self.partition = partition
-        self.builder = builder
-        self.parts = []
-        self.created_ms = now
-        self.deadline_ms = deadline_ms
-        self.attempts = 0
-        self.retry_after_ms = 0
-        self.reserved = reserved
-        self.full = False
-        self.base_sequence = -1
-        self.producer_id = -1
-        self.epoch = -1
-        self.done = False
-        self.in_flight = False
-        self.maybe_written = False
-        self.drained_ms = None
-        self.outcome = BatchOutcome(topic, partition)
-        self.callbacks = []
+        _init_batch(self, topic, partition, builder, now, deadline_ms, reserved)
 
     @property
     def tp(self):
@@ -140,6 +122,42 @@ cdef class ProducerBatch:
     def __repr__(self):
         return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
                 f"seq={self.base_sequence} attempts={self.attempts}>")
+
+
+cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBuilder builder, object now,
+                     object deadline_ms, object reserved) except -1:
+    """``ProducerBatch.__init__``: also what ``_new_batch`` runs on an
+    instance made without the Python call (argument parsing per batch)."""
+    self.topic = topic
+    self.partition = partition
+    self.builder = builder
+    self.parts = []
+    self.created_ms = now
+    self.deadline_ms = deadline_ms
+    self.attempts = 0
+    self.retry_after_ms = 0
+    self.reserved = reserved
+    self.full = False
+    self.base_sequence = -1
+    self.producer_id = -1
+    self.epoch = -1
+    self.done = False
+    self.in_flight = False
+    self.maybe_written = False
+    self.drained_ms = None
+    self.outcome = BatchOutcome(topic, partition)
+    self.callbacks = []
+    return 0
+
+
+cdef ProducerBatch _new_batch(object topic, object partition, BatchBuilder builder, object now,
+                              object deadline_ms, object reserved):
+    """``ProducerBatch(topic, partition, builder, now, deadline_ms, reserved)``
+    without the Python call: the fast path opens one per record when keys
+    spread over many partitions."""
+    cdef ProducerBatch batch = ProducerBatch.__new__(ProducerBatch)
+    _init_batch(batch, topic, partition, builder, now, deadline_ms, reserved)
+    return batch
 
 
 cdef class FastAppend:
@@ -281,7 +299,7 @@ cdef class FastAppend:
         acc.used_memory = used + reserve
         acc.waiting_for_memory = False
         deadline = now + acc.delivery_timeout_ms
-        batch = ProducerBatch(topic, p_obj, builder, now, deadline, reserve)
+        batch = _new_batch(topic, p_obj, builder, now, deadline, reserve)
         (<set?>acc.incomplete).add(batch)
         floor = acc._expiry_floor
         if floor is None or deadline < floor:
