@@ -226,7 +226,7 @@ class NetworkClient:
              timeout_ms=None, decoder=None):
         """Queue a request on a ready node; ``callback(request)`` runs when it
         completes or fails (``request.result`` / ``request.error``);
-        ``decoder`` replaces the generic codec for the answer (see
+        ``decoder``: a reader of the answer of the caller's own (see
         ``Connection.send``)."""
         c = self.connections[node]
         if api in BY_TOPIC_ID:

@@ -256,8 +256,9 @@ class InFlightRequest:
         self.done = False
         self.callback = callback
         self.internal = internal
-        # decoder(version, payload) -> (correlation id, body) instead of the
-        # generic codec: the consumer's Fetch answers (kproto.consumer._fetch)
+        # decoder(version, payload): (correlation_id, body) read by a reader of
+        # the caller's own (the consumer's Fetch answers, the producer's Produce
+        # answers), or None to leave the answer to the generic codec
         self.decoder = None
         self._end = 0     # stream offset just past this request's last byte
         self._seq = 0
@@ -605,9 +606,12 @@ class Connection:
         ``body`` is a dict, or a callable taking the chosen version and
         returning the dict, for bodies whose fields differ between versions
         (the codec refuses a field the version lacks rather than drop it).
-        ``decoder(version, payload)``, when given, decodes the response
-        frame instead of the generic codec and returns (correlation id, body);
-        a body that is not a dict carries ``throttle_time_ms`` as an attribute.
+        ``decoder(version, payload)``, if given, reads the answer first: it
+        returns ``(correlation_id, body)``, or None to leave the answer to
+        the generic codec. A body that is not a dict carries
+        ``throttle_time_ms`` as an attribute. The consumer reads its Fetch
+        answers this way (kproto/consumer/_fetch.pyx), the producer a Produce
+        answer that acknowledges every batch (kproto/producer/_produce_answer.pyx).
         Raises NotReadyError unless ``can_send()``.
         """
         if self.state is not ConnectionState.READY:
@@ -814,8 +818,11 @@ class Connection:
     def _decode(self, req, payload):
         # (messages.decode_response also reads the v0 answer a broker gives to
         # an ApiVersions version it does not support.)
-        if req.decoder is not None:
-            return req.decoder(req.version, payload)
+        decoder = req.decoder
+        if decoder is not None:
+            got = decoder(req.version, payload)
+            if got is not None:
+                return got
         return messages.decode_response(req.api, req.version, payload)
 
     # -- handshake & authentication ---------------------------------------------------

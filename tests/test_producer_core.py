@@ -1064,3 +1064,37 @@ def test_new_batches_over_many_partitions_wake_the_driver_once_per_round_and_sti
     assert wakeups < batches / 10, (wakeups, batches)
     assert len(drained) == batches - 1
     assert max(drained) <= 5 + 0.25, max(drained)
+
+
+class _OneLeader:
+    """A cluster whose every partition is led by node 1."""
+
+    def leader(self, topic, partition):
+        return 1
+
+
+@pytest.mark.parametrize("order", ["retrying first", "retrying last"])
+def test_a_retry_back_off_counts_for_the_next_round_whatever_the_queue_order(order):
+    # A leader with one partition sendable now and one backing off for a
+    # retry: the retry time sets the next round in either order (the
+    # incremental ready looks at queues in no fixed order; the walk skipped
+    # the retry when its leader had been found sendable before it).
+    from kproto.producer.accumulator import RecordAccumulator
+
+    for ready in ("ready", "ready_by_walk"):
+        acc = RecordAccumulator(linger_ms=5)
+        tps = [("t", 0), ("t", 1)] if order == "retrying first" else [("t", 1), ("t", 0)]
+        for tp in tps:
+            acc.append(tp[0], tp[1], 0, None, b"v", None, DeliveryHandle(), now=0)
+        retrying = acc.queues[("t", 0)][0]
+        retrying.attempts, retrying.retry_after_ms = 1, 40
+        nodes, delay, unknown = getattr(acc, ready)(_OneLeader(), 10)
+        assert nodes == {1} and unknown == set()
+        assert delay == 30, (ready, order)
+        # and the drain leaves the retrying batch where it is
+        assert [b.partition for b in acc.drain(_ByNode(), [1], 10)[1]] == [1]
+
+
+class _ByNode(_OneLeader):
+    def partitions_by_node(self):
+        return {1: [("t", 0), ("t", 1)]}

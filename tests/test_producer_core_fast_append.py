@@ -16,6 +16,7 @@ wrong delta, skipped a callback, or accepted what the Python path refuses
 fails these tests; each also checks that the fast path did take records.
 """
 import random
+import uuid
 
 import pytest
 
@@ -621,3 +622,74 @@ def test_answers_after_lost_responses_and_expiry_in_flight_match_the_python_path
     assert sorted(v for (_, v) in ((tp, r[2]) for tp, recs in first["logs"].items() for r in recs)
                   if v.startswith(b"lost")) == sorted(b"lost-%d" % i for i in range(12))
     assert failed == 8 and sent == 13                # the late ones expired; their answers changed nothing
+
+
+@pytest.mark.parametrize("topic_ids", [True, False])
+def test_produce_answers_read_in_c_match_the_generic_codec_with_errors_between(topic_ids):
+    # Answers that acknowledge every batch are read in C
+    # (kproto/producer/_produce_answer.pyx; Produce v13 names topics by id),
+    # the others - a partition refused by an injected error, retried after
+    # the backoff or failed for good - by the generic codec: the same
+    # transcript as the reference, which reads every answer generically.
+    def setup(k):
+        k.partitions.update({"t": 300, "u": 40})
+        if topic_ids:
+            k.topic_ids.update({"t": uuid.UUID(int=7), "u": uuid.UUID(int=8)})
+
+    read_in_c = []                   # per answer the fast core got: read in C (True) or left (False)
+
+    def play(s):
+        read = s.core.sender.read_answer
+        if read is not None:
+            def counting(*args):
+                got = read(*args)
+                read_in_c.append(got is not None)
+                return got
+            s.core.sender.read_answer = counting
+        s.send("t", b"warm", partition=0)
+        s.send("u", b"warm", partition=0)
+        s.sim.run_until(lambda: not s.core.pending)
+        rng = random.Random(5)
+        for round_ in range(6):
+            for p in rng.sample(range(300), 4):
+                s.kafka.inject("t", p, rng.choice([6, 7, 46, 87]))   # NOT_LEADER, TIMEOUT, DUPLICATE, INVALID_RECORD
+            _keyed_over_many_partitions(s, rng, round_ * 400, 300, topic="t")
+            _keyed_over_many_partitions(s, rng, round_ * 400 + 300, 100, topic="u")
+        s.snapshot("end of sends")
+        return s.finish()
+
+    fast, out = compare(play, setup=setup, min_fast=1000, linger_ms=5, enable_idempotence=True,
+                        retry_backoff_ms=10)
+    versions = {req.version for _, req in fast.kafka.produce_requests}
+    assert versions == ({13} if topic_ids else {12})
+    assert read_in_c.count(True) >= 20 and read_in_c.count(False) >= 10    # both ways were compared
+    assert out["metrics"]["records_failed"] > 0 and out["metrics"]["retries"] > 0
+    assert out["metrics"]["records_sent"] + out["metrics"]["records_failed"] == 2402
+    _in_send_order(out["logs"])
+
+
+def test_drains_over_three_leaders_with_small_requests_match_the_full_walk():
+    # The incremental ready/drain (RecordAccumulator.nonempty: only queues that
+    # may hold a batch are looked at) against the walks over every partition
+    # (the reference core): three leaders, and a max.request.size that stops
+    # nearly every drain part-way, so each node's next drain starts mid-list
+    # (its drain index) and goes round it - the same batches in the same
+    # requests, in the same order, with the same sequences.
+    def three_leaders():
+        return FakeKafka(nodes=(1, 2, 3), partitions={"t": 600}, leaders={("t", p): 1 + p % 3 for p in range(600)})
+
+    def play(s):
+        s.send("t", b"warm", partition=0)
+        rng = random.Random(23)
+        _keyed_over_many_partitions(s, rng, 0, 3000)
+        s.snapshot("end of sends")
+        return s.finish()
+
+    fast, out = compare(play, kafka_factory=three_leaders, min_fast=2000, linger_ms=5, enable_idempotence=True,
+                        max_request_size=2500)
+    requests = fast.kafka.produce_requests
+    assert {node for node, _ in requests} == {1, 2, 3}
+    # most requests were cut by max.request.size: far fewer batches than partitions waiting
+    assert max(len(req.body["topic_data"][0]["partition_data"]) for _, req in requests) < 40
+    assert out["metrics"]["records_sent"] == 3001
+    _in_send_order(out["logs"])

@@ -10,15 +10,20 @@ was five Python frames per batch (``Sender._complete``,
 ``__new__``. :func:`acknowledge` does the same work, in the same order, on
 the same objects; ``Sender.acknowledged_in_python`` is the reference it is
 checked against (tests/test_producer_core_fast_append.py runs every twin
-script both ways). :func:`assign_sequence` is ``IdempotenceManager.assign``
-(the reference), called for every batch a Produce request carries.
+script both ways). :func:`acknowledge_all` acknowledges every batch of a
+Produce answer read in C (kproto/producer/_produce_answer.pyx), reading
+the sender's containers once for the whole answer.
+:func:`assign_sequence` is ``IdempotenceManager.assign`` (the reference),
+called for every batch a Produce request carries; :func:`can_drain` is
+``IdempotenceManager.can_drain`` (the reference), asked for every head of a
+queue a drain looks at.
 """
 from cpython.dict cimport PyDict_GetItemWithError
 from cpython.object cimport PyObject
 
 from kproto.producer._append cimport ProducerBatch
 
-__all__ = ["acknowledge", "assign_sequence"]
+__all__ = ["acknowledge", "acknowledge_all", "assign_sequence", "can_drain"]
 
 # the sequence space of a partition (kproto.producer.idempotence)
 cdef long long MAX_SEQUENCE = 2147483647
@@ -41,54 +46,105 @@ cdef inline bint _seq_after(long long a, long long b) noexcept:
     return 0 < d < (MAX_SEQUENCE + 1) // 2
 
 
+cdef class _Sender:
+    """What acknowledging reads of the sender (its in-flight map, muted
+    partitions, idempotence manager, accumulator, metrics and results),
+    fetched once per call rather than once per batch."""
+    cdef dict in_flight
+    cdef set muted
+    cdef object idem
+    cdef dict idem_partitions
+    cdef set incomplete
+    cdef list results
+    cdef object result_type
+    cdef long long records          # records acknowledged: for metrics and results_records
+    cdef object released            # memory given back: for acc.used_memory
+
+    def __cinit__(self, sender, result_type):
+        self.in_flight = <dict?>sender.in_flight
+        self.muted = <set?>sender._muted
+        self.idem = sender.idem
+        self.idem_partitions = <dict?>self.idem.partitions if self.idem is not None else None
+        self.incomplete = <set?>sender.acc.incomplete
+        self.results = <list?>sender.results
+        self.result_type = result_type
+        self.records = 0
+        self.released = 0
+
+    cdef int one(self, ProducerBatch b, object base_offset, object log_append_time) except -1:
+        """``sender._complete(b, None, base_offset, log_append_time, now)``,
+        but for the totals (see ``finish``)."""
+        cdef object tp, p, last_acked, idem
+        cdef list unacked
+        cdef PyObject* found
+        cdef long long last
+        self.in_flight.pop(id(b), None)
+        b.in_flight = False
+        tp = (b.topic, b.partition)
+        self.muted.discard(tp)
+        if b.done:                       # expired while in flight; the answer is too late
+            return 0
+        # IdempotenceManager.on_success: the partition's sequences move past it
+        idem = self.idem
+        if idem is not None:
+            found = PyDict_GetItemWithError(self.idem_partitions, tp)
+            if found != NULL:
+                p = <object>found
+                unacked = <list?>p.unacked
+                if unacked and unacked[0] is b:
+                    del unacked[0]
+                else:
+                    try:
+                        unacked.remove(b)
+                    except ValueError:
+                        pass
+                if b.producer_id == idem.producer_id and b.epoch == idem.epoch:
+                    last = _increment_sequence(b.base_sequence, b.builder.record_count - 1)
+                    last_acked = p.last_acked
+                    if last_acked < 0 or _seq_after(last, last_acked):
+                        p.last_acked = last
+        # Sender._finish, for a success
+        b.done = True
+        if b in self.incomplete:         # RecordAccumulator.release
+            self.incomplete.discard(b)
+            self.released = self.released + b.reserved
+        self.records += b.builder.record_count
+        self.results.append(_tuple_new(self.result_type, (
+            b.topic, b.partition, base_offset, log_append_time, None, b.parts, b.outcome, b.callbacks)))
+        return 0
+
+    cdef int finish(self, sender) except -1:
+        """The totals into the sender: memory released, records sent."""
+        cdef object acc
+        if self.released:
+            acc = sender.acc
+            acc.used_memory -= self.released
+        if self.records:
+            (<dict?>sender.metrics)["records_sent"] += self.records
+            sender.results_records += self.records
+        return 0
+
+
 def acknowledge(sender, result_type, ProducerBatch b, base_offset, log_append_time):
     """``sender._complete(b, None, base_offset, log_append_time, now)``: the
     broker wrote batch ``b`` (or already had it). ``result_type`` is
     BatchResult (a named tuple: made here without its Python ``__new__``)."""
-    cdef object tp, idem, p, acc, last_acked
-    cdef list unacked
-    cdef set incomplete
-    cdef dict metrics
-    cdef PyObject* found
-    cdef long long last
-    (<dict?>sender.in_flight).pop(id(b), None)
-    b.in_flight = False
-    tp = (b.topic, b.partition)
-    (<set?>sender._muted).discard(tp)
-    if b.done:                       # expired while in flight; the answer is too late
-        return
-    # IdempotenceManager.on_success: the partition's sequences move past it
-    idem = sender.idem
-    if idem is not None:
-        found = PyDict_GetItemWithError(<dict?>idem.partitions, tp)
-        if found != NULL:
-            p = <object>found
-            unacked = <list?>p.unacked
-            if unacked and unacked[0] is b:
-                del unacked[0]
-            else:
-                try:
-                    unacked.remove(b)
-                except ValueError:
-                    pass
-            if b.producer_id == idem.producer_id and b.epoch == idem.epoch:
-                last = _increment_sequence(b.base_sequence, b.builder.record_count - 1)
-                last_acked = p.last_acked
-                if last_acked < 0 or _seq_after(last, last_acked):
-                    p.last_acked = last
-    # Sender._finish, for a success
-    b.done = True
-    acc = sender.acc
-    incomplete = <set?>acc.incomplete
-    if b in incomplete:              # RecordAccumulator.release
-        incomplete.discard(b)
-        acc.used_memory -= b.reserved
-    n = b.builder.record_count
-    metrics = <dict?>sender.metrics
-    metrics["records_sent"] += n
-    (<list?>sender.results).append(_tuple_new(result_type, (
-        b.topic, b.partition, base_offset, log_append_time, None, b.parts, b.outcome, b.callbacks)))
-    sender.results_records += n
+    cdef _Sender s = _Sender(sender, result_type)
+    s.one(b, base_offset, log_append_time)
+    s.finish(sender)
+
+
+def acknowledge_all(sender, result_type, list acked):
+    """``acknowledge`` for each (batch, base_offset, log_append_time) triple
+    of the flat list ``acked`` (kproto/producer/_produce_answer.pyx), in
+    order, with the sender's objects fetched once for the whole answer."""
+    cdef _Sender s = _Sender(sender, result_type)
+    cdef Py_ssize_t i
+    try:
+        for i in range(0, len(acked) - 2, 3):
+            s.one(<ProducerBatch?>acked[i], acked[i + 1], acked[i + 2])
+    finally:
+        s.finish(sender)             # what was acknowledged counts, whatever happened after
 
 
 def assign_sequence(idem, ProducerBatch b):
@@ -106,3 +162,24 @@ def assign_sequence(idem, ProducerBatch b):
         p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
         (<list?>p.unacked).append(b)
     b.builder.set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)
+
+
+def can_drain(idem, ready_state, ProducerBatch b):
+    """``idem.can_drain(b)`` (IdempotenceManager; ``ready_state`` is
+    PidState.READY): whether a drain may take ``b``, the head of its queue."""
+    cdef object p
+    cdef list unacked
+    cdef PyObject* found
+    if idem.state is not ready_state:
+        return False
+    found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
+    if found == NULL:
+        return True
+    p = <object>found
+    unacked = <list?>p.unacked
+    if not unacked:
+        return True
+    if b.base_sequence >= 0:
+        return unacked[0] is b
+    # the partition's first batch of an epoch goes alone (see the reference)
+    return p.last_acked >= 0

@@ -105,25 +105,7 @@ cdef class ProducerBatch:
     # (its fields are declared in _append.pxd, for the other typed modules)
 
     def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
-        self.topic = topic
-        self.partition = partition
-        self.builder = builder
-        self.parts = []
-        self.created_ms = now
-        self.deadline_ms = deadline_ms
-        self.attempts = 0
-        self.retry_after_ms = 0
-        self.reserved = reserved
-        self.full = False
-        self.base_sequence = -1
-        self.producer_id = -1
-        self.epoch = -1
-        self.done = False
-        self.in_flight = False
-        self.maybe_written = False
-        self.drained_ms = None
-        self.outcome = BatchOutcome(topic, partition)
-        self.callbacks = []
+        _init_batch(self, topic, partition, builder, now, deadline_ms, reserved)
 
     @property
     def tp(self):
@@ -140,6 +122,42 @@ cdef class ProducerBatch:
     def __repr__(self):
         return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
                 f"seq={self.base_sequence} attempts={self.attempts}>")
+
+
+cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBuilder builder, object now,
+                     object deadline_ms, object reserved) except -1:
+    """``ProducerBatch.__init__``: also what ``_new_batch`` runs on an
+    instance made without the Python call (argument parsing per batch)."""
+    self.topic = topic
+    self.partition = partition
+    self.builder = builder
+    self.parts = []
+    self.created_ms = now
+    self.deadline_ms = deadline_ms
+    self.attempts = 0
+    self.retry_after_ms = 0
+    self.reserved = reserved
+    self.full = False
+    self.base_sequence = -1
+    self.producer_id = -1
+    self.epoch = -1
+    self.done = False
+    self.in_flight = False
+    self.maybe_written = False
+    self.drained_ms = None
+    self.outcome = BatchOutcome(topic, partition)
+    self.callbacks = []
+    return 0
+
+
+cdef ProducerBatch _new_batch(object topic, object partition, BatchBuilder builder, object now,
+                              object deadline_ms, object reserved):
+    """``ProducerBatch(topic, partition, builder, now, deadline_ms, reserved)``
+    without the Python call: the fast path opens one per record when keys
+    spread over many partitions."""
+    cdef ProducerBatch batch = ProducerBatch.__new__(ProducerBatch)
+    _init_batch(batch, topic, partition, builder, now, deadline_ms, reserved)
+    return batch
 
 
 cdef class FastAppend:
@@ -159,6 +177,7 @@ cdef class FastAppend:
     cdef object _txn                # TransactionManager or None
     cdef dict _partitions           # Cluster.partitions: topic -> {partition: leader}
     cdef dict _queues               # RecordAccumulator.queues: (topic, partition) -> deque
+    cdef dict _nonempty             # RecordAccumulator.nonempty: the queues that may hold a batch
     cdef dict _sticky               # StickyPartitioner._sticky: topic -> partition
     cdef dict _topic_queues         # topic -> [deque or None by partition] (see the docstring)
     cdef Py_ssize_t _small_record   # key + value below this: no size check needed
@@ -178,6 +197,7 @@ cdef class FastAppend:
         self._txn = core.transactions
         self._partitions = core.cluster.partitions
         self._queues = core.accumulator.queues
+        self._nonempty = core.accumulator.nonempty
         self._sticky = core.partitioner._sticky
         self._topic_queues = {}
         self._small_record = core._small_record
@@ -237,7 +257,7 @@ cdef class FastAppend:
         answer instead: a closed or failed producer (it raises), no room in
         buffer.memory (it blocks), a transaction that refuses the partition."""
         cdef object acc = self._acc
-        cdef object batch_size, limit, reserve, used, ratio, nxt, due, deadline, floor, awaited, leader
+        cdef object batch_size, limit, reserve, used, ratio, nxt, due, deadline, floor, awaited, leader, level
         cdef BatchBuilder builder
         cdef ProducerBatch batch
         if self._core.closed or self._sender.fatal_error is not None:
@@ -268,19 +288,24 @@ cdef class FastAppend:
                     acc.next_round_ms = due if nxt is None or due < nxt else nxt
                     acc.wakeup = True
         # _new_batch
-        builder = BatchBuilder(acc.compression, limit, compression_level=acc.compression_level)
+        level = acc.compression_level
+        # (positional when there is no level: no keyword dict to make and
+        # parse, a fifth of opening a batch)
+        builder = BatchBuilder(acc.compression, limit) if level is None else \
+            BatchBuilder(acc.compression, limit, compression_level=level)
         ratio = (<dict?>acc._ratio).get(topic)
         if ratio is not None and ratio < 1.0:
             builder._set_ratio(min(1.0, ratio * 1.05))
         acc.used_memory = used + reserve
         acc.waiting_for_memory = False
         deadline = now + acc.delivery_timeout_ms
-        batch = ProducerBatch(topic, p_obj, builder, now, deadline, reserve)
+        batch = _new_batch(topic, p_obj, builder, now, deadline, reserve)
         (<set?>acc.incomplete).add(batch)
         floor = acc._expiry_floor
         if floor is None or deadline < floor:
             acc._expiry_floor = deadline
         dq.append(batch)
+        PyDict_SetItem(self._nonempty, (topic, p_obj), dq)
         return batch
 
     def append(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):

@@ -24,6 +24,8 @@ request. Delivery bookkeeping (retries, sequences, expiry) lives on
 from __future__ import annotations
 
 import collections
+from bisect import bisect_left
+
 from kproto.errors import KafkaError
 from kproto.producer._append import ProducerBatch  # typed: the per-record fast path reads it in C
 from kproto.records import BatchBuilder, estimate_size_in_bytes
@@ -75,6 +77,17 @@ class RecordAccumulator:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.max_request_size = max_request_size
         self.queues: dict[tuple, collections.deque] = {}
+        # The queues that may hold a batch (tp -> its deque in ``queues``): a
+        # superset of the non-empty ones. Every batch put in a queue puts its
+        # queue here (the fast path of _append.pyx included); ``ready`` and
+        # ``drain`` drop the ones they find empty. With thousands of
+        # partitions and a batch on a few hundred of them, a round looks at
+        # those few hundred instead of every partition the producer ever wrote.
+        self.nonempty: dict[tuple, collections.deque] = {}
+        # partitions_by_node() last seen by drain, and from it (topic,
+        # partition) -> (leader, index in that leader's list)
+        self._by_node = None
+        self._position: dict = {}
         self.used_memory = 0
         self.flushing = 0          # >0 while a flush/close wants everything sent now
         self.waiting_for_memory = False
@@ -211,6 +224,7 @@ class RecordAccumulator:
             if handle.on_delivery is not None:
                 batch.callbacks += (handle.on_delivery, 0, ts)
         dq.append(batch)
+        self.nonempty[(topic, partition)] = dq
         return batch
 
     def _wants_round(self, topic, partition, now, due):
@@ -246,6 +260,7 @@ class RecordAccumulator:
                 except BufferExhausted:
                     break
                 dq.append(batch)
+                self.nonempty[tp] = dq
                 self.wakeup = True
             first = batch.builder.record_count
             n = batch.builder.append_many(ts, keys, values, headers, i)
@@ -274,39 +289,60 @@ class RecordAccumulator:
         a ready leader's partitions all go with its next request (``drain``
         takes every partition's head), so their linger times need no round
         of their own - while that leader waits for responses, they made the
-        network side wake for nothing, once per partition."""
+        network side wake for nothing, once per partition. Retry back-off
+        times always count (``drain`` skips a batch backing off, whatever
+        its leader does).
+
+        Looks only at the queues that may hold a batch (``nonempty``), in no
+        particular order: nothing here depends on the order.
+        ``ready_by_walk`` is the reference it is checked against."""
+        nonempty = self.nonempty
+        empty = None
+        for tp, dq in nonempty.items():
+            if not dq:
+                if empty is None:
+                    empty = []
+                empty.append(tp)
+        if empty is not None:
+            for tp in empty:
+                del nonempty[tp]
+        return self._ready_over(nonempty.items(), cluster, now, muted)
+
+    def ready_by_walk(self, cluster, now, muted=()):
+        """``ready``, walking every partition's queue (the reference)."""
+        return self._ready_over(self.queues.items(), cluster, now, muted)
+
+    def _ready_over(self, queues, cluster, now, muted):
         nodes = set()
         unknown = set()
         waits = {}                # leader -> the earliest linger wait of its partitions
         retry_delay = None
-        exhausted = self.waiting_for_memory
-        for tp, dq in self.queues.items():
+        anyway = self.waiting_for_memory or self.flushing > 0
+        linger = self.linger_ms
+        for tp, dq in queues:
             if not dq:
                 continue
             leader = cluster.leader(tp[0], tp[1])
             if leader is None:
                 unknown.add(tp[0])
                 continue
-            if leader in nodes or tp in muted:
+            if tp in muted:
                 continue
             batch = dq[0]
             if batch.in_flight:
                 continue
-            backing_off = batch.attempts > 0 and now < batch.retry_after_ms
-            if backing_off:
-                wait = batch.retry_after_ms - now
-            else:
-                wait = batch.created_ms + self.linger_ms - now
-            full = len(dq) > 1 or batch.full
-            sendable = full or wait <= 0 or exhausted or self.flushing > 0
-            if sendable and not backing_off:
-                nodes.add(leader)
-            elif backing_off:
+            if batch.attempts > 0 and now < batch.retry_after_ms:
                 # drain skips it: its retry time counts whatever its leader does
+                wait = batch.retry_after_ms - now
                 if retry_delay is None or wait < retry_delay:
                     retry_delay = wait
+                continue
+            if leader in nodes:
+                continue
+            wait = batch.created_ms + linger - now
+            if anyway or wait <= 0 or batch.full or len(dq) > 1:
+                nodes.add(leader)
             else:
-                wait = max(wait, 0)
                 known = waits.get(leader)
                 if known is None or wait < known:
                     waits[leader] = wait
@@ -317,40 +353,103 @@ class RecordAccumulator:
 
     def drain(self, cluster, nodes, now, can_drain=None):
         """{node: [batches]} with at most ``max_request_size`` bytes per node.
-        ``can_drain(batch)`` (idempotence gating) may veto a partition's head."""
+        ``can_drain(batch)`` (idempotence gating) may veto a partition's head.
+
+        Each node's partitions are taken in the order of its list in
+        ``cluster.partitions_by_node()``, from where its last drain stopped
+        and round the list, as ``drain_by_walk`` (the reference) walks them;
+        but only the partitions whose queue may hold a batch are looked at,
+        in that order (their indexes sorted), not the whole list."""
+        by_node = cluster.partitions_by_node()
+        position = self._positions(by_node)
+        wanted = {node: [] for node in nodes}
+        nonempty = self.nonempty
+        empty = None
+        for tp, dq in nonempty.items():
+            if not dq:
+                if empty is None:
+                    empty = []
+                empty.append(tp)
+                continue
+            where = position.get(tp)
+            if where is not None:
+                found = wanted.get(where[0])
+                if found is not None:
+                    found.append(where[1])
+        if empty is not None:
+            for tp in empty:
+                del nonempty[tp]
+        out = {}
+        for node in nodes:
+            tps = by_node.get(node)
+            if not tps:
+                continue
+            start = self._drain_index.get(node, 0) % len(tps)
+            indexes = wanted[node]
+            indexes.sort()
+            first = bisect_left(indexes, start)
+            batches = self._drain_node(node, tps, indexes[first:] + indexes[:first], start, now, can_drain)
+            if batches:
+                out[node] = batches
+        return out
+
+    def drain_by_walk(self, cluster, nodes, now, can_drain=None):
+        """``drain``, walking every partition of each node (the reference)."""
         out = {}
         by_node = cluster.partitions_by_node()
         for node in nodes:
             tps = by_node.get(node) or []
             if not tps:
                 continue
-            size = 0
-            batches = []
             start = self._drain_index.get(node, 0) % len(tps)
-            for k in range(len(tps)):
-                tp = tps[(start + k) % len(tps)]
-                dq = self.queues.get(tp)
-                if not dq:
-                    continue
-                batch = dq[0]
-                if batch.in_flight or (batch.attempts > 0 and now < batch.retry_after_ms):
-                    continue
-                if can_drain is not None and not can_drain(batch):
-                    continue
-                est = batch.builder.size_in_bytes()
-                if batches and size + est > self.max_request_size:
-                    self._drain_index[node] = (start + k) % len(tps)
-                    break
-                dq.popleft()
-                batch.full = True
-                batch.drained_ms = now
-                size += est
-                batches.append(batch)
-            else:
-                self._drain_index[node] = start + 1
+            batches = self._drain_node(node, tps, [(start + k) % len(tps) for k in range(len(tps))],
+                                       start, now, can_drain)
             if batches:
                 out[node] = batches
         return out
+
+    def _drain_node(self, node, tps, indexes, start, now, can_drain):
+        """The batches one request to ``node`` takes: the heads of the queues
+        of ``tps[i]`` for ``i`` in ``indexes`` (walk order), up to
+        max.request.size; the node's next drain starts where this one
+        stopped (or one further along when it took them all)."""
+        size = 0
+        batches = []
+        queues = self.queues
+        for i in indexes:
+            dq = queues.get(tps[i])
+            if not dq:
+                continue
+            batch = dq[0]
+            if batch.in_flight or (batch.attempts > 0 and now < batch.retry_after_ms):
+                continue
+            if can_drain is not None and not can_drain(batch):
+                continue
+            est = batch.builder.size_in_bytes()
+            if batches and size + est > self.max_request_size:
+                self._drain_index[node] = i
+                return batches
+            dq.popleft()
+            batch.full = True
+            batch.drained_ms = now
+            size += est
+            batches.append(batch)
+        self._drain_index[node] = start + 1
+        return batches
+
+    def _positions(self, by_node):
+        """(topic, partition) -> (leader, index in its list), for ``by_node``
+        (made again only when the cluster made a new one: a metadata change)."""
+        if by_node is not self._by_node:
+            self._position = {tp: (node, i) for node, tps in by_node.items() for i, tp in enumerate(tps)}
+            self._by_node = by_node
+        return self._position
+
+    def use_walk_reference(self):
+        """``ready`` and ``drain`` walk every partition (the references the
+        incremental ones are checked against: the twin tests)."""
+        self.ready = self.ready_by_walk
+        self.drain = self.drain_by_walk
 
     # -- after sending ------------------------------------------------------------------------
     def reenqueue(self, batch, now, backoff_ms):
@@ -360,7 +459,9 @@ class RecordAccumulator:
         batch.full = True
         batch.retry_after_ms = now + backoff_ms
         batch.in_flight = False
-        dq = self.queues.setdefault(batch.tp, collections.deque())
+        tp = batch.tp
+        dq = self.queues.setdefault(tp, collections.deque())
+        self.nonempty[tp] = dq
         self.note_deadline(batch.deadline_ms)
         if batch.has_sequence:
             i = 0

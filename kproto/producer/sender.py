@@ -22,7 +22,9 @@ from typing import NamedTuple, Optional, Sequence
 from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.producer._acknowledge import acknowledge, assign_sequence
+from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence, can_drain
+from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
+from kproto.producer.idempotence import PidState
 from kproto.records import BatchBuilder, read_batches
 
 __all__ = ["Sender", "BatchResult", "DeliveryTimeoutError"]
@@ -87,12 +89,25 @@ class Sender:
         self.acknowledged = partial(acknowledge, self, BatchResult)
         # assign(batch): its sequence at drain (IdempotenceManager.assign), in C
         self.assign = partial(assign_sequence, idempotence) if idempotence is not None else None
+        # can_drain(batch): whether idempotence lets a drain take a queue's
+        # head (IdempotenceManager.can_drain), in C
+        self.can_drain = partial(can_drain, idempotence, PidState.READY) if idempotence is not None else None
+        # read_answer(by_tp, by_id, version, payload): a Produce answer that
+        # acknowledges every batch, read in C straight into its batches
+        # (kproto/producer/_produce_answer.pyx); None: every answer goes
+        # through the generic codec and the dicts of _on_produce (the reference)
+        self.read_answer = read_acknowledged
 
     def use_python_reference(self):
         """Complete and sequence batches with the Python code the C functions
-        of kproto/producer/_acknowledge.pyx are checked against (twin tests)."""
+        of kproto/producer/_acknowledge.pyx are checked against, read every
+        Produce answer with the generic codec (no ``read_answer``), and let
+        the accumulator walk every partition in ``ready`` and ``drain`` (twin tests)."""
         self.acknowledged = self.acknowledged_in_python
         self.assign = self.idem.assign if self.idem is not None else None
+        self.can_drain = self.idem.can_drain if self.idem is not None else None
+        self.read_answer = None
+        self.acc.use_walk_reference()
 
     # -- the loop -----------------------------------------------------------------------
     def run_once(self, now) -> Optional[float]:
@@ -126,9 +141,10 @@ class Sender:
             elif self.client.in_flight(node):
                 # at its limit of requests in flight: its next response brings a round
                 awaited = awaited + (node,)
-        can_drain = self.idem.can_drain if self.idem is not None else None
+        can_drain = self.can_drain
         if txn is not None:
-            can_drain = lambda b: txn.can_drain(b) and self.idem.can_drain(b)  # noqa: E731
+            idem_can_drain = self.can_drain
+            can_drain = lambda b: txn.can_drain(b) and idem_can_drain(b)  # noqa: E731
         drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else {}
         for node in ready_nodes:
             if node not in drained and self.client.in_flight():
@@ -279,8 +295,10 @@ class Sender:
         m = self.metrics
         m["requests"] += 1
         m["batches_sent"] += len(batches)
+        read = self.read_answer
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
-                         callback=lambda req: self._on_produce(req, by_tp, by_id))
+                         callback=lambda req: self._on_produce(req, by_tp, by_id),
+                         decoder=partial(read, by_tp, by_id) if read is not None else None)
 
     def _sticky_partition(self, topic):
         n = self.cluster.partition_count(topic)
@@ -301,6 +319,10 @@ class Sender:
         if req.result is None:           # acks=0: done once written
             for b in by_tp.values():
                 self._complete(b, None, -1, -1, now)
+            return
+        acked = req.result.get(ACKNOWLEDGED)
+        if acked is not None:            # every batch acknowledged, read in C (read_answer)
+            acknowledge_all(self, BatchResult, acked)
             return
         seen = set()
         endpoints = req.result.get("node_endpoints")
@@ -453,6 +475,7 @@ class Sender:
         dq = self.acc.queues[b.tp]
         for nb in reversed(new):
             dq.appendleft(nb)
+        self.acc.nonempty[b.tp] = dq
         if self.idem is not None and b.has_sequence:
             self.idem._forget(b)
             self.idem.request_epoch_bump()
