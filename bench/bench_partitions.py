@@ -61,7 +61,9 @@ def random_keys(n, seed=1):
 
 # -- one measurement, in a child process ----------------------------------------------------------
 
-def produce_kio(bootstrap, topic, n):
+def produce_kio(bootstrap, topic, n, metrics=None):
+    """kio's keyed producer at its defaults; ``metrics``, a dict, gets the
+    producer's metrics() once it has flushed (bench/producer_batching.py)."""
     from kio import Producer
     keys = random_keys(n)
     p = Producer(bootstrap_servers=bootstrap)
@@ -75,6 +77,8 @@ def produce_kio(bootstrap, topic, n):
     try:
         return measure(run, n)
     finally:
+        if metrics is not None:
+            metrics.update(p.metrics())
         p.close()
 
 
