@@ -29,7 +29,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport uint32_t
 
-from kproto._wire cimport Writer, Reader, MAX_TAGGED_FIELDS
+from kproto._wire cimport Writer, Reader
 
 import uuid as _uuid
 from collections.abc import Mapping
@@ -694,11 +694,7 @@ cdef int _dec_tagged(StructPlan sp, Reader r, dict d) except -1:
     cdef uint32_t count, i, tag, size
     cdef Py_ssize_t start, saved_end
     cdef FieldPlan fp
-    start = r.pos
-    count = r.read_uvarint32()
-    if count > MAX_TAGGED_FIELDS:
-        raise DecodeError(f"tagged fields at offset {start}: {count} fields declared, "
-                          f"more than the limit of {MAX_TAGGED_FIELDS} (Kafka's)")
+    count = r.read_tagged_count()
     for i in range(count):
         tag = r.read_uvarint32()
         size = r.read_uvarint32()

@@ -78,6 +78,7 @@ cdef class Reader:
     cpdef int64_t read_varlong(self) except? -1
     cpdef uint64_t read_uvarint(self) except? 0
     cpdef uint32_t read_uvarint32(self) except? 0
+    cdef uint32_t read_tagged_count(self) except? 0
     cpdef object read_string(self)
     cpdef object read_nullable_string(self)
     cpdef object read_compact_string(self)

@@ -345,6 +345,16 @@ cdef class Reader:
         self.pos += n
         return <uint32_t>v
 
+    cdef uint32_t read_tagged_count(self) except? 0:
+        """A tagged-fields section's field count, refused above Kafka's limit
+        (MAX_TAGGED_FIELDS) before anything is read or allocated for it."""
+        cdef Py_ssize_t start = self.pos
+        cdef uint32_t count = self.read_uvarint32()
+        if count > MAX_TAGGED_FIELDS:
+            raise DecodeError(f"tagged fields at offset {start}: {count} fields declared, "
+                              f"more than the limit of {MAX_TAGGED_FIELDS} (Kafka's)")
+        return count
+
     cpdef int32_t read_varint(self) except? -1:
         cdef Py_ssize_t start = self.pos
         cdef int64_t v = unzigzag64(<uint64_t>self.read_uvarint32())

@@ -27,7 +27,7 @@ cimport cython
 from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 
-from kproto._wire cimport Reader, MAX_TAGGED_FIELDS
+from kproto._wire cimport Reader
 
 from kproto.errors import DecodeError
 from kproto.records import CONTROL_ABORT, RecordBatch
@@ -143,11 +143,7 @@ cdef inline Py_ssize_t _array_len(Reader r, bint flexible) except? -2:
 cdef int _skip_tagged(Reader r) except -1:
     """Skip a tagged-fields section whose tags this version does not define."""
     cdef uint32_t count, i, size
-    cdef Py_ssize_t start = r.pos
-    count = r.read_uvarint32()
-    if count > MAX_TAGGED_FIELDS:
-        raise DecodeError(f"tagged fields at offset {start}: {count} fields declared, "
-                          f"more than the limit of {MAX_TAGGED_FIELDS} (Kafka's)")
+    count = r.read_tagged_count()
     for i in range(count):
         r.read_uvarint32()
         size = r.read_uvarint32()
@@ -160,11 +156,8 @@ cdef int _partition_tagged(Reader r, PartitionEntry* e) except -1:
     """A partition's tagged fields: diverging_epoch (0), current_leader (1),
     snapshot_id (2); others are skipped, as the codec does."""
     cdef uint32_t count, i, tag, size
-    cdef Py_ssize_t start = r.pos, saved_end
-    count = r.read_uvarint32()
-    if count > MAX_TAGGED_FIELDS:
-        raise DecodeError(f"tagged fields at offset {start}: {count} fields declared, "
-                          f"more than the limit of {MAX_TAGGED_FIELDS} (Kafka's)")
+    cdef Py_ssize_t start, saved_end
+    count = r.read_tagged_count()
     for i in range(count):
         tag = r.read_uvarint32()
         size = r.read_uvarint32()
@@ -210,11 +203,8 @@ cdef list _node_endpoints(Reader r):
 
 cdef int _top_tagged(Reader r, FetchAnswer a) except -1:
     cdef uint32_t count, i, tag, size
-    cdef Py_ssize_t start = r.pos, saved_end
-    count = r.read_uvarint32()
-    if count > MAX_TAGGED_FIELDS:
-        raise DecodeError(f"tagged fields at offset {start}: {count} fields declared, "
-                          f"more than the limit of {MAX_TAGGED_FIELDS} (Kafka's)")
+    cdef Py_ssize_t start, saved_end
+    count = r.read_tagged_count()
     for i in range(count):
         tag = r.read_uvarint32()
         size = r.read_uvarint32()

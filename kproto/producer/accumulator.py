@@ -296,17 +296,16 @@ class RecordAccumulator:
         Looks only at the queues that may hold a batch (``nonempty``), in no
         particular order: nothing here depends on the order.
         ``ready_by_walk`` is the reference it is checked against."""
+        return self._ready_over(self._live_queues().items(), cluster, now, muted)
+
+    def _live_queues(self):
+        """``nonempty`` with the queues emptied since (by drains, aborts,
+        expiries) dropped: the queues that hold a batch."""
         nonempty = self.nonempty
-        empty = None
-        for tp, dq in nonempty.items():
-            if not dq:
-                if empty is None:
-                    empty = []
-                empty.append(tp)
-        if empty is not None:
-            for tp in empty:
-                del nonempty[tp]
-        return self._ready_over(nonempty.items(), cluster, now, muted)
+        empty = [tp for tp, dq in nonempty.items() if not dq]
+        for tp in empty:
+            del nonempty[tp]
+        return nonempty
 
     def ready_by_walk(self, cluster, now, muted=()):
         """``ready``, walking every partition's queue (the reference)."""
@@ -363,22 +362,12 @@ class RecordAccumulator:
         by_node = cluster.partitions_by_node()
         position = self._positions(by_node)
         wanted = {node: [] for node in nodes}
-        nonempty = self.nonempty
-        empty = None
-        for tp, dq in nonempty.items():
-            if not dq:
-                if empty is None:
-                    empty = []
-                empty.append(tp)
-                continue
+        for tp in self._live_queues():
             where = position.get(tp)
             if where is not None:
                 found = wanted.get(where[0])
                 if found is not None:
                     found.append(where[1])
-        if empty is not None:
-            for tp in empty:
-                del nonempty[tp]
         out = {}
         for node in nodes:
             tps = by_node.get(node)
