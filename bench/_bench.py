@@ -23,11 +23,14 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def create_topic(bootstrap: str, partitions: int = 1) -> str:
+def create_topic(bootstrap: str, partitions: int = 1, configs: dict | None = None) -> str:
+    """A fresh topic (``configs``: its topic configs, e.g. message.timestamp.type)."""
     name = "bench-" + uuid.uuid4().hex[:8]
+    configs = [{"name": k, "value": v} for k, v in (configs or {}).items()]
     with BlockingClient(bootstrap) as c:
         c.request("CreateTopics", {"topics": [{"name": name, "num_partitions": partitions,
-                                               "replication_factor": 1, "assignments": [], "configs": []}],
+                                               "replication_factor": 1, "assignments": [],
+                                               "configs": configs}],
                                    "timeout_ms": 10000})
     return name
 

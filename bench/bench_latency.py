@@ -161,19 +161,31 @@ def produce_aiokafka(bootstrap, topic, rate, total, linger0):
 
 class Tally:
     """The latencies seen, and the CPU from the first record on (the
-    producer's start-up, before it, is not the consumer's cost)."""
+    producer's start-up, before it, is not the consumer's cost).
+
+    With ``--split`` the topic has ``message.timestamp.type=LogAppendTime``:
+    a record's timestamp is the broker's clock when it appended the batch
+    (ms, truncated; same machine, same clock), which splits each latency in
+    send → broker append (the producer's side: linger, the Produce request)
+    and broker append → in the consumer's hands (the Fetch's completion, the
+    answer, the hand-off to poll)."""
 
     def __init__(self):
         self.lat = []
+        self.to_broker = []
         self.cpu0 = None
 
-    def add(self, v):
+    def add(self, v, ts=None):
         if self.cpu0 is None:
             self.cpu0 = cpu()
-        self.lat.append(stamp() - sent_at(v))
+        now = stamp()
+        sent = sent_at(v)
+        self.lat.append(now - sent)
+        if ts is not None:
+            self.to_broker.append(ts * 1000 - sent)
 
     def result(self):
-        return self.lat, (cpu() - self.cpu0) if self.cpu0 is not None else 0.0
+        return self.lat, self.to_broker, (cpu() - self.cpu0) if self.cpu0 is not None else 0.0
 
 
 def _ready():
@@ -191,7 +203,7 @@ def consume_kio(bootstrap, topic, total, deadline):
         t = _ready()
         while len(t.lat) < total and time.monotonic() < deadline:
             for r in c.poll(0.5):
-                t.add(r.value)
+                t.add(r.value, r.timestamp)
         return t.result()
 
 
@@ -204,7 +216,7 @@ async def _consume_kio_async(mod, bootstrap, topic, total, deadline):
         t = _ready()
         while len(t.lat) < total and time.monotonic() < deadline:
             for r in await c.poll(0.5):
-                t.add(r.value)
+                t.add(r.value, r.timestamp)
         return t.result()
 
 
@@ -232,7 +244,7 @@ def consume_confluent(bootstrap, topic, total, deadline):
         while len(t.lat) < total and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is not None and m.error() is None:
-                t.add(m.value())
+                t.add(m.value(), m.timestamp()[1])
         return t.result()
     finally:
         c.close()
@@ -255,7 +267,7 @@ def consume_aiokafka(bootstrap, topic, total, deadline):
             while len(t.lat) < total and time.monotonic() < deadline:
                 for records in (await c.getmany(timeout_ms=500)).values():
                     for r in records:
-                        t.add(r.value)
+                        t.add(r.value, r.timestamp)
             return t.result()
         finally:
             await c.stop()
@@ -271,21 +283,32 @@ CLIENTS = {
 }
 
 
+def percentile(values, q):
+    """The q-quantile of sorted µs values, in ms."""
+    n = len(values)
+    return values[min(n - 1, int(q * n))] / 1000 if n else float("nan")
+
+
 def child(spec):
-    produce, consume = CLIENTS[spec["client"]]
     total = spec["rate"] * spec["seconds"]
     if spec["role"] == "produce":
+        produce = CLIENTS[spec["producer"]][0]
         used = produce(spec["bootstrap"], spec["topic"], spec["rate"], total, spec["linger0"])
         print(json.dumps({"cpu": used}), flush=True)
     else:
-        lat, used = consume(spec["bootstrap"], spec["topic"], total, time.monotonic() + spec["seconds"] + 60)
+        consume = CLIENTS[spec["consumer"]][1]
+        lat, to_broker, used = consume(spec["bootstrap"], spec["topic"], total,
+                                       time.monotonic() + spec["seconds"] + 60)
+        # the consumer's part: arrival - append = latency - (append - send), per record
+        from_broker = sorted(a - b for a, b in zip(lat, to_broker)) if spec["split"] else []
         lat.sort()
-        n = len(lat)
-
-        def pct(q):
-            return lat[min(n - 1, int(q * n))] / 1000 if n else float("nan")
-        print(json.dumps({"received": n, "cpu": used, "p50": pct(0.5), "p99": pct(0.99), "p999": pct(0.999),
-                          "max": lat[-1] / 1000 if n else float("nan")}), flush=True)
+        to_broker.sort()
+        out = {"received": len(lat), "cpu": used, "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99),
+               "p999": percentile(lat, 0.999), "max": lat[-1] / 1000 if lat else float("nan")}
+        if spec["split"]:
+            out.update(send_append_p50=percentile(to_broker, 0.5), send_append_p99=percentile(to_broker, 0.99),
+                       append_poll_p50=percentile(from_broker, 0.5), append_poll_p99=percentile(from_broker, 0.99))
+        print(json.dumps(out), flush=True)
 
 
 def warm_up(bootstrap):
@@ -301,11 +324,14 @@ def warm_up(bootstrap):
         p.send(create_topic(bootstrap), b"warm-up").result(60)
 
 
-def run_pair(bootstrap, client, rate, seconds, linger0):
-    """Consumer started and positioned, then the producer: both results."""
-    topic = create_topic(bootstrap)
-    spec = {"bootstrap": bootstrap, "topic": topic, "client": client, "rate": rate, "seconds": seconds,
-            "linger0": linger0}
+def run_pair(bootstrap, producer, consumer, rate, seconds, linger0, split=False):
+    """Consumer started and positioned, then the producer: both results.
+    ``producer`` and ``consumer`` name clients of CLIENTS (the same one but
+    for ``--pair``); ``split``: a LogAppendTime topic, and the latency split
+    at the broker's append (see Tally)."""
+    topic = create_topic(bootstrap, configs={"message.timestamp.type": "LogAppendTime"} if split else None)
+    spec = {"bootstrap": bootstrap, "topic": topic, "producer": producer, "consumer": consumer, "rate": rate,
+            "seconds": seconds, "linger0": linger0, "split": split}
     me = [sys.executable, os.path.abspath(__file__), "--child"]
     cons = subprocess.Popen(me + [json.dumps({**spec, "role": "consume"})], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -329,22 +355,27 @@ def run_pair(bootstrap, client, rate, seconds, linger0):
     total = rate * seconds
     if c["received"] < total:
         raise RuntimeError(f"the consumer got {c['received']} of {total} records")
-    return {"p50": c["p50"], "p99": c["p99"], "p999": c["p999"], "max": c["max"],
-            "producer_us": p["cpu"] / total * 1e6, "consumer_us": c["cpu"] / total * 1e6}
+    out = {f: c[f] for f, _ in FIELDS + SPLIT_FIELDS if f in c}
+    out.update(producer_us=p["cpu"] / total * 1e6, consumer_us=c["cpu"] / total * 1e6)
+    return out
 
 
 FIELDS = (("p50", "p50 ms"), ("p99", "p99 ms"), ("p999", "p99.9 ms"), ("max", "max ms"),
           ("producer_us", "producer CPU µs/rec"), ("consumer_us", "consumer CPU µs/rec"))
+# with --split: the two sides of the broker's append
+SPLIT_FIELDS = (("send_append_p50", "send→append p50"), ("send_append_p99", "send→append p99"),
+                ("append_poll_p50", "append→poll p50"), ("append_poll_p99", "append→poll p99"))
 
 
-def markdown(results, title):
-    out = [title, "", "| rate/s | settings | client | " + " | ".join(h for _, h in FIELDS) + " |",
-           "|---|---|---|" + "---|" * len(FIELDS)]
-    med = {k: {f: statistics.median(r[f] for r in runs) for f, _ in FIELDS} for k, runs in results.items() if runs}
+def markdown(results, title, split=False):
+    fields = FIELDS + SPLIT_FIELDS if split else FIELDS
+    out = [title, "", "| rate/s | settings | client | " + " | ".join(h for _, h in fields) + " |",
+           "|---|---|---|" + "---|" * len(fields)]
+    med = {k: {f: statistics.median(r[f] for r in runs) for f, _ in fields} for k, runs in results.items() if runs}
     for (client, rate, settings), m in med.items():
         base = med.get(("confluent-kafka", rate, settings))
         cells = []
-        for f, _ in FIELDS:
+        for f, _ in fields:
             ratio = f" ({m[f] / base[f]:.2f}×)" if base and client != "confluent-kafka" and base[f] else ""
             cells.append(f"{m[f]:.1f}{ratio}")
         out.append(f"| {rate:,} | {settings} | {client} | " + " | ".join(cells) + " |")
@@ -384,6 +415,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--settings", default="defaults,linger.ms=0")
     ap.add_argument("--only", action="append", help="run only clients whose name contains this")
+    ap.add_argument("--pair", action="append", metavar="PRODUCER:CONSUMER",
+                    help="also run this crossed pair (client names as in the table, e.g. kio:confluent-kafka)")
+    ap.add_argument("--split", action="store_true",
+                    help="LogAppendTime topics: split the latency at the broker's append")
     ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka")
     ap.add_argument("--bootstrap", help="use this running broker instead of starting one")
     ap.add_argument("--plot", help="write the PNG plot here")
@@ -394,7 +429,14 @@ def main():
         return child(json.loads(args.child))
     rates = [int(r) for r in args.rates.split(",")]
     settings = args.settings.split(",")
-    clients = [c for c in CLIENTS if not args.only or any(o in c for o in args.only)]
+    # (row name, producer client, consumer client): each client with itself, then the crossed pairs
+    rows = [(c, c, c) for c in CLIENTS if not args.only or any(o in c for o in args.only)]
+    for pair in args.pair or ():
+        prod, _, cons = pair.partition(":")
+        for name in (prod, cons):
+            if name not in CLIENTS:
+                ap.error(f"--pair {pair}: {name!r} is not one of {', '.join(CLIENTS)}")
+        rows.append((f"{prod} → {cons}", prod, cons))
     load_before = load_average()
     results = {}
 
@@ -403,17 +445,18 @@ def main():
         for k in range(args.repeat):
             for rate in rates:
                 for which in settings:
-                    for client in clients:
+                    for client, prod, cons in rows:
                         key = (client, rate, which)
                         try:
-                            r = run_pair(bootstrap, client, rate, args.seconds, which != "defaults")
+                            r = run_pair(bootstrap, prod, cons, rate, args.seconds, which != "defaults",
+                                         args.split)
                         except Exception as e:  # noqa: BLE001 - report and go on with the others
                             print(f"{client} {rate} {which}: failed: {e}", file=sys.stderr, flush=True)
                             results.setdefault(key, [])
                             continue
                         results.setdefault(key, []).append(r)
                         print(f"round {k + 1}: {rate:6,}/s {which:12s} {client:16s} "
-                              + " ".join(f"{h} {r[f]:.1f}" for f, h in FIELDS)
+                              + " ".join(f"{h} {r[f]:.1f}" for f, h in FIELDS + SPLIT_FIELDS if f in r)
                               + f" (load {load_average()})", flush=True)
 
     if args.bootstrap:
@@ -423,12 +466,13 @@ def main():
         with local_broker(args.broker) as broker:
             run(broker.bootstrap_servers)
             label = broker_label(broker)
+    extra = "".join(f" --pair {p}" for p in args.pair or ()) + (" --split" if args.split else "")
     title = (f"`python bench/bench_latency.py --seconds {args.seconds} --repeat {args.repeat} --rates "
-             f"{args.rates}`: 100-byte records to one partition; {label}; Python {sys.version.split()[0]}; "
+             f"{args.rates}{extra}`: 100-byte records to one partition; {label}; Python {sys.version.split()[0]}; "
              f"median of {args.repeat} alternating rounds; "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
              f"{load_before} before, {load_average()} after")
-    table = markdown(results, title)
+    table = markdown(results, title, args.split)
     print()
     print(table)
     if args.table:
