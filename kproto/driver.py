@@ -15,7 +15,8 @@ selectors_loop.py`` is a complete one in about a hundred lines):
    application (wake its waiters, run its callbacks).
 5. Sleep until a socket is readable/writable or ``core.next_deadline(now)``
    (an absolute time in the core's milliseconds; ``None``: no timer, only I/O
-   or a call from the application wakes the core).
+   or a call from the application wakes the core), for :func:`wait_ms`: the
+   deadline's round may come up to :data:`TIMER_RESOLUTION_MS` early, never late.
 
 ``now`` is always the caller's monotonic clock in milliseconds; the core never
 reads a clock, opens a socket or starts a thread. The methods the application
@@ -23,11 +24,22 @@ calls (``send``, ``subscribe``, ``commit``...) are each core's own.
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable, List, Optional, Protocol, Union, runtime_checkable
 
 from kproto.client import Close, Connect
 
-__all__ = ["Action", "SansIOCore", "Connect", "Close"]
+__all__ = ["Action", "SansIOCore", "Connect", "Close", "TIMER_RESOLUTION_MS", "wait_ms"]
+
+#: The drivers' timers count whole milliseconds: epoll_wait and poll take
+#: milliseconds, and Python's selectors and the asyncio and trio loops round a
+#: wait *up* to the next one, so a 4.3 ms wait for a linger timer slept 5 ms
+#: and every batch left up to a millisecond after its linger.ms (0.2-0.6 ms
+#: measured; librdkafka rounds down instead). Drivers round *down*
+#: (:func:`wait_ms`): a deadline's round comes up to this much early, and
+#: the producer counts a batch whose linger ends within this as due (Java's
+#: clock is whole milliseconds too: its batches leave within the last one).
+TIMER_RESOLUTION_MS = 1.0
 
 #: What ``poll`` asks the driver to do with sockets.
 Action = Union[Connect, Close]
@@ -72,3 +84,22 @@ class SansIOCore(Protocol):
     def sent(self, node: int, n: int, now: float) -> None:
         """``n`` bytes of ``output(node)`` were written."""
         ...
+
+
+def wait_ms(deadline: Optional[float], now: float) -> Optional[float]:
+    """How long a driver waits for I/O (ms, never negative) before the
+    core's ``deadline`` (``next_deadline``; None: no timer, None returned).
+
+    Whole milliseconds, rounded down, so that the timer, which cannot wait
+    for a fraction, never ends after the deadline: the round comes up to
+    :data:`TIMER_RESOLUTION_MS` early. Under one millisecond the rest is
+    returned as it is: the timer makes it a whole one (late by less than
+    that) rather than a wait of 0, which would spin until the deadline."""
+    if deadline is None:
+        return None
+    left = deadline - now
+    if left <= 0.0:
+        return 0.0
+    if left < TIMER_RESOLUTION_MS:
+        return left
+    return math.floor(left / TIMER_RESOLUTION_MS) * TIMER_RESOLUTION_MS

@@ -9,6 +9,7 @@ import time
 import types
 from typing import Any, Callable, ClassVar, Generator, Optional, Type, TypeVar
 
+from kproto.driver import wait_ms
 from kproto.errors import KafkaError
 
 __all__ = ["INF", "ClosedChecks", "Steps", "Stepper", "now_ms", "wall_ms", "sleep_time", "resolve", "open_socket", "connect_error",
@@ -119,11 +120,13 @@ def wall_ms() -> int:
 
 def sleep_time(deadline, now):
     """How long a driver waits for I/O: until the core's ``next_deadline``
-    (seconds, never negative), or None - no timer at all - when the core has
-    none. A wake-up (a socket, the application) ends the wait earlier; a
+    (seconds, never negative; whole milliseconds rounded down, see
+    :func:`kproto.driver.wait_ms`), or None - no timer at all - when the core
+    has none. A wake-up (a socket, the application) ends the wait earlier; a
     fixed polling interval would only burn CPU, and hide a core that forgot
     to report a deadline."""
-    return None if deadline is None else max(0.0, (deadline - now) / 1000.0)
+    left = wait_ms(deadline, now)
+    return None if left is None else left / 1000.0
 
 
 def resolve(host, port):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 from bisect import bisect_left
 
+from kproto.driver import TIMER_RESOLUTION_MS
 from kproto.errors import KafkaError
 from kproto.producer._append import ProducerBatch  # typed: the per-record fast path reads it in C
 from kproto.records import BatchBuilder, estimate_size_in_bytes
@@ -339,7 +340,9 @@ class RecordAccumulator:
             if leader in nodes:
                 continue
             wait = batch.created_ms + linger - now
-            if anyway or wait <= 0 or batch.full or len(dq) > 1:
+            # due within the drivers' timer resolution: their timer rounds
+            # down (kproto.driver.wait_ms), this round is the linger's own
+            if anyway or wait < TIMER_RESOLUTION_MS or batch.full or len(dq) > 1:
                 nodes.add(leader)
             else:
                 known = waits.get(leader)
