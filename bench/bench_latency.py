@@ -23,7 +23,15 @@ rounds' figures and ratios against confluent-kafka's row of the same rate
 and settings. The Java client is left out (its tools do not timestamp
 records for an end-to-end measure).
 
+``--pair PRODUCER:CONSUMER`` adds a crossed row (e.g. ``kio:confluent-kafka``:
+kio's producer, confluent-kafka's consumer) to find which side holds a gap;
+``--split`` makes the topics LogAppendTime, so each latency splits at the
+broker's append: send → append (the producer's linger and Produce) and
+append → poll (the Fetch, its answer and the hand-off to the application).
+
     python bench/bench_latency.py --seconds 10 --repeat 3 --plot bench/latency.png
+    python bench/bench_latency.py --settings defaults --only kio --only confluent \
+        --pair kio:confluent-kafka --pair confluent-kafka:kio --split
 """
 from __future__ import annotations
 
