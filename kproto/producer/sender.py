@@ -23,7 +23,9 @@ from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence, can_drain
+from kproto.messages import EncodedBody
 from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
+from kproto.producer._produce_request import produce_request_body
 from kproto.producer.idempotence import PidState
 from kproto.records import BatchBuilder, read_batches
 
@@ -34,6 +36,7 @@ MESSAGE_TOO_LARGE = 10
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 UNKNOWN_PRODUCER_ID = 59
+PRODUCE_API_KEY = 0
 
 
 class DeliveryTimeoutError(KafkaTimeoutError):
@@ -97,16 +100,24 @@ class Sender:
         # (kproto/producer/_produce_answer.pyx); None: every answer goes
         # through the generic codec and the dicts of _on_produce (the reference)
         self.read_answer = read_acknowledged
+        # write_request(version, transactional_id, acks, timeout_ms, topics,
+        # ids): a Produce request's body written in C from its batches
+        # (kproto/producer/_produce_request.pyx), None for a version it does
+        # not write; None: every request as dicts for the generic codec
+        # (_body_for_codec, the reference)
+        self.write_request = produce_request_body
 
     def use_python_reference(self):
         """Complete and sequence batches with the Python code the C functions
-        of kproto/producer/_acknowledge.pyx are checked against, read every
-        Produce answer with the generic codec (no ``read_answer``), and let
+        of kproto/producer/_acknowledge.pyx are checked against, write and
+        read every Produce request and answer with the generic codec (no
+        ``write_request``, no ``read_answer``), and let
         the accumulator walk every partition in ``ready`` and ``drain`` (twin tests)."""
         self.acknowledged = self.acknowledged_in_python
         self.assign = self.idem.assign if self.idem is not None else None
         self.can_drain = self.idem.can_drain if self.idem is not None else None
         self.read_answer = None
+        self.write_request = None
         self.acc.use_walk_reference()
 
     # -- the loop -----------------------------------------------------------------------
@@ -241,10 +252,10 @@ class Sender:
         # carries a batch of a record or two per partition, so per-topic work
         # (metadata.max.idle.ms bookkeeping, the sticky partition) is done once
         # per topic, not once per batch.
-        topics: dict = {}
+        topics: dict = {}          # topic -> its batches, in drain order
         by_tp = {}
         assign, acc, in_flight, muted = self.assign, self.acc, self.in_flight, self._muted
-        compressed, guarantee_order = acc.compression, self.guarantee_order
+        guarantee_order = self.guarantee_order
         floor = self._in_flight_floor
         sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
         for b in batches:
@@ -254,9 +265,7 @@ class Sender:
             parts = topics.get(topic)
             if parts is None:
                 parts = topics[topic] = []
-            parts.append({"index": b.partition, "records": b.builder.build()})
-            if compressed:
-                acc.record_compression(b)
+            parts.append(b)
             by_tp[(topic, b.partition)] = b
             b.in_flight = True
             in_flight[id(b)] = b
@@ -285,13 +294,20 @@ class Sender:
                 by_id = {ids[t]: t for t in topics}
             else:
                 version = 12
-        if by_id is None:
-            topic_data = [{"name": t, "partition_data": parts} for t, parts in topics.items()]
-        else:
-            topic_data = [{"topic_id": ids[t], "partition_data": parts} for t, parts in topics.items()]
-        body = {"transactional_id": self.idem.transactional_id if self.idem is not None else None,
-                "acks": self.acks, "timeout_ms": self.cfg.request_timeout_ms,
-                "topic_data": topic_data}
+        transactional_id = self.idem.transactional_id if self.idem is not None else None
+        body = None
+        write = self.write_request
+        if write is not None and version is not None:
+            data = write(version, transactional_id, self.acks, self.cfg.request_timeout_ms, topics,
+                         ids if by_id is not None else None)
+            if data is not None:
+                body = EncodedBody(PRODUCE_API_KEY, version, data)
+        if body is None:
+            body = self._body_for_codec(transactional_id, topics, ids if by_id is not None else None)
+        if acc.compression:
+            # after the batches were built: their compression ratios are known
+            for b in batches:
+                acc.record_compression(b)
         m = self.metrics
         m["requests"] += 1
         m["batches_sent"] += len(batches)
@@ -299,6 +315,18 @@ class Sender:
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
                          callback=lambda req: self._on_produce(req, by_tp, by_id),
                          decoder=partial(read, by_tp, by_id) if read is not None else None)
+
+    def _body_for_codec(self, transactional_id, topics, ids):
+        """The Produce request as a dict for the generic codec (by topic id
+        when ``ids`` is given): the reference of ``write_request``, and the
+        body of a version it does not write."""
+        topic_data = []
+        for t, batches in topics.items():
+            entry = {"name": t} if ids is None else {"topic_id": ids[t]}
+            entry["partition_data"] = [{"index": b.partition, "records": b.builder.build()} for b in batches]
+            topic_data.append(entry)
+        return {"transactional_id": transactional_id, "acks": self.acks,
+                "timeout_ms": self.cfg.request_timeout_ms, "topic_data": topic_data}
 
     def _sticky_partition(self, topic):
         n = self.cluster.partition_count(topic)

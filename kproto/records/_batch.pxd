@@ -36,3 +36,7 @@ cdef class BatchBuilder:
                                 const unsigned char* vp, Py_ssize_t vn,
                                 object hseq, Py_ssize_t hcount, Py_ssize_t hsize) except -1
     cdef int _set_ratio(self, double ratio) except -1
+    # The built batch (what build() returns): its size, then written at a
+    # pointer, so a request writer puts it in place without a bytes object.
+    cdef Py_ssize_t _built_size(self) except -1
+    cdef int _write_built(self, unsigned char* o, Py_ssize_t total) except -1
