@@ -97,6 +97,12 @@ cdef class ProducerBatch:
     every record) while the batch waits; :func:`complete_results` calls
     them, in record order with the parts.
 
+    Both are the shared empty tuple until something goes in
+    (:meth:`parts_list`, :meth:`callbacks_list` make the list): with keys
+    over many partitions most batches hold a record or two, and with kio's
+    handles (attached, no callback) neither list was ever used - two
+    objects per batch the cyclic GC walked while the batch waited.
+
     ``full``: no more appends (drained, retried, split, or refused a
     record); only the last batch of a partition's queue may be open.
     ``maybe_written``: an attempt ended without an answer (timeout,
@@ -106,6 +112,14 @@ cdef class ProducerBatch:
 
     def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
         _init_batch(self, topic, partition, builder, now, deadline_ms, reserved)
+
+    def parts_list(self):
+        """``parts`` as a list to add to (made on first use)."""
+        return _parts_list(self)
+
+    def callbacks_list(self):
+        """``callbacks`` as a list to add to (made on first use)."""
+        return _callbacks_list(self)
 
     @property
     def tp(self):
@@ -131,7 +145,7 @@ cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBu
     self.topic = topic
     self.partition = partition
     self.builder = builder
-    self.parts = []
+    self.parts = _EMPTY_TUPLE
     self.created_ms = now
     self.deadline_ms = deadline_ms
     self.attempts = 0
@@ -146,8 +160,20 @@ cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBu
     self.maybe_written = False
     self.drained_ms = None
     self.outcome = BatchOutcome(topic, partition)
-    self.callbacks = []
+    self.callbacks = _EMPTY_TUPLE
     return 0
+
+
+cdef inline list _parts_list(ProducerBatch b):
+    if type(b.parts) is not list:
+        b.parts = list(b.parts)
+    return <list>b.parts
+
+
+cdef inline list _callbacks_list(ProducerBatch b):
+    if type(b.callbacks) is not list:
+        b.callbacks = list(b.callbacks)
+    return <list>b.callbacks
 
 
 cdef ProducerBatch _new_batch(object topic, object partition, BatchBuilder builder, object now,
@@ -395,7 +421,7 @@ cdef class FastAppend:
         notify = self._hnotify
         plain = self._hplain
         if notify:
-            parts = batch.parts
+            parts = _parts_list(batch)
         else:
             if plain:
                 try:
@@ -405,7 +431,7 @@ cdef class FastAppend:
             else:
                 on_delivery = handle.on_delivery
             if on_delivery is not None:
-                parts = batch.callbacks
+                parts = _callbacks_list(batch)
         if self._txn is not None:
             self._txn.maybe_add_partition((topic, p_obj))
         count = builder.record_count

@@ -472,11 +472,11 @@ class ProducerCore(DriverIO):
                 if builder.append(ts, key, value, headers):
                     handle._delta = n
                     if handle.notify:
-                        batch.parts.append(handle)
+                        batch.parts_list().append(handle)
                     else:
                         handle._outcome = batch.outcome
                         if handle.on_delivery is not None:
-                            batch.callbacks += (handle.on_delivery, n, ts)
+                            batch.callbacks_list().extend((handle.on_delivery, n, ts))
                     self._queued += 1
                     return handle
         try:

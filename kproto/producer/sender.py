@@ -482,14 +482,14 @@ class Sender:
                 if a < z:
                     if bare:
                         handle._delta = a - s
-                        nb.parts.append(handle)
+                        nb.parts_list().append(handle)
                     else:
-                        nb.parts.append((handle, a - s, z - a))
+                        nb.parts_list().append((handle, a - s, z - a))
         cbs = b.callbacks
         for i in range(0, len(cbs), 3):
             delta = cbs[i + 1]
             k = bisect.bisect_right(starts, delta) - 1
-            new[k].callbacks += (cbs[i], delta - starts[k], cbs[i + 2])
+            new[k].callbacks_list().extend((cbs[i], delta - starts[k], cbs[i + 2]))
         b.outcome.split([(starts[k], nb.outcome) for k, nb in enumerate(new)])
         # Memory: the original reservation is handed over to the first piece.
         self.acc.incomplete.discard(b)

@@ -6,6 +6,11 @@ from libc.stdint cimport int32_t, int64_t
 cimport cython
 
 
+# Not tracked by the cyclic GC (no_gc, in _batch.pyx): its only object fields are the
+# compressed records (bytes) and the compression level (an int or None), which
+# cannot refer back to it, so it can be in no reference cycle. The producer
+# keeps one per batch alive until the broker answers; tracked, each was one
+# more object for every collection to walk and one more towards the next.
 @cython.final
 cdef class BatchBuilder:
     cdef unsigned char* buf

@@ -272,6 +272,7 @@ cdef unsigned char* _write_headers(unsigned char* w, unsigned char* wend, object
 # ---------------------------------------------------------------------------
 # builder
 
+@cython.no_gc                   # why: see _batch.pxd
 cdef class BatchBuilder:
     """Accumulates records into one RecordBatch v2 (magic 2).
 
@@ -302,6 +303,11 @@ cdef class BatchBuilder:
             self.compression = 0           # the common case, without a Python call
         else:
             self.compression = _compression.check_codec(compression)
+        if compression_level is not None and type(compression_level) is not int:
+            # exactly an int: the builder is not tracked by the cyclic GC
+            # (see _batch.pxd), so it must hold nothing that could refer back to it
+            raise TypeError(f"compression_level must be an int or None, not "
+                            f"{type(compression_level).__name__}")
         self.compression_level = compression_level
         self.batch_size = batch_size
         self._set_ratio(compression_ratio_estimate)
