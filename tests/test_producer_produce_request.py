@@ -129,3 +129,44 @@ def test_the_built_batch_is_the_same_through_build_and_the_writer():
         batch.validate_crc()
         assert [r.key for r in batch.records()] == [b"k%d" % i for i in range(50)]
         assert built == b.builder.build()
+
+
+def test_the_batches_of_a_request_are_gathered_in_c_as_the_python_reference_gathers_them():
+    """gather_batches (C) against Sender.gather_in_python on two identical
+    cores: sequences, the request's topics and partitions, the in-flight map
+    and expiry floor, muted partitions (one request in flight per
+    connection), and the sticky partitioner moved by first attempts only."""
+    try:
+        from test_producer_core import FakeKafka, make
+    except ImportError:  # pragma: no cover
+        from tests.test_producer_core import FakeKafka, make
+    outcomes = []
+    for in_c in (True, False):
+        core, kafka, sim = make(FakeKafka(partitions={"t": 5, "u": 3}), max_in_flight_requests_per_connection=1)
+        sim.send(b"warm", partition=0)
+        sim.send(b"warm", topic="u", partition=0)
+        sim.run_until(lambda: not core.pending)
+        for i in range(60):                         # queued, no round: one request's worth
+            sim.send(b"v%d" % i, topic="t" if i % 3 else "u", key=b"k%d" % (i % 9) if i % 2 == 0 else None)
+        sender = core.sender
+        batches = [b for dq in core.accumulator.queues.values() for b in dq]
+        assert len(batches) > 6
+        for b in batches[1::3]:
+            b.attempts = 1                           # sent before: no sticky bookkeeping
+        sticky_before = dict(core.partitioner._sticky)
+        topics, by_tp = {}, {}
+        (sender.gather if in_c else sender.gather_in_python)(batches, topics, by_tp, sim.now)
+        outcomes.append({
+            "topics": {t: [(b.partition, b.base_sequence, b.producer_id, b.epoch) for b in bs]
+                       for t, bs in topics.items()},
+            "by_tp": {tp: (b.topic, b.partition) for tp, b in by_tp.items()},
+            "in_flight": sorted((b.topic, b.partition, b.base_sequence) for b in sender.in_flight.values()),
+            "marked": [b.in_flight for b in batches],
+            "muted": sorted(sender._muted),
+            "floor": sender._in_flight_floor,
+            "sticky": (sticky_before, dict(core.partitioner._sticky)),
+        })
+    assert outcomes[0] == outcomes[1]
+    out = outcomes[0]
+    assert out["muted"] == sorted(out["by_tp"]) and all(out["marked"]) and out["floor"] is not None
+    assert out["sticky"][0] != out["sticky"][1], "no sticky partition moved: nothing was compared"

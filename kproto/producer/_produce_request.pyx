@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
-"""A Produce request body written in C straight from the drained batches.
+"""A Produce request body written in C straight from the drained batches,
+and the batches' bookkeeping as they are sent.
 
 With keys spread over many partitions a Produce request carries hundreds of
 batches of a record or two. The generic codec (kproto._codec) wanted a dict
@@ -16,15 +17,24 @@ compact lengths and (empty) tagged fields from 9, topics by id from 13
 dicts for the generic codec, which stays the reference: with
 ``Sender.use_python_reference()`` every request goes that way, and
 tests/test_producer_produce_request.py checks both give the same bytes.
+
+:func:`gather_batches` is the sender's per-batch loop before a request is
+written (``Sender.gather_in_python``, the reference): each batch's sequence,
+its place in the request and in the in-flight map, the expiry floor, muting
+and the sticky partitioner, per batch in drain order, with a Python call
+only per topic (or when the sticky partition's batch goes out).
 """
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
+from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_FromVoidPtr
+from cpython.object cimport PyObject
 from libc.stdint cimport int32_t
 
 from kproto._wire cimport Writer
 from kproto.producer._append cimport ProducerBatch
 from kproto.records._batch cimport BatchBuilder
 
-__all__ = ["produce_request_body", "FIRST_VERSION", "LAST_VERSION"]
+__all__ = ["gather_batches", "produce_request_body", "FIRST_VERSION", "LAST_VERSION"]
 
 #: the versions written here (the sender's); others go to the generic codec
 FIRST_VERSION = 3
@@ -102,3 +112,52 @@ cpdef bytes produce_request_body(int version, object transactional_id, int acks,
     if flexible:
         w.write_uvarint(0)                      # the request's tagged fields
     return w.getvalue()
+
+
+def gather_batches(sender, list batches, dict topics, dict by_tp, now):
+    """``Sender.gather_in_python(batches, topics, by_tp, now)`` in C, the
+    same steps in the same order: for each batch its sequence
+    (``sender.assign``), then ``topics`` (topic -> its batches) and
+    ``by_tp`` ((topic, partition) -> batch) of the request, marked in flight
+    (``sender.in_flight``, the expiry floor), muted when the sender
+    guarantees order; a first attempt also tells the sticky partitioner
+    (``sender.first_attempt_of_topic`` once per topic,
+    ``sender.sticky_batch_sent`` for the sticky partition's batch)."""
+    cdef object assign = sender.assign
+    cdef dict in_flight = <dict?>sender.in_flight
+    cdef set muted = <set?>sender._muted if sender.guarantee_order else None
+    cdef object floor = sender._in_flight_floor
+    cdef dict sticky = {}            # topic -> its sticky partition (None: none), for first attempts
+    cdef ProducerBatch b
+    cdef object topic, tp, partition, chosen
+    cdef PyObject* found
+    for item in batches:
+        b = <ProducerBatch?>item
+        if assign is not None:
+            assign(b)
+        topic = b.topic
+        partition = b.partition
+        found = PyDict_GetItemWithError(topics, topic)
+        if found == NULL:
+            PyDict_SetItem(topics, topic, [b])
+        else:
+            PyList_Append(<list?><object>found, b)
+        tp = (topic, partition)
+        PyDict_SetItem(by_tp, tp, b)
+        b.in_flight = True
+        PyDict_SetItem(in_flight, PyLong_FromVoidPtr(<void*>b), b)      # id(b)
+        if floor is None or b.deadline_ms < floor:
+            floor = b.deadline_ms
+        if muted is not None:
+            muted.add(tp)
+        if b.attempts == 0:
+            found = PyDict_GetItemWithError(sticky, topic)
+            if found == NULL:
+                chosen = sender.first_attempt_of_topic(topic, now)
+                PyDict_SetItem(sticky, topic, chosen)
+            else:
+                chosen = <object>found
+            # only a batch of the topic's sticky partition moves the sticky choice
+            if chosen == partition:
+                PyDict_SetItem(sticky, topic, sender.sticky_batch_sent(topic, partition))
+    sender._in_flight_floor = floor

@@ -25,7 +25,7 @@ from kproto.errors import KafkaError, KafkaTimeoutError
 from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence, can_drain
 from kproto.messages import EncodedBody
 from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
-from kproto.producer._produce_request import produce_request_body
+from kproto.producer._produce_request import gather_batches, produce_request_body
 from kproto.producer.idempotence import PidState
 from kproto.records import BatchBuilder, read_batches
 
@@ -106,6 +106,9 @@ class Sender:
         # not write; None: every request as dicts for the generic codec
         # (_body_for_codec, the reference)
         self.write_request = produce_request_body
+        # gather(batches, topics, by_tp, now): the per-batch bookkeeping of a
+        # request, in C (gather_batches); gather_in_python is its reference
+        self.gather = partial(gather_batches, self)
 
     def use_python_reference(self):
         """Complete and sequence batches with the Python code the C functions
@@ -118,6 +121,7 @@ class Sender:
         self.can_drain = self.idem.can_drain if self.idem is not None else None
         self.read_answer = None
         self.write_request = None
+        self.gather = self.gather_in_python
         self.acc.use_walk_reference()
 
     # -- the loop -----------------------------------------------------------------------
@@ -254,36 +258,8 @@ class Sender:
         # per topic, not once per batch.
         topics: dict = {}          # topic -> its batches, in drain order
         by_tp = {}
-        assign, acc, in_flight, muted = self.assign, self.acc, self.in_flight, self._muted
-        guarantee_order = self.guarantee_order
-        floor = self._in_flight_floor
-        sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
-        for b in batches:
-            if assign is not None:
-                assign(b)
-            topic = b.topic
-            parts = topics.get(topic)
-            if parts is None:
-                parts = topics[topic] = []
-            parts.append(b)
-            by_tp[(topic, b.partition)] = b
-            b.in_flight = True
-            in_flight[id(b)] = b
-            if floor is None or b.deadline_ms < floor:
-                floor = b.deadline_ms
-            if guarantee_order:
-                muted.add(b.tp)
-            if b.attempts == 0:
-                if topic not in sticky:
-                    self.cluster.touch(topic, now)
-                    sticky[topic] = self._sticky_partition(topic)
-                # Only a batch of the topic's sticky partition moves the sticky
-                # choice (on_new_batch would do nothing else).
-                if sticky[topic] == b.partition:
-                    n = self.cluster.partition_count(topic)
-                    self.partitioner.on_new_batch(topic, n, b.partition, self.cluster.available_partitions(topic))
-                    sticky[topic] = self._sticky_partition(topic)
-        self._in_flight_floor = floor
+        self.gather(batches, topics, by_tp, now)
+        acc = self.acc
         # Produce v13 (KIP-516) names topics by id only: used when the broker
         # offers it and every topic's id is known, else v12 and names.
         version = self.client.api_version(node, "Produce")
@@ -315,6 +291,54 @@ class Sender:
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
                          callback=lambda req: self._on_produce(req, by_tp, by_id),
                          decoder=partial(read, by_tp, by_id) if read is not None else None)
+
+    def gather_in_python(self, batches, topics, by_tp, now):
+        """Each batch of a request, in drain order: its sequence, its place
+        in ``topics`` (topic -> batches) and ``by_tp``, in flight (and the
+        expiry floor), muted when order is guaranteed, and for a first
+        attempt the sticky partitioner's bookkeeping. ``gather`` does this
+        in C (kproto/producer/_produce_request.pyx); this is its reference."""
+        assign, in_flight, muted = self.assign, self.in_flight, self._muted
+        guarantee_order = self.guarantee_order
+        floor = self._in_flight_floor
+        sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
+        for b in batches:
+            if assign is not None:
+                assign(b)
+            topic = b.topic
+            parts = topics.get(topic)
+            if parts is None:
+                parts = topics[topic] = []
+            parts.append(b)
+            by_tp[(topic, b.partition)] = b
+            b.in_flight = True
+            in_flight[id(b)] = b
+            if floor is None or b.deadline_ms < floor:
+                floor = b.deadline_ms
+            if guarantee_order:
+                muted.add(b.tp)
+            if b.attempts == 0:
+                if topic not in sticky:
+                    sticky[topic] = self.first_attempt_of_topic(topic, now)
+                # Only a batch of the topic's sticky partition moves the sticky
+                # choice (on_new_batch would do nothing else).
+                if sticky[topic] == b.partition:
+                    sticky[topic] = self.sticky_batch_sent(topic, b.partition)
+        self._in_flight_floor = floor
+
+    def first_attempt_of_topic(self, topic, now):
+        """A request carries first attempts of ``topic``: its
+        metadata.max.idle.ms bookkeeping; returns its sticky partition (None: none)."""
+        self.cluster.touch(topic, now)
+        return self._sticky_partition(topic)
+
+    def sticky_batch_sent(self, topic, partition):
+        """The first attempt of a batch of ``topic``'s sticky partition goes
+        out: the partitioner moves on (``on_new_batch``); returns the new
+        sticky partition."""
+        n = self.cluster.partition_count(topic)
+        self.partitioner.on_new_batch(topic, n, partition, self.cluster.available_partitions(topic))
+        return self._sticky_partition(topic)
 
     def _body_for_codec(self, transactional_id, topics, ids):
         """The Produce request as a dict for the generic codec (by topic id
