@@ -83,3 +83,20 @@ def test_the_builder_is_not_tracked_and_takes_only_an_int_level():
         with pytest.raises(TypeError, match=r"compression_level must be an int or None, not "
                                             + type(level).__name__):
             BatchBuilder(1, 1000, compression_level=level)
+
+
+def test_a_batch_outcome_is_made_as_the_class_makes_it():
+    """Opening a batch copies its BatchOutcome from a template instead of
+    the class call (kproto/producer/_append.pyx): the same slots and values,
+    a tracked object of its own."""
+    from kproto.producer._append import OUTCOME_COPIED, new_outcome
+    from kproto.producer.outcome import BatchOutcome
+    assert OUTCOME_COPIED, "BatchOutcome changed: outcomes are made by the class call again"
+    made, called = new_outcome("t", 3), BatchOutcome("t", 3)
+    assert type(made) is BatchOutcome and gc.is_tracked(made)
+    assert [(n, getattr(made, n)) for n in BatchOutcome.__slots__] == \
+        [(n, getattr(called, n)) for n in BatchOutcome.__slots__]
+    made.watch("a handle")
+    made.finish(7, 8, None)
+    other = new_outcome("u", 0)
+    assert (other.watchers, other.done, other.base_offset, other.topic) == (None, False, -1, "u")
