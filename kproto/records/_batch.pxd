@@ -45,3 +45,6 @@ cdef class BatchBuilder:
     # pointer, so a request writer puts it in place without a bytes object.
     cdef Py_ssize_t _built_size(self) except -1
     cdef int _write_built(self, unsigned char* o, Py_ssize_t total) except -1
+    # set_producer_state for C callers; is_transactional -1 leaves it as it is
+    cdef int _set_producer_state(self, int64_t producer_id, int producer_epoch, int32_t base_sequence,
+                                 int is_transactional) except -1

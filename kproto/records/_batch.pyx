@@ -473,13 +473,21 @@ cdef class BatchBuilder:
                            int32_t base_sequence, is_transactional=None):
         """Set idempotence/transaction fields (at drain time); cheap, no rebuild
         of the records."""
+        self._set_producer_state(producer_id, producer_epoch, base_sequence,
+                                 -1 if is_transactional is None else bool(is_transactional))
+
+    cdef int _set_producer_state(self, int64_t producer_id, int producer_epoch, int32_t base_sequence,
+                                 int is_transactional) except -1:
+        """``set_producer_state`` for C callers (the sender's sequencing,
+        kproto/producer/_acknowledge.pyx): ``is_transactional`` -1 leaves it."""
         if not -32768 <= producer_epoch <= 32767:
             raise ValueError(f"producer_epoch {producer_epoch} does not fit in int16")
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        if is_transactional is not None:
-            self.is_transactional = bool(is_transactional)
+        if is_transactional >= 0:
+            self.is_transactional = is_transactional
+        return 0
 
     def set_base_offset(self, int64_t base_offset):
         self.base_offset = base_offset
