@@ -3,7 +3,8 @@
 Opens ``--batches`` batches on a ``ProducerCore`` (one record each, every
 record to a partition of its own, no round in between: the batches wait as
 they do while a Produce is in flight) and counts the GC-tracked objects
-alive before and after, by type, per batch. With a handle that is told one
+alive before and after, by type, per batch (each batch here is its
+partition's first, so the partition's deque counts too). With a handle that is told one
 by one (the core's ``DeliveryHandle``: ``--handle told``) or attached to its
 batch's outcome (kio's ``DeliveryFuture``: ``--handle attached``)::
 
@@ -48,7 +49,7 @@ def count(batches: int, handle: str) -> tuple:
     for p, h in enumerate(handles):
         core.send("t", b"x" * 100, key=b"k", partition=p, now=sim.now, handle=h)
     after = tracked_by_type()
-    assert sum(len(dq) for dq in core.accumulator.queues.values()) == batches + 0, "one batch per record"
+    assert sum(len(dq) for dq in core.accumulator.queues.values()) == batches, "one batch per record"
     diff = {k: (after[k] - before[k]) / batches for k in after if after[k] != before[k]}
     return sum(after.values()) - sum(before.values()), diff
 

@@ -22,8 +22,8 @@ from typing import NamedTuple, Optional, Sequence
 from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
-from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence, can_drain
 from kproto.messages import EncodedBody
+from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence, can_drain
 from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
 from kproto.producer._produce_request import gather_batches, produce_request_body
 from kproto.producer.idempotence import PidState
