@@ -250,7 +250,16 @@ class Engine:
                 self._lost(node, conn, e)
                 return
             if n:
+                client = self.core.client
+                progress = client.progress
                 self.core.sent(node, n, now_ms())
-                self.kick()
+                # A round only when the write completed something (a request
+                # without a response) or changed the connection: a written
+                # request changes no deadline (its timeout runs from when it
+                # was queued) and what is left to write is this loop's. A
+                # round per write was a third round per batch of a quiet
+                # producer (drain, write, answer: issue 27).
+                if client.progress != progress:
+                    self.kick()
             else:
                 await self.io.wait_writable(sock)
