@@ -12,8 +12,9 @@ thing), then flushes. Printed as one JSON line:
   ns), by thread name (``comm``): the caller's thread, kio's network thread,
   librdkafka's ``rdk:*`` threads;
 * kio only, from counters wrapped around the core by this script: ``rounds``
-  (``core.poll`` calls), ``kicks`` (wake-ups of the network side asked by
-  ``send()``), ``timer_rounds`` (threading: rounds after a select that
+  (``core.poll`` calls), ``kicks`` (wake-ups of the network side for a round:
+  flush), ``deadline_kicks`` (``send()``'s wake-ups for a batch it opened,
+  which only move the network side's deadline), ``timer_rounds`` (threading: rounds after a select that
   returned no event), and the producer's ``batches`` and ``requests``;
   ``rounds_per_batch`` = rounds / batches.
 
@@ -100,6 +101,7 @@ def counters(p, core):
     """Wrap kio's core and driver with counters; returns a function reading them."""
     rounds = Counted(core, "poll")
     kicks = Counted(p, "_kick")
+    deadline_kicks = Counted(p, "_kick_deadline")
     timer = TimerRounds(p._net) if hasattr(p, "_net") else None
     start = dict(rounds=0, kicks=0, timer=0, batches=core.metrics()["batches_sent"],
                  requests=core.metrics()["requests"])
@@ -107,7 +109,7 @@ def counters(p, core):
     def read():
         m = core.metrics()
         batches = m["batches_sent"] - start["batches"]
-        out = {"rounds": rounds.n, "kicks": kicks.n, "batches": batches,
+        out = {"rounds": rounds.n, "kicks": kicks.n, "deadline_kicks": deadline_kicks.n, "batches": batches,
                "requests": m["requests"] - start["requests"],
                "rounds_per_batch": round(rounds.n / batches, 3) if batches else None}
         if timer is not None:
@@ -115,7 +117,7 @@ def counters(p, core):
         return out
 
     def reset():
-        rounds.n = kicks.n = 0
+        rounds.n = kicks.n = deadline_kicks.n = 0
         if timer is not None:
             timer.n = 0
         start["batches"], start["requests"] = core.metrics()["batches_sent"], core.metrics()["requests"]
