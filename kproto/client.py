@@ -590,8 +590,11 @@ class NetworkClient:
         the metadata update they asked for and their Connect actions. The
         timeouts, idle connections and telemetry that :meth:`poll` checked at
         this ``now`` cannot have changed; checking them again cost every
-        round of a quiet producer a second walk of its connections."""
-        self._maybe_update_metadata(now)
+        round of a quiet producer a second walk of its connections. Nor can
+        the metadata's refresh time: only an update asked since (``need_update``)
+        or a rebootstrap makes it due."""
+        if self.cluster.need_update or self._reconnect_bootstrap:
+            self._maybe_update_metadata(now)
         actions, self._actions = self._actions, []
         self._polled_progress = self.progress
         return actions

@@ -181,7 +181,12 @@ class ProducerOps(MetricSubscriptionOps):
         finally:
             lock.release()
         if wake:
-            self._kick_deadline()
+            if core.transactions is None:
+                self._kick_deadline()
+            else:
+                # A transaction's new partition needs AddPartitionsToTxn
+                # before its batch may leave: that request goes out now.
+                self._kick()
         if answer is not handle:
             return self._blocking(self._blocked_steps(answer))
         return handle
