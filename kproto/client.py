@@ -102,10 +102,10 @@ class NetworkClient:
         # poll and next_deadline walk the connections only once it has come:
         # a quiet producer's rounds (a timer's, a send()'s wake-up) walked
         # them twice each for nothing (issue 27). Set by next_deadline's walk
-        # when every connection is READY (or DISCONNECTED: no deadline),
-        # lowered by every request queued (_due_by), and dropped by whatever
-        # else can bring a deadline earlier (_walk_again): a connect, a
-        # connection event other than a completed request, a throttle.
+        # (_walk_deadlines) when every connection is READY (or DISCONNECTED:
+        # no deadline), lowered by every request queued (send), and dropped
+        # (None) by whatever else can bring a deadline earlier: a connect, a
+        # connection event other than a completed request, a throttle, close.
         self._conn_due: Optional[float] = None
         # Nodes a core asked for (ready / least_loaded_node) and could not have
         # because they back off: next_deadline wakes the driver when they can
