@@ -121,8 +121,7 @@ def test_a_wake_that_asks_no_round_only_moves_the_network_threads_deadline():
         driver._net.wake()                        # a wake-up that asks for a round gets one
         _wait_for(lambda: core.polls > seen)
     finally:
-        driver._stop_network()
-        driver._net.close()
+        driver._stop_network()                    # the thread closes its SocketLoop as it ends
 
 
 def test_wake_flags_a_round_only_when_asked():
