@@ -205,14 +205,18 @@ class RecordAccumulator:
                             batch.callbacks_list().extend((handle.on_delivery, n, ts))
                     return batch
                 batch.full = True
-                # a full batch is sendable now, not after linger.ms
-                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now)
-            else:
-                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
+                # a full batch is sendable now, not after linger.ms (asked even
+                # while a wake-up is pending: drivers woken without a round
+                # only read next_round_ms, which must hold the earliest due)
+                if self._wants_round(topic, partition, now, now):
+                    self.wakeup = True
+            elif self._wants_round(topic, partition, now, now + self.linger_ms):
+                self.wakeup = True
         else:
             if dq is None:
                 dq = self.queues[(topic, partition)] = collections.deque()
-            self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
+            if self._wants_round(topic, partition, now, now + self.linger_ms):
+                self.wakeup = True
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
