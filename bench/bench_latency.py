@@ -10,7 +10,14 @@ minus that. Reported: p50, p99, p99.9 and max latency, and the whole-process
 CPU (getrusage user+system, every thread) per record of the producer (from
 its first send to the end of its flush) and of the consumer (from the
 first record until the last arrived), both idle time included:
-what an application running far below its peak pays.
+what an application running far below its peak pays. The producer's figure
+includes its pacing loop (a sleep per record or so), and the loops differ
+between clients: ``time.sleep`` for the threading ones (kio, confluent-kafka),
+an asyncio or trio sleep for the others, which cost more CPU. Each round
+therefore also runs each pacing loop alone at each rate (a process that only
+makes the values), and the table gives what is left above it ("above its
+pacing loop"): the client's own cost, whose ratios compare clients paced by
+different loops.
 
 Clients: kio threading (``kio.Producer``/``kio.Consumer``), kio asyncio
 (``kio.aio``), kio trio (``kio.trio``), confluent-kafka (``produce`` +
@@ -89,6 +96,28 @@ async def paced_async(send, rate, total, sleep):
             i += 1
         ahead = t0 + i / rate - time.monotonic()
         await sleep(ahead if ahead > 0 else 0)
+
+
+def pace_alone(loop, rate, total):
+    """The pacing loop of ``loop`` ("threads", "asyncio", "trio") with a send
+    that only makes the record's value: CPU seconds. A producer's CPU per
+    record includes its loop's, and the loops differ (an asyncio sleep costs
+    more CPU than time.sleep, a trio sleep more again): what is left above the
+    loop is the client's own cost, comparable between clients whatever loop
+    paces them."""
+    c0 = cpu()
+    if loop == "threads":
+        paced(value, rate, total)
+    else:
+        async def send():
+            value()
+        if loop == "asyncio":
+            import asyncio
+            asyncio.run(paced_async(send, rate, total, asyncio.sleep))
+        else:
+            import trio
+            trio.run(paced_async, send, rate, total, trio.sleep)
+    return cpu() - c0
 
 
 def produce_kio(bootstrap, topic, rate, total, linger0):
@@ -282,6 +311,10 @@ def consume_aiokafka(bootstrap, topic, total, deadline):
     return asyncio.run(main())
 
 
+# The pacing loop each client's producer runs in (see pace_alone).
+PACING = {"kio": "threads", "kio asyncio": "asyncio", "kio trio": "trio", "confluent-kafka": "threads",
+          "aiokafka": "asyncio"}
+
 CLIENTS = {
     "kio": (produce_kio, consume_kio),
     "kio asyncio": (produce_kio_asyncio, consume_kio_asyncio),
@@ -299,6 +332,9 @@ def percentile(values, q):
 
 def child(spec):
     total = spec["rate"] * spec["seconds"]
+    if spec["role"] == "pace":
+        print(json.dumps({"cpu": pace_alone(spec["loop"], spec["rate"], total)}), flush=True)
+        return
     if spec["role"] == "produce":
         produce = CLIENTS[spec["producer"]][0]
         used = produce(spec["bootstrap"], spec["topic"], spec["rate"], total, spec["linger0"])
@@ -368,8 +404,17 @@ def run_pair(bootstrap, producer, consumer, rate, seconds, linger0, split=False)
     return out
 
 
+def run_pacing(loop, rate, seconds):
+    """CPU µs per record of the pacing loop ``loop`` alone, in a process of its own."""
+    me = [sys.executable, os.path.abspath(__file__), "--child"]
+    out = subprocess.run(me + [json.dumps({"role": "pace", "loop": loop, "rate": rate, "seconds": seconds})],
+                         capture_output=True, timeout=seconds + 60, check=True)
+    return json.loads(out.stdout.decode().splitlines()[-1])["cpu"] / (rate * seconds) * 1e6
+
+
 FIELDS = (("p50", "p50 ms"), ("p99", "p99 ms"), ("p999", "p99.9 ms"), ("max", "max ms"),
-          ("producer_us", "producer CPU µs/rec"), ("consumer_us", "consumer CPU µs/rec"))
+          ("producer_us", "producer CPU µs/rec"), ("above_pacing_us", "producer CPU above its pacing loop µs/rec"),
+          ("consumer_us", "consumer CPU µs/rec"))
 # with --split: the two sides of the broker's append
 SPLIT_FIELDS = (("send_append_p50", "send→append p50"), ("send_append_p99", "send→append p99"),
                 ("append_poll_p50", "append→poll p50"), ("append_poll_p99", "append→poll p99"))
@@ -452,6 +497,11 @@ def main():
         warm_up(bootstrap)
         for k in range(args.repeat):
             for rate in rates:
+                # this round's cost of each pacing loop at this rate, alone
+                loops = sorted({PACING[prod] for _, prod, _ in rows})
+                pacing = {loop: run_pacing(loop, rate, args.seconds) for loop in loops}
+                print(f"round {k + 1}: {rate:6,}/s pacing loops alone, CPU µs/rec: "
+                      + ", ".join(f"{loop} {us:.1f}" for loop, us in pacing.items()), flush=True)
                 for which in settings:
                     for client, prod, cons in rows:
                         key = (client, rate, which)
@@ -462,6 +512,7 @@ def main():
                             print(f"{client} {rate} {which}: failed: {e}", file=sys.stderr, flush=True)
                             results.setdefault(key, [])
                             continue
+                        r["above_pacing_us"] = r["producer_us"] - pacing[PACING[prod]]
                         results.setdefault(key, []).append(r)
                         print(f"round {k + 1}: {rate:6,}/s {which:12s} {client:16s} "
                               + " ".join(f"{h} {r[f]:.1f}" for f, h in FIELDS + SPLIT_FIELDS if f in r)

@@ -40,11 +40,18 @@ from _callgrind import instructions  # noqa: E402
 VALUE = b"x" * 100
 
 
-def run(partitions: int, records: int, rate: int, deadline_every_send: bool = False) -> dict:
-    """Send ``records`` keyed records over ``partitions`` partitions in simulated time."""
+def run(partitions: int, records: int, rate: int, deadline_every_send: bool = False,
+        handle: str = "told") -> dict:
+    """Send ``records`` keyed records over ``partitions`` partitions in simulated time,
+    each with the core's own handle (``told``, completed one by one) or kio's
+    ``DeliveryFuture`` (``attached`` to its batch's outcome)."""
     import random
 
     from test_producer_core import FakeKafka, make
+    if handle == "attached":
+        from kio.producer import DeliveryFuture as make_handle
+    else:
+        make_handle = None
 
     core, kafka, sim = make(FakeKafka(partitions={"t": partitions}))
     rnd = random.Random(1)
@@ -57,7 +64,10 @@ def run(partitions: int, records: int, rate: int, deadline_every_send: bool = Fa
     deadline = core.next_deadline(sim.now)
     for i, key in enumerate(keys):
         sim.now = start + i * step_ms
-        core.send("t", VALUE, key=key, now=sim.now)
+        if make_handle is None:
+            core.send("t", VALUE, key=key, now=sim.now)
+        else:
+            core.send("t", VALUE, key=key, now=sim.now, handle=make_handle())
         if deadline_every_send:
             deadline = core.next_deadline(sim.now)
         if acc.wakeup or (deadline is not None and deadline <= sim.now):
@@ -77,12 +87,14 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--rate", type=int, default=60_000, help="records per simulated second")
     ap.add_argument("--callgrind", metavar="N0,N1", help="instructions per record: two runs under callgrind")
+    ap.add_argument("--handle", choices=["told", "attached"], default="told",
+                    help="the core's DeliveryHandle (default) or kio's DeliveryFuture, attached to its batch")
     ap.add_argument("--deadline-every-send", action="store_true",
                     help="ask the core for its next deadline after every send (this bench's old way)")
     args = ap.parse_args()
-    every = ["--deadline-every-send"] if args.deadline_every_send else []
+    every = (["--deadline-every-send"] if args.deadline_every_send else []) + ["--handle", args.handle]
     if not args.callgrind:
-        m = run(args.partitions, args.records, args.rate, args.deadline_every_send)
+        m = run(args.partitions, args.records, args.rate, args.deadline_every_send, args.handle)
         print(f"{args.partitions} partitions, {args.records:,} records: {m['batches_sent']:,} batches, "
               f"{m['requests']:,} requests")
         return
@@ -96,13 +108,14 @@ def main() -> None:
                             "--rate", str(args.rate), *every], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
             found.append(instructions(out))
-    m0, m1 = (run(args.partitions, n, args.rate, args.deadline_every_send) for n in counts)
+    m0, m1 = (run(args.partitions, n, args.rate, args.deadline_every_send, args.handle) for n in counts)
     dn = counts[1] - counts[0]
     print(f"{args.partitions} partitions at {args.rate:,} records/s (simulated): "
           f"{(found[1] - found[0]) / dn:,.0f} instructions per record (callgrind, whole process, "
           f"{counts[0]:,} vs {counts[1]:,} records); {(m1['batches_sent'] - m0['batches_sent']) / dn:.3f} "
           f"batches and {(m1['requests'] - m0['requests']) / dn:.4f} requests per record"
-          f"{' (deadline after every send)' if args.deadline_every_send else ''}")
+          f"{' (deadline after every send)' if args.deadline_every_send else ''}"
+          f"{' (attached handles)' if args.handle == 'attached' else ''}")
 
 
 if __name__ == "__main__":

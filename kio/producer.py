@@ -338,6 +338,12 @@ class Producer(ProducerOps, ThreadDriver):
     def _kick(self) -> None:
         self._net.wake()
 
+    def _kick_deadline(self) -> None:
+        # No round: the network thread looks at the core's deadline again
+        # (ThreadDriver._network_loop), which now holds the new batch's. A
+        # round here was a third one per batch at low rates (issue 27).
+        self._net.wake(round=False)
+
     def _on_network_thread(self) -> bool:
         return threading.current_thread() is self._thread
 

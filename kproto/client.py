@@ -29,7 +29,7 @@ import random
 from typing import Callable, NamedTuple, Optional
 
 from kproto.cluster import ClusterMetadata
-from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState
+from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState, RequestCompleted
 from kproto.error_codes import error_for_code
 from kproto.errors import AllBrokersDownError, AuthenticationError
 from kproto.sasl import authenticator_for
@@ -54,6 +54,9 @@ class Connect(NamedTuple):
 class Close(NamedTuple):
     node: int
     reason: str
+
+
+_READY, _DISCONNECTED = ConnectionState.READY, ConnectionState.DISCONNECTED
 
 
 class NetworkClient:
@@ -94,6 +97,16 @@ class NetworkClient:
         self._brokers_check_cluster = False
         self.progress = 0                   # bumped whenever connection events were handled
         self._polled_progress = 0           # ``progress`` at the end of the last poll
+        # No connection has a deadline before this (request and setup timeouts,
+        # idle closing, re-authentication, a throttle's end); None: unknown.
+        # poll and next_deadline walk the connections only once it has come:
+        # a quiet producer's rounds (a timer's, a send()'s wake-up) walked
+        # them twice each for nothing (issue 27). Set by next_deadline's walk
+        # (_walk_deadlines) when every connection is READY (or DISCONNECTED:
+        # no deadline), lowered by every request queued (send), and dropped
+        # (None) by whatever else can bring a deadline earlier: a connect, a
+        # connection event other than a completed request, a throttle, close.
+        self._conn_due: Optional[float] = None
         # Nodes a core asked for (ready / least_loaded_node) and could not have
         # because they back off: next_deadline wakes the driver when they can
         # be used again, so no core needs a polling timer to notice.
@@ -159,6 +172,7 @@ class NetworkClient:
             return True
         if c.can_connect(now):
             c.start_connect(now)
+            self._conn_due = None               # its setup timeout: walk again
             self._actions.append(Connect(node, c.host, c.port))
         else:
             self._wanted.add(node)
@@ -235,8 +249,12 @@ class NetworkClient:
             self.stats["requests"] += 1
             if expect_response:
                 callback = self._timed(node, api, callback)
-        return c.send(api, body, now, version=version, expect_response=expect_response,
-                      timeout_ms=timeout_ms, callback=callback, decoder=decoder)
+        req = c.send(api, body, now, version=version, expect_response=expect_response,
+                     timeout_ms=timeout_ms, callback=callback, decoder=decoder)
+        due = self._conn_due
+        if due is not None and req.deadline < due:
+            self._conn_due = req.deadline       # its timeout is the earliest deadline now
+        return req
 
     def _by_topic_id(self, c, api, body, version, callback):
         """OffsetCommit/OffsetFetch v10, TxnOffsetCommit v6 (topics by id
@@ -438,12 +456,16 @@ class NetworkClient:
         c = self.connections.get(node)
         if c is not None and c.state is ConnectionState.CONNECTING:
             c.expected_broker = self._expected_broker(node, c)
+            self._conn_due = None               # the handshake's requests: walk again
             self._handle(c.connection_made(now), now)
 
     def received(self, node, data, now):
         c = self.connections.get(node)
         if c is not None:
             self._handle(c.receive_data(data, now), now)
+            t = c.throttled_until
+            if t is not None and t > now:
+                self._conn_due = None           # a throttle (KIP-219): its end needs a round
 
     def disconnected(self, node, now, exc=None):
         c = self.connections.get(node)
@@ -471,6 +493,10 @@ class NetworkClient:
             # not on every partial read.
             self.progress += 1
         for ev in events:
+            # A completed request only takes a deadline away; anything else
+            # (a connection closed or ready, a request failed) walks again.
+            if type(ev) is not RequestCompleted:
+                self._conn_due = None
             if isinstance(ev, ConnectionClosed):
                 self.stats["connection_close"] += 1
                 if getattr(ev.error, "code", None) == REBOOTSTRAP_REQUIRED:
@@ -538,11 +564,13 @@ class NetworkClient:
     # -- the loop ----------------------------------------------------------------------------
     def poll(self, now) -> list:
         """Timeouts, idle connections, metadata refresh; returns driver actions."""
-        for node, c in list(self.connections.items()):
-            if c.is_connected:
-                self._handle(c.check_timeouts(now), now)
-                if c.is_idle(now):
-                    self._handle(c.close("idle", now), now)
+        due = self._conn_due
+        if due is None or now >= due:
+            for node, c in list(self.connections.items()):
+                if c.is_connected:
+                    self._handle(c.check_timeouts(now), now)
+                    if c.is_idle(now):
+                        self._handle(c.close("idle", now), now)
         self._maybe_update_metadata(now)
         tel = self.telemetry
         if tel is not None and not self.closing:
@@ -562,8 +590,11 @@ class NetworkClient:
         the metadata update they asked for and their Connect actions. The
         timeouts, idle connections and telemetry that :meth:`poll` checked at
         this ``now`` cannot have changed; checking them again cost every
-        round of a quiet producer a second walk of its connections."""
-        self._maybe_update_metadata(now)
+        round of a quiet producer a second walk of its connections. Nor can
+        the metadata's refresh time: only an update asked since (``need_update``)
+        or a rebootstrap makes it due."""
+        if self.cluster.need_update or self._reconnect_bootstrap:
+            self._maybe_update_metadata(now)
         actions, self._actions = self._actions, []
         self._polled_progress = self.progress
         return actions
@@ -575,11 +606,9 @@ class NetworkClient:
             # out of the next poll, so that is due now. The deadlines below
             # were computed without them and could sleep past the work.
             return now
-        best = None
-        for c in self.connections.values():
-            for d in (c.next_deadline(now), c.idle_deadline):
-                if d is not None and (best is None or d < best):
-                    best = d
+        best = self._conn_due
+        if best is None or now >= best:
+            best = self._walk_deadlines(now)
         if self._metadata_in_flight is None and not self.closing and (self.cluster.need_update
                                                                       or self.cluster.topics):
             d = self.cluster.time_to_next_update(now)
@@ -604,9 +633,24 @@ class NetworkClient:
                 best = t
         return best
 
+    def _walk_deadlines(self, now) -> Optional[float]:
+        """The earliest deadline of any connection (see ``_conn_due``, set here)."""
+        best = None
+        keep = True
+        for c in self.connections.values():
+            state = c.state
+            if (state is not _READY and state is not _DISCONNECTED) or c.reauthenticating:
+                keep = False                    # setting up: its internal requests bypass send()
+            for d in (c.next_deadline(now), c.idle_deadline):
+                if d is not None and (best is None or d < best):
+                    best = d
+        self._conn_due = best if keep else None
+        return best
+
     def close(self, now):
         """Close every connection (fails what is in flight); returns Close actions."""
         self.closing = True
+        self._conn_due = None
         if self.telemetry is not None and not self.telemetry.done:
             self.telemetry.state = TelemetryState.TERMINATED     # too late for a push
         for node, c in self.connections.items():

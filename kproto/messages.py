@@ -8,8 +8,9 @@ schema tables (:mod:`kproto.schema`) and the compiled codec engine
 (:mod:`kproto._codec`) into:
 
 - :class:`Api` objects (``APIS_BY_KEY``, ``APIS_BY_NAME``, :func:`api`);
-- client side: :func:`encode_request`, :func:`decode_response`,
-  :func:`peek_correlation_id`;
+- client side: :func:`encode_request` (a body as a dict, or an
+  :class:`EncodedBody` written by a typed writer of its own),
+  :func:`decode_response`, :func:`peek_correlation_id`;
 - server side (scripted brokers in tests): :func:`decode_request`,
   :func:`encode_response`;
 - the consumer protocol's embedded structs: :func:`encode_struct`,
@@ -30,7 +31,7 @@ from kproto.schema import headers as _headers
 
 __all__ = [
     "Api", "APIS_BY_KEY", "APIS_BY_NAME", "api",
-    "encode_request", "decode_response", "peek_correlation_id",
+    "encode_request", "EncodedBody", "decode_response", "peek_correlation_id",
     "decode_request", "encode_response",
     "encode_struct", "decode_struct", "STRUCT_SCHEMAS",
 ]
@@ -158,13 +159,36 @@ def _check_end(r: Reader, label: str) -> None:
 
 # -- client side ------------------------------------------------------------------
 
+class EncodedBody:
+    """A request body already encoded, for one API and version: the
+    producer writes its Produce requests in C straight from its batches
+    (kproto/producer/_produce_request.pyx), where the generic codec would
+    need a dict per partition first. :func:`encode_request` puts the bytes
+    after the header as they are."""
+
+    __slots__ = ("api_key", "version", "data")
+
+    def __init__(self, api_key: int, version: int, data: bytes):
+        self.api_key = api_key
+        self.version = version
+        self.data = data
+
+    def __repr__(self):
+        return f"<EncodedBody api_key={self.api_key} v{self.version} {len(self.data)} bytes>"
+
+
 def encode_request(api_, version: int, correlation_id: int, client_id, body) -> bytes:
     """A complete request frame: 4-byte big-endian size, header, body.
 
     api_ is an Api, a name or a key; client_id a str or None; body a dict
-    (missing fields take their defaults; None means all defaults)."""
+    (missing fields take their defaults; None means all defaults) or an
+    :class:`EncodedBody` of this API and version."""
     a = api(api_)
-    plan = a.request_plan(version)
+    encoded = type(body) is EncodedBody
+    if encoded and (body.api_key != a.key or body.version != version):
+        raise EncodeError(f"{a.name} v{version} request: the body was encoded for api key "
+                          f"{body.api_key} v{body.version}")
+    plan = None if encoded else a.request_plan(version)
     w = Writer()
     w.write_int32(0)
     header = {"request_api_key": a.key, "request_api_version": version,
@@ -173,7 +197,10 @@ def encode_request(api_, version: int, correlation_id: int, client_id, body) -> 
         _codec.encode(_REQUEST_HEADER_PLANS[a.request_header_version(version)], header, w)
     except EncodeError as exc:
         raise EncodeError(f"{a.name} v{version} request: {exc}") from None
-    _codec.encode(plan, {} if body is None else body, w)
+    if encoded:
+        w.write_raw(body.data)
+    else:
+        _codec.encode(plan, {} if body is None else body, w)
     w.write_int32_at(0, len(w) - 4)
     return w.getvalue()
 

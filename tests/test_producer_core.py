@@ -567,7 +567,7 @@ def test_message_too_large_split_resolves_attached_handles_through_the_outcome()
     called = []
     futs[-1].add_done_callback(lambda f: called.append(f.result().offset))
     batch = core.accumulator.queues[("t", 0)][0]
-    assert batch.parts == [] and futs[7]._outcome is batch.outcome and futs[7]._delta == 7
+    assert batch.parts == () and futs[7]._outcome is batch.outcome and futs[7]._delta == 7
     sim.run_until(lambda: all(f.done() for f in futs))
     assert core.metrics()["splits"] == 1 and batch.outcome.children is not None
     assert [f.result(0).offset for f in futs] == list(range(40))

@@ -532,6 +532,35 @@ def test_retried_and_split_batches_are_not_appended_to():
     assert out["metrics"]["splits"] > 0 and out["metrics"]["retries"] > 0
 
 
+def test_ordered_keyless_and_retried_sends_over_two_topics_match():
+    # The sender's per-batch bookkeeping of a request (gather_batches in C,
+    # Sender.gather_in_python the reference): with one request in flight per
+    # connection every batch sent mutes its partition; keyless records move
+    # each topic's sticky partition as its batch goes out; injected errors
+    # send batches again (attempts > 0: no sticky bookkeeping then).
+    def play(s):
+        s.send("t", b"warm", partition=0)
+        s.send("u", b"warm", partition=0)
+        rng = random.Random(11)
+        for rnd in range(10):
+            for topic, n in (("t", 4), ("u", 3)):
+                s.kafka.inject(topic, rng.randrange(n), rng.choice([6, 7]))   # NOT_LEADER, TIMED_OUT
+            for i in range(80):
+                topic = "t" if i % 3 else "u"
+                s.send(topic, b"r%d-%d" % (rnd, i) + b"x" * rng.randrange(300),
+                       key=b"k%d" % rng.randrange(50) if i % 4 == 0 else None,
+                       kind=HANDLE_KINDS[i % len(HANDLE_KINDS)])
+                if i % 16 == 15:
+                    s.sim.advance(rng.choice([1, 3, 20, 150]))
+                    s.snapshot(f"round {rnd} step {i}")
+        return s.finish()
+
+    fast, out = compare(play, setup=lambda k: k.partitions.update({"t": 4, "u": 3}), min_fast=300,
+                        batch_size=2048, linger_ms=2, max_in_flight_requests_per_connection=1)
+    assert out["metrics"]["retries"] > 0
+    assert {tp for tp in out["logs"]} == {("t", p) for p in range(4)} | {("u", p) for p in range(3)}
+
+
 def test_on_delivery_callbacks_get_record_metadata_in_record_order_and_one_raising_stops_none(caplog):
     # kproto/producer/_callbacks.pyx calls them: each gets a RecordMetadata
     # (or None and the error), merged in record order with told handles.

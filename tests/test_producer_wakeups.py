@@ -20,15 +20,19 @@ except ImportError:  # pragma: no cover
 TICK = 0.25          # ms of fake time per step of the simulated driver
 
 
-def _run_paced(rtt_ms, records=2000, every_ms=1.0, linger_ms=5):
+def _run_paced(rtt_ms, records=2000, every_ms=1.0, linger_ms=5, deadline_only=False):
     """Send ``records`` one every ``every_ms`` to one partition, the broker
     answering each Produce ``rtt_ms`` after it was written. Returns
     (wake-ups asked by send(), timer rounds, answer rounds, batches, the
-    longest time a batch waited in the accumulator)."""
+    longest time a batch waited in the accumulator). ``deadline_only``: a
+    wake-up asked by send() runs no round, the driver only looks at the
+    core's deadline again (as kio's drivers do: SocketLoop.wake(round=False),
+    Engine.kick(round=False))."""
     core, kafka, sim = make(FakeKafka(), linger_ms=linger_ms)
     sim.send(b"warm")
     sim.run_until(lambda: not core.pending)
     acc, broker = core.accumulator, kafka.brokers[1]
+    acc.wakeup = False                   # taken, as a driver's send() takes it
     waited = []
     drain = acc.drain
 
@@ -51,7 +55,8 @@ def _run_paced(rtt_ms, records=2000, every_ms=1.0, linger_ms=5):
             if acc.wakeup:
                 acc.wakeup = False
                 wakeups += 1
-                sim.step()
+                if not deadline_only:
+                    sim.step()
         if answers and answers[0] <= sim.now:
             answers.pop(0)
             core.received(1, broker.held.pop(0), sim.now)
@@ -108,3 +113,35 @@ def test_at_linger_zero_no_round_is_promised():
     wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=2, records=300, linger_ms=0)
     assert longest <= TICK, longest
     assert wakeups >= batches * 0.9, (wakeups, batches)
+
+
+def test_a_wake_up_for_a_new_batch_needs_no_round_only_the_deadline():
+    # Answers in 0.5 ms, a record every ms: each answer comes before the next
+    # record, so no round is promised and each new batch wakes the driver.
+    # That wake-up was a round of its own (3 a batch: the wake-up, the linger
+    # timer, the answer); the core's deadline now holds the new batch's due
+    # time, so the driver only sleeps less: 2 rounds a batch.
+    wakeups, timer_rounds, answer_rounds, batches, longest = _run_paced(rtt_ms=0.5, deadline_only=True)
+    assert batches > 200
+    assert wakeups >= batches * 0.9, (wakeups, batches)      # the case at hand
+    assert timer_rounds + answer_rounds <= 2.05 * batches, (timer_rounds, answer_rounds, batches)
+    # and no batch waits longer for it: sent within linger.ms (plus the driver's step)
+    assert longest <= 5 + TICK, longest
+
+
+def test_a_batch_filled_while_a_wake_up_is_pending_is_due_at_once():
+    # A wake-up not yet taken (the driver reads it after the append) and a
+    # batch that fills up meanwhile: the core's deadline must say now, since
+    # a driver woken without a round only reads that deadline.
+    core, kafka, sim = make(FakeKafka(), linger_ms=1000, batch_size=300)
+    sim.send(b"warm")
+    sim.run_until(lambda: not core.pending)
+    acc = core.accumulator
+    acc.wakeup = False
+    core.send("t", b"x" * 100, partition=0, now=sim.now)      # opens a batch due in 1000 ms
+    assert acc.wakeup and core.next_deadline(sim.now) == sim.now + 1000
+    dq = acc.queues[("t", 0)]
+    while len(dq) < 2:                                        # the wake-up still pending
+        core.send("t", b"x" * 100, partition=0, now=sim.now)
+    assert dq[0].full
+    assert core.next_deadline(sim.now) <= sim.now

@@ -59,3 +59,78 @@ def test_repeated_wakes_each_reach_select_once_drained():
     finally:
         loop.close()
 
+
+
+class _IdleCore:
+    """A core with nothing to do (no connection, no timer): counts the rounds
+    the network thread runs over it; ``due`` is its next deadline."""
+
+    def __init__(self):
+        self.config = ProducerCore(bootstrap_servers=["127.0.0.1:9"]).config
+        self.client = self
+        self.progress = 0
+        self.polls = 0
+        self.due = None
+
+    def poll(self, now):
+        self.polls += 1
+        return []
+
+    def next_deadline(self, now):
+        return self.due
+
+    def nodes_with_output(self):
+        return []
+
+    def take_errors(self):
+        return []
+
+    def close(self, now):
+        return []
+
+
+def _wait_for(cond, timeout=5.0):
+    import time
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "the network thread did not get there in time"
+        time.sleep(0.005)
+
+
+def test_a_wake_that_asks_no_round_only_moves_the_network_threads_deadline():
+    import time
+
+    from kio._shared.common import now_ms
+    from kio._threaded.driver import ThreadDriver
+    core, driver = _IdleCore(), ThreadDriver()
+    driver._start_network(core, "test-network-thread")
+    try:
+        _wait_for(lambda: core.polls == 1)        # its first round; then it sleeps with no timer
+        for _ in range(5):                        # send() opening batches: no round each
+            driver._net.wake(round=False)
+            time.sleep(0.01)
+        assert core.polls == 1
+        with driver._lock:                        # a deadline 50 ms ahead: the next round comes then
+            core.due = now_ms() + 50
+        driver._net.wake(round=False)
+        _wait_for(lambda: core.polls >= 2)
+        with driver._lock:
+            core.due = None                       # nothing due again: it sleeps with no timer
+        time.sleep(0.05)
+        seen = core.polls
+        driver._net.wake()                        # a wake-up that asks for a round gets one
+        _wait_for(lambda: core.polls > seen)
+    finally:
+        driver._stop_network()                    # the thread closes its SocketLoop as it ends
+
+
+def test_wake_flags_a_round_only_when_asked():
+    loop = SocketLoop(ProducerCore(bootstrap_servers=["127.0.0.1:9"]))
+    try:
+        loop.wake(round=False)
+        assert not loop.round_wanted
+        loop.handle(loop.select(1.0), 0)
+        loop.wake()
+        assert loop.round_wanted
+    finally:
+        loop.close()

@@ -258,6 +258,9 @@ class AsyncProducer(SteppedClient, ProducerOps):
         complete_results(self._fail_pending(exc))
 
     # -- hooks of ProducerOps ---------------------------------------------------------------------
+    def _kick_deadline(self) -> None:
+        self._engine.kick(round=False)
+
     def _start(self) -> None:
         self._ensure_started()
         self._idle = False

@@ -59,6 +59,9 @@ class Engine:
         self.on_failure = on_failure
         self.conns: dict = {}
         self.kicked = backend.event()
+        # A kick since the last round asked for a round (kick()); one that
+        # did not (kick(round=False)) only wants the deadline looked at again.
+        self.round_wanted = False
         self.changed = backend.event()
         self.stopping = False
         self.finished = backend.event()
@@ -75,7 +78,12 @@ class Engine:
     def started(self) -> bool:
         return self._main is not None
 
-    def kick(self):
+    def kick(self, round=True):
+        """Wake the main task: for a round of the core, or (``round`` False)
+        only to sleep again towards the core's deadline, which changed (a
+        batch opened by send())."""
+        if round:
+            self.round_wanted = True
         self.kicked.set()
 
     def notify(self):
@@ -103,6 +111,7 @@ class Engine:
         try:
             while True:
                 now = now_ms()
+                self.round_wanted = False            # this round covers the kicks so far
                 for action in core.poll(now):
                     if isinstance(action, Connect):
                         self._open(action)
@@ -124,8 +133,16 @@ class Engine:
                 if self.stopping:
                     break
                 deadline = core.next_deadline(now)
-                if not self.kicked.is_set():
-                    await self.io.wait(self.kicked, sleep_time(deadline, now_ms()))
+                while True:
+                    if not self.kicked.is_set():
+                        await self.io.wait(self.kicked, sleep_time(deadline, now_ms()))
+                    if not self.kicked.is_set() or self.round_wanted or self.stopping:
+                        break
+                    # Only kicks that asked for no round: sleep again towards
+                    # the core's new deadline (a round each was a third per
+                    # batch of a quiet producer, issue 27).
+                    self.kicked = self.io.event()
+                    deadline = core.next_deadline(now_ms())
                 self.kicked = self.io.event()
         except BaseException as e:  # noqa: BLE001 - fail the waiters loudly, never hang them
             if not isinstance(e, Exception):
@@ -250,7 +267,16 @@ class Engine:
                 self._lost(node, conn, e)
                 return
             if n:
+                client = self.core.client
+                progress = client.progress
                 self.core.sent(node, n, now_ms())
-                self.kick()
+                # A round only when the write completed something (a request
+                # without a response) or changed the connection: a written
+                # request changes no deadline (its timeout runs from when it
+                # was queued) and what is left to write is this loop's. A
+                # round per write was a third round per batch of a quiet
+                # producer (drain, write, answer: issue 27).
+                if client.progress != progress:
+                    self.kick()
             else:
                 await self.io.wait_writable(sock)

@@ -76,6 +76,14 @@ class ProducerOps(MetricSubscriptionOps):
     def _kick(self) -> None:
         raise NotImplementedError
 
+    def _kick_deadline(self) -> None:
+        """send() opened or filled a batch: the network side must wake by the
+        accumulator's ``next_round_ms`` (the batch's linger time, or now),
+        which the core's next_deadline includes. A driver that can wake to
+        look at its deadline again without running a round does that; the
+        default runs one."""
+        self._kick()
+
     _fatal: Optional[BaseException]
 
     def _on_network_thread(self) -> bool:
@@ -173,7 +181,12 @@ class ProducerOps(MetricSubscriptionOps):
         finally:
             lock.release()
         if wake:
-            self._kick()
+            if core.transactions is None:
+                self._kick_deadline()
+            else:
+                # A transaction's new partition needs AddPartitionsToTxn
+                # before its batch may leave: that request goes out now.
+                self._kick()
         if answer is not handle:
             return self._blocking(self._blocked_steps(answer))
         return handle

@@ -203,6 +203,16 @@ class ThreadDriver:
                 self._waiters -= 1
 
     # -- the network thread -----------------------------------------------------------------
+    def _sleep_until(self, now: float) -> Optional[float]:
+        """Lock held: when the network thread's select must end at the latest
+        (the core's deadline, capped by ``_longest_sleep_ms``; None: never)."""
+        deadline = self._core.next_deadline(now)
+        cap = self._longest_sleep_ms
+        if cap is not None and (deadline is None or deadline > now + cap):
+            deadline = now + cap
+        self._planned = deadline
+        return deadline  # type: ignore[no-any-return]
+
     def _network_loop(self) -> None:
         core, net = self._core, self._net
         timer = True                      # the last select returned no I/O event
@@ -214,14 +224,11 @@ class ThreadDriver:
                         break
                     if self._round_error is not None:
                         raise self._round_error
+                    net.round_wanted = False      # this round covers the wake-ups so far
                     net.apply(core.poll(now), now)
                     net.write_all(now)
                     work = self._after_round(timer)
-                    deadline = core.next_deadline(now)
-                    cap = self._longest_sleep_ms
-                    if cap is not None and (deadline is None or deadline > now + cap):
-                        deadline = now + cap
-                    self._planned = deadline
+                    deadline = self._sleep_until(now)
                     net.update_interest()
                     errors = error_callbacks(core)
                 if work is not None:
@@ -230,10 +237,18 @@ class ThreadDriver:
                     call_error_cb(cb, error, can_await=False)
                 if self._stop:
                     break
-                events = net.select(sleep_time(deadline, now_ms()))
-                timer = not events
-                with self._lock:
-                    net.handle(events, now_ms())
+                while True:
+                    events = net.select(sleep_time(deadline, now_ms()))
+                    timer = not events
+                    with self._lock:
+                        net.handle(events, now_ms())
+                        if timer or len(events) > 1 or events[0][0].data is not None \
+                                or net.round_wanted or self._stop or self._round_error is not None:
+                            break
+                        # Only a wake-up that asked for no round (a batch
+                        # opened by send(): SocketLoop.wake(round=False)):
+                        # sleep again towards the core's new deadline.
+                        deadline = self._sleep_until(now_ms())
         except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the application
             log.exception("the network thread %s failed", threading.current_thread().name)
             with self._lock:

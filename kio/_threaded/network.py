@@ -38,6 +38,10 @@ class SocketLoop:
         self._sel.register(self._wake_r, _READ, None)
         self.wake_pending = False
         self.woken = False               # a wake-up arrived (the caller resets it)
+        # A wake-up since the caller last took this flag asked for a round
+        # (wake(); the caller resets it): one that did not (wake(round=False))
+        # only wants the caller to look at its deadline again.
+        self.round_wanted = False
         self.socks: dict = {}            # node -> socket
         self._connecting: set = set()
         self._interest: dict = {}        # node -> registered event mask
@@ -51,8 +55,14 @@ class SocketLoop:
         self._addr: dict = {}            # node -> (host, port), for TLS names and errors
 
     # -- any thread ------------------------------------------------------------------
-    def wake(self) -> None:
-        """Make a pending or the next :meth:`select` return at once."""
+    def wake(self, round: bool = True) -> None:
+        """Make a pending or the next :meth:`select` return at once;
+        ``round`` False: the caller's loop need only compute its deadline
+        again (see :attr:`round_wanted`), not run a round of its core."""
+        if round:
+            # Set before the byte is sent: the loop takes the flag after it
+            # read the byte, so it sees this one or the next select returns.
+            self.round_wanted = True
         if not self.wake_pending:
             self.wake_pending = True
             try:

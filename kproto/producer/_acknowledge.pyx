@@ -161,7 +161,7 @@ def assign_sequence(idem, ProducerBatch b):
         b.epoch = epoch
         p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
         (<list?>p.unacked).append(b)
-    b.builder.set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)
+    b.builder._set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)
 
 
 def can_drain(idem, ready_state, ProducerBatch b):

@@ -8,7 +8,7 @@ cdef class ProducerBatch:
     cdef public object topic
     cdef public object partition
     cdef public BatchBuilder builder
-    cdef public list parts
+    cdef public object parts        # () until the first told handle, then a list
     cdef public object created_ms
     cdef public object deadline_ms
     cdef public object attempts
@@ -23,4 +23,4 @@ cdef class ProducerBatch:
     cdef public bint maybe_written
     cdef public object drained_ms
     cdef public object outcome
-    cdef public list callbacks
+    cdef public object callbacks    # () until the first callback, then a list

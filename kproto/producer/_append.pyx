@@ -97,6 +97,12 @@ cdef class ProducerBatch:
     every record) while the batch waits; :func:`complete_results` calls
     them, in record order with the parts.
 
+    Both are the shared empty tuple until something goes in
+    (:meth:`parts_list`, :meth:`callbacks_list` make the list): with keys
+    over many partitions most batches hold a record or two, and with kio's
+    handles (attached, no callback) neither list was ever used - two
+    objects per batch the cyclic GC walked while the batch waited.
+
     ``full``: no more appends (drained, retried, split, or refused a
     record); only the last batch of a partition's queue may be open.
     ``maybe_written``: an attempt ended without an answer (timeout,
@@ -106,6 +112,14 @@ cdef class ProducerBatch:
 
     def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
         _init_batch(self, topic, partition, builder, now, deadline_ms, reserved)
+
+    def parts_list(self):
+        """``parts`` as a list to add to (made on first use)."""
+        return _parts_list(self)
+
+    def callbacks_list(self):
+        """``callbacks`` as a list to add to (made on first use)."""
+        return _callbacks_list(self)
 
     @property
     def tp(self):
@@ -131,7 +145,7 @@ cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBu
     self.topic = topic
     self.partition = partition
     self.builder = builder
-    self.parts = []
+    self.parts = _EMPTY_TUPLE
     self.created_ms = now
     self.deadline_ms = deadline_ms
     self.attempts = 0
@@ -145,9 +159,91 @@ cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBu
     self.in_flight = False
     self.maybe_written = False
     self.drained_ms = None
-    self.outcome = BatchOutcome(topic, partition)
-    self.callbacks = []
+    self.outcome = _new_outcome(topic, partition)
+    self.callbacks = _EMPTY_TUPLE
     return 0
+
+
+# BatchOutcome(topic, partition) without its __init__ call: every batch
+# makes one, and the class call (argument parsing, ten slot assignments
+# through their descriptors) cost a third of opening a batch. The outcome of
+# a template instance is copied slot by slot instead (what PyMember_SetOne
+# does for an object slot), then its topic and partition set: the same
+# object __init__ makes, as long as every value __init__ sets is immutable
+# and shared safely - checked once here, else every outcome is made by the
+# class call (tests/test_producer_batch_objects.py compares the two).
+cdef object _OUTCOME_TEMPLATE = None      # BatchOutcome(None, None), or None: use the class call
+cdef Py_ssize_t _outcome_slots[16]        # offsets of BatchOutcome's slots, in __slots__ order
+cdef Py_ssize_t _outcome_nslots = 0
+cdef Py_ssize_t _outcome_topic = -1, _outcome_partition = -1
+
+
+cdef int _learn_outcome() except -1:
+    global _OUTCOME_TEMPLATE, _outcome_nslots, _outcome_topic, _outcome_partition
+    cdef PyMemberDef* member
+    cdef object template = BatchOutcome(None, None)
+    names = BatchOutcome.__slots__
+    if len(names) > 16:
+        return 0
+    for i, name in enumerate(names):
+        desc = BatchOutcome.__dict__.get(name)
+        if type(desc) is not MemberDescriptorType:
+            return 0
+        member = (<PyMemberDescrObject*><PyObject*>desc).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            return 0
+        if type(getattr(template, name)) not in (type(None), bool, int):
+            return 0                     # a value that may not be shared between outcomes
+        _outcome_slots[i] = member.offset
+        if name == "topic":
+            _outcome_topic = member.offset
+        elif name == "partition":
+            _outcome_partition = member.offset
+    if _outcome_topic < 0 or _outcome_partition < 0:
+        return 0
+    _outcome_nslots = len(names)
+    _OUTCOME_TEMPLATE = template
+    return 0
+
+
+cdef object _new_outcome(object topic, object partition):
+    """``BatchOutcome(topic, partition)`` (see above)."""
+    cdef object outcome, template = _OUTCOME_TEMPLATE
+    cdef Py_ssize_t i
+    if template is None:
+        return BatchOutcome(topic, partition)
+    outcome = (<PyTypeObject*>object).tp_new(BatchOutcome, <PyObject*>_EMPTY_TUPLE, NULL)
+    cdef PyObject* value
+    for i in range(_outcome_nslots):
+        value = (<PyObject**>((<char*><PyObject*>template) + _outcome_slots[i]))[0]
+        if value == NULL:                # (never: __init__ sets every slot)
+            return BatchOutcome(topic, partition)
+        _put_slot(outcome, _outcome_slots[i], <object>value)
+    _put_slot(outcome, _outcome_topic, topic)
+    _put_slot(outcome, _outcome_partition, partition)
+    return outcome
+
+
+def new_outcome(topic, partition):
+    """What a batch's outcome is made with (tests compare it with the class call)."""
+    return _new_outcome(topic, partition)
+
+
+_learn_outcome()
+#: whether outcomes are copied from the template (False: made by the class call)
+OUTCOME_COPIED = _OUTCOME_TEMPLATE is not None
+
+
+cdef inline list _parts_list(ProducerBatch b):
+    if type(b.parts) is not list:
+        b.parts = list(b.parts)
+    return <list>b.parts
+
+
+cdef inline list _callbacks_list(ProducerBatch b):
+    if type(b.callbacks) is not list:
+        b.callbacks = list(b.callbacks)
+    return <list>b.callbacks
 
 
 cdef ProducerBatch _new_batch(object topic, object partition, BatchBuilder builder, object now,
@@ -395,7 +491,7 @@ cdef class FastAppend:
         notify = self._hnotify
         plain = self._hplain
         if notify:
-            parts = batch.parts
+            parts = _parts_list(batch)
         else:
             if plain:
                 try:
@@ -405,7 +501,7 @@ cdef class FastAppend:
             else:
                 on_delivery = handle.on_delivery
             if on_delivery is not None:
-                parts = batch.callbacks
+                parts = _callbacks_list(batch)
         if self._txn is not None:
             self._txn.maybe_add_partition((topic, p_obj))
         count = builder.record_count

@@ -199,31 +199,35 @@ class RecordAccumulator:
                 else:
                     handle._delta = n
                     if handle.notify:
-                        batch.parts.append(handle)
+                        batch.parts_list().append(handle)
                     else:
                         handle._outcome = batch.outcome
                         if handle.on_delivery is not None:
-                            batch.callbacks += (handle.on_delivery, n, ts)
+                            batch.callbacks_list().extend((handle.on_delivery, n, ts))
                     return batch
                 batch.full = True
-                # a full batch is sendable now, not after linger.ms
-                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now)
-            else:
-                self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
+                # a full batch is sendable now, not after linger.ms (asked even
+                # while a wake-up is pending: drivers woken without a round
+                # only read next_round_ms, which must hold the earliest due)
+                if self._wants_round(topic, partition, now, now):
+                    self.wakeup = True
+            elif self._wants_round(topic, partition, now, now + self.linger_ms):
+                self.wakeup = True
         else:
             if dq is None:
                 dq = self.queues[(topic, partition)] = collections.deque()
-            self.wakeup = self.wakeup or self._wants_round(topic, partition, now, now + self.linger_ms)
+            if self._wants_round(topic, partition, now, now + self.linger_ms):
+                self.wakeup = True
         batch = self._new_batch(topic, partition, size_hint, now)
         if not batch.builder.append(ts, key, value, headers):    # first record always fits
             raise AssertionError("an empty batch refused a record")
         handle._delta = 0
         if handle.notify:
-            batch.parts.append(handle)
+            batch.parts_list().append(handle)
         else:
             handle._outcome = batch.outcome
             if handle.on_delivery is not None:
-                batch.callbacks += (handle.on_delivery, 0, ts)
+                batch.callbacks_list().extend((handle.on_delivery, 0, ts))
         dq.append(batch)
         self.nonempty[(topic, partition)] = dq
         return batch
@@ -266,7 +270,7 @@ class RecordAccumulator:
             first = batch.builder.record_count
             n = batch.builder.append_many(ts, keys, values, headers, i)
             if n:
-                parts = batch.parts
+                parts = batch.parts_list()
                 last = parts[-1] if parts else None
                 if type(last) is tuple and last[0] is handle and last[1] + last[2] == first:
                     parts[-1] = (handle, last[1], last[2] + n)     # the same call, after a grow

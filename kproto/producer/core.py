@@ -472,11 +472,11 @@ class ProducerCore(DriverIO):
                 if builder.append(ts, key, value, headers):
                     handle._delta = n
                     if handle.notify:
-                        batch.parts.append(handle)
+                        batch.parts_list().append(handle)
                     else:
                         handle._outcome = batch.outcome
                         if handle.on_delivery is not None:
-                            batch.callbacks += (handle.on_delivery, n, ts)
+                            batch.callbacks_list().extend((handle.on_delivery, n, ts))
                     self._queued += 1
                     return handle
         try:
@@ -765,6 +765,12 @@ class ProducerCore(DriverIO):
 
     def next_deadline(self, now) -> Optional[float]:
         best = getattr(self, "_sender_next", None)
+        # A batch opened or filled since the sender's round lowered this to
+        # when it is due (RecordAccumulator._wants_round): a driver woken for
+        # it only needs this deadline, not a round.
+        due = self.accumulator.next_round_ms
+        if due is not None and (best is None or due < best):
+            best = due
         d = self.client.next_deadline(now)
         if d is not None and (best is None or d < best):
             best = d

@@ -22,8 +22,10 @@ from typing import NamedTuple, Optional, Sequence
 from kproto import error_codes
 from kproto.backoff import ExponentialBackoff
 from kproto.errors import KafkaError, KafkaTimeoutError
+from kproto.messages import EncodedBody
 from kproto.producer._acknowledge import acknowledge, acknowledge_all, assign_sequence, can_drain
 from kproto.producer._produce_answer import ACKNOWLEDGED, read_acknowledged
+from kproto.producer._produce_request import gather_batches, produce_request_body
 from kproto.producer.idempotence import PidState
 from kproto.records import BatchBuilder, read_batches
 
@@ -34,6 +36,7 @@ MESSAGE_TOO_LARGE = 10
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 UNKNOWN_PRODUCER_ID = 59
+PRODUCE_API_KEY = 0
 
 
 class DeliveryTimeoutError(KafkaTimeoutError):
@@ -97,16 +100,28 @@ class Sender:
         # (kproto/producer/_produce_answer.pyx); None: every answer goes
         # through the generic codec and the dicts of _on_produce (the reference)
         self.read_answer = read_acknowledged
+        # write_request(version, transactional_id, acks, timeout_ms, topics,
+        # ids): a Produce request's body written in C from its batches
+        # (kproto/producer/_produce_request.pyx), None for a version it does
+        # not write; None: every request as dicts for the generic codec
+        # (_body_for_codec, the reference)
+        self.write_request = produce_request_body
+        # gather(batches, topics, by_tp, now): the per-batch bookkeeping of a
+        # request, in C (gather_batches); gather_in_python is its reference
+        self.gather = partial(gather_batches, self)
 
     def use_python_reference(self):
         """Complete and sequence batches with the Python code the C functions
-        of kproto/producer/_acknowledge.pyx are checked against, read every
-        Produce answer with the generic codec (no ``read_answer``), and let
+        of kproto/producer/_acknowledge.pyx are checked against, write and
+        read every Produce request and answer with the generic codec (no
+        ``write_request``, no ``read_answer``), and let
         the accumulator walk every partition in ``ready`` and ``drain`` (twin tests)."""
         self.acknowledged = self.acknowledged_in_python
         self.assign = self.idem.assign if self.idem is not None else None
         self.can_drain = self.idem.can_drain if self.idem is not None else None
         self.read_answer = None
+        self.write_request = None
+        self.gather = self.gather_in_python
         self.acc.use_walk_reference()
 
     # -- the loop -----------------------------------------------------------------------
@@ -241,40 +256,10 @@ class Sender:
         # carries a batch of a record or two per partition, so per-topic work
         # (metadata.max.idle.ms bookkeeping, the sticky partition) is done once
         # per topic, not once per batch.
-        topics: dict = {}
+        topics: dict = {}          # topic -> its batches, in drain order
         by_tp = {}
-        assign, acc, in_flight, muted = self.assign, self.acc, self.in_flight, self._muted
-        compressed, guarantee_order = acc.compression, self.guarantee_order
-        floor = self._in_flight_floor
-        sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
-        for b in batches:
-            if assign is not None:
-                assign(b)
-            topic = b.topic
-            parts = topics.get(topic)
-            if parts is None:
-                parts = topics[topic] = []
-            parts.append({"index": b.partition, "records": b.builder.build()})
-            if compressed:
-                acc.record_compression(b)
-            by_tp[(topic, b.partition)] = b
-            b.in_flight = True
-            in_flight[id(b)] = b
-            if floor is None or b.deadline_ms < floor:
-                floor = b.deadline_ms
-            if guarantee_order:
-                muted.add(b.tp)
-            if b.attempts == 0:
-                if topic not in sticky:
-                    self.cluster.touch(topic, now)
-                    sticky[topic] = self._sticky_partition(topic)
-                # Only a batch of the topic's sticky partition moves the sticky
-                # choice (on_new_batch would do nothing else).
-                if sticky[topic] == b.partition:
-                    n = self.cluster.partition_count(topic)
-                    self.partitioner.on_new_batch(topic, n, b.partition, self.cluster.available_partitions(topic))
-                    sticky[topic] = self._sticky_partition(topic)
-        self._in_flight_floor = floor
+        self.gather(batches, topics, by_tp, now)
+        acc = self.acc
         # Produce v13 (KIP-516) names topics by id only: used when the broker
         # offers it and every topic's id is known, else v12 and names.
         version = self.client.api_version(node, "Produce")
@@ -285,13 +270,20 @@ class Sender:
                 by_id = {ids[t]: t for t in topics}
             else:
                 version = 12
-        if by_id is None:
-            topic_data = [{"name": t, "partition_data": parts} for t, parts in topics.items()]
-        else:
-            topic_data = [{"topic_id": ids[t], "partition_data": parts} for t, parts in topics.items()]
-        body = {"transactional_id": self.idem.transactional_id if self.idem is not None else None,
-                "acks": self.acks, "timeout_ms": self.cfg.request_timeout_ms,
-                "topic_data": topic_data}
+        transactional_id = self.idem.transactional_id if self.idem is not None else None
+        body = None
+        write = self.write_request
+        if write is not None and version is not None:
+            data = write(version, transactional_id, self.acks, self.cfg.request_timeout_ms, topics,
+                         ids if by_id is not None else None)
+            if data is not None:
+                body = EncodedBody(PRODUCE_API_KEY, version, data)
+        if body is None:
+            body = self._body_for_codec(transactional_id, topics, ids if by_id is not None else None)
+        if acc.compression:
+            # after the batches were built: their compression ratios are known
+            for b in batches:
+                acc.record_compression(b)
         m = self.metrics
         m["requests"] += 1
         m["batches_sent"] += len(batches)
@@ -299,6 +291,66 @@ class Sender:
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
                          callback=lambda req: self._on_produce(req, by_tp, by_id),
                          decoder=partial(read, by_tp, by_id) if read is not None else None)
+
+    def gather_in_python(self, batches, topics, by_tp, now):
+        """Each batch of a request, in drain order: its sequence, its place
+        in ``topics`` (topic -> batches) and ``by_tp``, in flight (and the
+        expiry floor), muted when order is guaranteed, and for a first
+        attempt the sticky partitioner's bookkeeping. ``gather`` does this
+        in C (kproto/producer/_produce_request.pyx); this is its reference."""
+        assign, in_flight, muted = self.assign, self.in_flight, self._muted
+        guarantee_order = self.guarantee_order
+        floor = self._in_flight_floor
+        sticky: dict = {}          # topic -> its sticky partition (None: none), for first attempts
+        for b in batches:
+            if assign is not None:
+                assign(b)
+            topic = b.topic
+            parts = topics.get(topic)
+            if parts is None:
+                parts = topics[topic] = []
+            parts.append(b)
+            by_tp[(topic, b.partition)] = b
+            b.in_flight = True
+            in_flight[id(b)] = b
+            if floor is None or b.deadline_ms < floor:
+                floor = b.deadline_ms
+            if guarantee_order:
+                muted.add(b.tp)
+            if b.attempts == 0:
+                if topic not in sticky:
+                    sticky[topic] = self.first_attempt_of_topic(topic, now)
+                # Only a batch of the topic's sticky partition moves the sticky
+                # choice (on_new_batch would do nothing else).
+                if sticky[topic] == b.partition:
+                    sticky[topic] = self.sticky_batch_sent(topic, b.partition)
+        self._in_flight_floor = floor
+
+    def first_attempt_of_topic(self, topic, now):
+        """A request carries first attempts of ``topic``: its
+        metadata.max.idle.ms bookkeeping; returns its sticky partition (None: none)."""
+        self.cluster.touch(topic, now)
+        return self._sticky_partition(topic)
+
+    def sticky_batch_sent(self, topic, partition):
+        """The first attempt of a batch of ``topic``'s sticky partition goes
+        out: the partitioner moves on (``on_new_batch``); returns the new
+        sticky partition."""
+        n = self.cluster.partition_count(topic)
+        self.partitioner.on_new_batch(topic, n, partition, self.cluster.available_partitions(topic))
+        return self._sticky_partition(topic)
+
+    def _body_for_codec(self, transactional_id, topics, ids):
+        """The Produce request as a dict for the generic codec (by topic id
+        when ``ids`` is given): the reference of ``write_request``, and the
+        body of a version it does not write."""
+        topic_data = []
+        for t, batches in topics.items():
+            entry = {"name": t} if ids is None else {"topic_id": ids[t]}
+            entry["partition_data"] = [{"index": b.partition, "records": b.builder.build()} for b in batches]
+            topic_data.append(entry)
+        return {"transactional_id": transactional_id, "acks": self.acks,
+                "timeout_ms": self.cfg.request_timeout_ms, "topic_data": topic_data}
 
     def _sticky_partition(self, topic):
         n = self.cluster.partition_count(topic)
@@ -454,14 +506,14 @@ class Sender:
                 if a < z:
                     if bare:
                         handle._delta = a - s
-                        nb.parts.append(handle)
+                        nb.parts_list().append(handle)
                     else:
-                        nb.parts.append((handle, a - s, z - a))
+                        nb.parts_list().append((handle, a - s, z - a))
         cbs = b.callbacks
         for i in range(0, len(cbs), 3):
             delta = cbs[i + 1]
             k = bisect.bisect_right(starts, delta) - 1
-            new[k].callbacks += (cbs[i], delta - starts[k], cbs[i + 2])
+            new[k].callbacks_list().extend((cbs[i], delta - starts[k], cbs[i + 2]))
         b.outcome.split([(starts[k], nb.outcome) for k, nb in enumerate(new)])
         # Memory: the original reservation is handed over to the first piece.
         self.acc.incomplete.discard(b)

@@ -6,6 +6,11 @@ from libc.stdint cimport int32_t, int64_t
 cimport cython
 
 
+# Not tracked by the cyclic GC (no_gc, in _batch.pyx): its only object fields are the
+# compressed records (bytes) and the compression level (an int or None), which
+# cannot refer back to it, so it can be in no reference cycle. The producer
+# keeps one per batch alive until the broker answers; tracked, each was one
+# more object for every collection to walk and one more towards the next.
 @cython.final
 cdef class BatchBuilder:
     cdef unsigned char* buf
@@ -36,3 +41,10 @@ cdef class BatchBuilder:
                                 const unsigned char* vp, Py_ssize_t vn,
                                 object hseq, Py_ssize_t hcount, Py_ssize_t hsize) except -1
     cdef int _set_ratio(self, double ratio) except -1
+    # The built batch (what build() returns): its size, then written at a
+    # pointer, so a request writer puts it in place without a bytes object.
+    cdef Py_ssize_t _built_size(self) except -1
+    cdef int _write_built(self, unsigned char* o, Py_ssize_t total) except -1
+    # set_producer_state for C callers; is_transactional -1 leaves it as it is
+    cdef int _set_producer_state(self, int64_t producer_id, int producer_epoch, int32_t base_sequence,
+                                 int is_transactional) except -1

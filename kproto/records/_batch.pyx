@@ -30,7 +30,7 @@ from cpython.bytearray cimport (
     PyByteArray_CheckExact, PyByteArray_AS_STRING, PyByteArray_GET_SIZE,
 )
 from cpython.buffer cimport (
-    PyObject_GetBuffer, PyBuffer_Release, PyObject_CheckBuffer, PyBUF_SIMPLE,
+    PyObject_GetBuffer, PyBuffer_Release, PyObject_CheckBuffer, PyBUF_SIMPLE, PyBuffer_FillInfo,
 )
 from cpython.list cimport PyList_Append, PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromLongLong
@@ -272,6 +272,7 @@ cdef unsigned char* _write_headers(unsigned char* w, unsigned char* wend, object
 # ---------------------------------------------------------------------------
 # builder
 
+@cython.no_gc                   # why: see _batch.pxd
 cdef class BatchBuilder:
     """Accumulates records into one RecordBatch v2 (magic 2).
 
@@ -302,6 +303,11 @@ cdef class BatchBuilder:
             self.compression = 0           # the common case, without a Python call
         else:
             self.compression = _compression.check_codec(compression)
+        if compression_level is not None and type(compression_level) is not int:
+            # exactly an int: the builder is not tracked by the cyclic GC
+            # (see _batch.pxd), so it must hold nothing that could refer back to it
+            raise TypeError(f"compression_level must be an int or None, not "
+                            f"{type(compression_level).__name__}")
         self.compression_level = compression_level
         self.batch_size = batch_size
         self._set_ratio(compression_ratio_estimate)
@@ -467,13 +473,21 @@ cdef class BatchBuilder:
                            int32_t base_sequence, is_transactional=None):
         """Set idempotence/transaction fields (at drain time); cheap, no rebuild
         of the records."""
+        self._set_producer_state(producer_id, producer_epoch, base_sequence,
+                                 -1 if is_transactional is None else bool(is_transactional))
+
+    cdef int _set_producer_state(self, int64_t producer_id, int producer_epoch, int32_t base_sequence,
+                                 int is_transactional) except -1:
+        """``set_producer_state`` for C callers (the sender's sequencing,
+        kproto/producer/_acknowledge.pyx): ``is_transactional`` -1 leaves it."""
         if not -32768 <= producer_epoch <= 32767:
             raise ValueError(f"producer_epoch {producer_epoch} does not fit in int16")
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        if is_transactional is not None:
-            self.is_transactional = bool(is_transactional)
+        if is_transactional >= 0:
+            self.is_transactional = is_transactional
+        return 0
 
     def set_base_offset(self, int64_t base_offset):
         self.base_offset = base_offset
@@ -551,15 +565,17 @@ cdef class BatchBuilder:
     def build(self):
         """Return the whole batch as bytes. Can be called again (e.g. after
         set_producer_state); compression runs once per set of records."""
-        cdef const unsigned char* payload
-        cdef Py_ssize_t plen, total
-        cdef bytes out
-        cdef unsigned char* o
-        cdef uint32_t crc
-        cdef int attrs = self.attributes
+        cdef Py_ssize_t total = self._built_size()
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+        # `out` is ours alone until we return it, so writing into it is safe
+        self._write_built(<unsigned char*>PyBytes_AS_STRING(out), total)
+        return out
+
+    cdef Py_ssize_t _built_size(self) except -1:
+        """The size of the built batch (compressing its records first, once)."""
+        cdef Py_ssize_t total
         if self.compression == 0:
-            payload = self.buf + BATCH_OVERHEAD
-            plen = self.pos - BATCH_OVERHEAD
+            total = self.pos
         else:
             if self._payload is None:
                 raw = PyBytes_FromStringAndSize(<char*>self.buf + BATCH_OVERHEAD,
@@ -569,13 +585,24 @@ cdef class BatchBuilder:
                 if not PyBytes_CheckExact(payload_obj):
                     payload_obj = bytes(payload_obj)
                 self._payload = payload_obj
-            payload = <const unsigned char*>PyBytes_AS_STRING(self._payload)
-            plen = PyBytes_GET_SIZE(self._payload)
-        total = BATCH_OVERHEAD + plen
+            total = BATCH_OVERHEAD + PyBytes_GET_SIZE(self._payload)
         if total - LOG_OVERHEAD > INT32_MAX:
             raise EncodeError(f"record batch of {total} bytes is too large")
-        out = PyBytes_FromStringAndSize(NULL, total)
-        o = <unsigned char*>PyBytes_AS_STRING(out)
+        return total
+
+    cdef int _write_built(self, unsigned char* o, Py_ssize_t total) except -1:
+        """Write the built batch, ``total`` bytes (``_built_size()``, called
+        just before), at ``o``: what ``build()`` returns, without a bytes
+        object of its own (the Produce request writer puts it straight into
+        the request, kproto/producer/_produce_request.pyx)."""
+        cdef const unsigned char* payload
+        cdef int attrs = (self.compression | (ATTR_TIMESTAMP_TYPE if self.timestamp_type else 0)
+                          | (ATTR_TRANSACTIONAL if self.is_transactional else 0)
+                          | (ATTR_CONTROL if self.is_control else 0))
+        if self.compression == 0:
+            payload = self.buf + BATCH_OVERHEAD
+        else:
+            payload = <const unsigned char*>PyBytes_AS_STRING(self._payload)
         _put64(o, <uint64_t>self.base_offset)
         _put32(o + 8, <uint32_t>(total - LOG_OVERHEAD))
         _put32(o + 12, <uint32_t>-1)               # partitionLeaderEpoch
@@ -588,13 +615,9 @@ cdef class BatchBuilder:
         _put16(o + 51, <uint16_t>self.producer_epoch)
         _put32(o + 53, <uint32_t>self.base_sequence)
         _put32(o + 57, <uint32_t>self.record_count)
-        memcpy(o + BATCH_OVERHEAD, payload, plen)
-        mv = memoryview(out)
-        crc = _crc32c(mv[ATTR_OFFSET:])
-        mv.release()
-        # `out` is ours alone until we return it, so patching it is safe
-        _put32(o + CRC_OFFSET, crc)
-        return out
+        memcpy(o + BATCH_OVERHEAD, payload, total - BATCH_OVERHEAD)
+        _put32(o + CRC_OFFSET, _crc_of_memory(o + ATTR_OFFSET, total - ATTR_OFFSET))
+        return 0
 
     @staticmethod
     def estimate_size_in_bytes(key_size, value_size, headers=None):
@@ -641,6 +664,32 @@ def build_control_batch(bint commit, int64_t producer_id, int producer_epoch,
     b._append(timestamp_ms, _struct.pack(">hh", 0, 1 if commit else 0),
               _struct.pack(">hi", 0, coordinator_epoch), None)
     return b.build()
+
+
+@cython.final
+cdef class _Span:
+    """Raw memory lent to a function that takes a buffer (the CRC-32C
+    function) for one call. Made per call rather than shared, because that
+    function may release the GIL while it reads; it holds no object, so the
+    cyclic garbage collector does not track it - the memoryview of the
+    bytes and its slice that ``build()`` made before were three tracked
+    objects per batch."""
+    cdef const unsigned char* data
+    cdef Py_ssize_t size
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, <void*>self.data, self.size, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+
+cdef uint32_t _crc_of_memory(const unsigned char* data, Py_ssize_t n) except? 0:
+    """The CRC-32C of ``n`` bytes at ``data`` (memory the caller keeps valid)."""
+    cdef _Span span = _Span.__new__(_Span)
+    span.data = data
+    span.size = n
+    return _crc32c(span)
 
 
 # ---------------------------------------------------------------------------

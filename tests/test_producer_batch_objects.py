@@ -1,0 +1,102 @@
+"""What an open producer batch keeps alive for the cyclic garbage collector.
+
+With keys over many partitions nearly every record opens a batch, and each
+batch waits for a linger and a Produce round trip: every GC-tracked object it
+holds is walked by each collection meanwhile (bench/batch_objects.py counts
+them). A batch keeps its ProducerBatch and BatchOutcome; the builder is not
+tracked (it can be in no cycle), and the lists of told handles and of
+callbacks are made only when something goes in them."""
+import collections
+import gc
+
+import pytest
+
+try:
+    from test_producer_core import FakeKafka, make
+except ImportError:  # pragma: no cover
+    from tests.test_producer_core import FakeKafka, make
+
+from kproto.producer.core import DeliveryHandle
+from kproto.records import BatchBuilder
+
+BATCHES = 300
+
+
+def _tracked():
+    gc.collect()
+    return collections.Counter(type(o).__name__ for o in gc.get_objects())
+
+
+def _open_batches(handle_type):
+    """GC-tracked objects alive per batch after BATCHES one-record batches, by type."""
+    core, kafka, sim = make(FakeKafka(partitions={"t": BATCHES + 1}))
+    sim.send(b"first", key=b"k", partition=BATCHES)        # metadata and producer id first
+    sim.run_until(lambda: not core.pending)
+    for p in range(BATCHES):                                 # every partition's queue exists first
+        core.accumulator.queues.setdefault(("t", p), collections.deque())
+    handles = [handle_type() for _ in range(BATCHES)]
+    gc.disable()
+    try:
+        before = _tracked()
+        for p, h in enumerate(handles):
+            core.send("t", b"v", key=b"k", partition=p, now=sim.now, handle=h)
+        after = _tracked()
+    finally:
+        gc.enable()
+    batches = [dq[0] for (t, p), dq in core.accumulator.queues.items() if p < BATCHES]
+    assert len(batches) == BATCHES and all(b.builder.record_count == 1 for b in batches)
+    per_batch = {k: (after[k] - before[k]) / BATCHES for k in after if after[k] != before[k]}
+    # what every batch keeps (one each); the rest is the process's own (first-use caches)
+    kept = {k: v for k, v in per_batch.items() if v >= 0.5}
+    assert sum(per_batch.values()) - sum(kept.values()) < 0.5, per_batch
+    return kept, batches
+
+
+def test_a_batch_with_an_attached_handle_keeps_two_tracked_objects():
+    from kio.producer import DeliveryFuture
+    per_batch, batches = _open_batches(DeliveryFuture)
+    assert per_batch == {"ProducerBatch": 1.0, "BatchOutcome": 1.0}
+    assert all(b.parts == () and b.callbacks == () for b in batches)
+
+
+def test_a_batch_with_a_told_handle_keeps_its_list_of_parts_too():
+    per_batch, batches = _open_batches(DeliveryHandle)
+    assert per_batch == {"ProducerBatch": 1.0, "BatchOutcome": 1.0, "list": 1.0}
+    assert all(type(b.parts) is list and len(b.parts) == 1 and b.callbacks == () for b in batches)
+
+
+def test_a_callback_makes_the_list_of_callbacks():
+    from kio.producer import DeliveryFuture
+
+    def on_delivery(err, md):
+        pass
+
+    per_batch, batches = _open_batches(lambda: DeliveryFuture(on_delivery))
+    assert per_batch == {"ProducerBatch": 1.0, "BatchOutcome": 1.0, "list": 1.0}
+    assert all(b.parts == () and b.callbacks[0] is on_delivery for b in batches)
+
+
+def test_the_builder_is_not_tracked_and_takes_only_an_int_level():
+    assert not gc.is_tracked(BatchBuilder(0, 1000))
+    assert BatchBuilder(1, 1000, compression_level=6).compression_level == 6
+    for level in (1.5, "6", True):
+        with pytest.raises(TypeError, match=r"compression_level must be an int or None, not "
+                                            + type(level).__name__):
+            BatchBuilder(1, 1000, compression_level=level)
+
+
+def test_a_batch_outcome_is_made_as_the_class_makes_it():
+    """Opening a batch copies its BatchOutcome from a template instead of
+    the class call (kproto/producer/_append.pyx): the same slots and values,
+    a tracked object of its own."""
+    from kproto.producer._append import OUTCOME_COPIED, new_outcome
+    from kproto.producer.outcome import BatchOutcome
+    assert OUTCOME_COPIED, "BatchOutcome changed: outcomes are made by the class call again"
+    made, called = new_outcome("t", 3), BatchOutcome("t", 3)
+    assert type(made) is BatchOutcome and gc.is_tracked(made)
+    assert [(n, getattr(made, n)) for n in BatchOutcome.__slots__] == \
+        [(n, getattr(called, n)) for n in BatchOutcome.__slots__]
+    made.watch("a handle")
+    made.finish(7, 8, None)
+    other = new_outcome("u", 0)
+    assert (other.watchers, other.done, other.base_offset, other.topic) == (None, False, -1, "u")
