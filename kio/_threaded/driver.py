@@ -275,6 +275,10 @@ class PolledThreadDriver(ThreadDriver):
     _sockets_wanted = False         # the application asked the network thread to hand the sockets over
     _standby_until: Optional[float] = None   # when the standing-by network thread looks again (None: awake)
     _standby_timer = False          # the last stand-by ended for a timer round
+    _app_round_due = True           # the core was fed since the application thread's last round
+    _app_deadline: Optional[float] = None   # the core's deadline after that round
+    _app_rounds_seen = -1           # _rounds_run then (a round of the network thread makes it stale)
+    _rounds_run = 0                 # rounds of the network thread
     _select_rounds = 0              # rounds after the application thread's own select (tests, profiling)
     _handovers = 0                  # take-overs by the application thread (tests, profiling)
     _takebacks = 0                  # take-overs by the network thread (tests, profiling)
@@ -386,6 +390,7 @@ class PolledThreadDriver(ThreadDriver):
                     net.write_all(now)
                     work = self._after_round(False)
                     deadline = self._core.next_deadline(now)
+                    self._note_round(deadline)
                     planned = self._planned
                     wake = net.update_interest() or bool(actions) or work is not None \
                         or self._core.client.has_errors() \
@@ -419,10 +424,13 @@ class PolledThreadDriver(ThreadDriver):
     # -- who waits on the sockets (see the class docstring) ---------------------------------------
     def _wait(self, deadline: float, seen: int) -> int:
         # The application thread's wait: in select itself when the network
-        # thread stands by (one round for what came: the answer is decoded
-        # and its records collected here), else on the Condition, having
-        # asked the network thread for the sockets.
-        net, core = self._net, self._core
+        # thread stands by, else on the Condition, having asked the network
+        # thread for the sockets. An answer read here is decoded (its
+        # callbacks run) as it is fed to the core, so the steps can take its
+        # records at once: the core's round that plans the next Fetch waits
+        # until they did (poll()'s round before it returns), and one runs
+        # here before the next select only if none ran since the core was fed.
+        net = self._net
         with self._lock:
             if self._changes != seen:
                 return self._changes
@@ -436,9 +444,17 @@ class PolledThreadDriver(ThreadDriver):
                     net.wake()
                 self._changed.wait(left)
                 return self._changes
+            round_due = self._app_round_due or self._app_rounds_seen != self._rounds_run
+        if round_due:
+            changes = self._app_round(timer=False)
+            if changes != seen:
+                return changes                  # that round may have done what the steps wait for
+        with self._lock:
+            if self._net_selects or self._round_error is not None or self._stop:
+                return self._changes            # the round failed, or close() began: look again
             self._app_selects = True
             now = now_ms()
-            timeout = sleep_time(core.next_deadline(now), now)
+            timeout = sleep_time(self._app_deadline, now)
             if left is not None and (timeout is None or left < timeout):
                 timeout = left
         try:
@@ -447,30 +463,39 @@ class PolledThreadDriver(ThreadDriver):
             with self._lock:
                 self._app_selects = False
                 self._app_waited_at = now_ms()
-        return self._round_after_select(events)
+        if not events:
+            return self._app_round(timer=True)      # the core's timer, or the step's deadline
+        with self._lock:
+            try:
+                net.handle(events, now_ms())
+                self._after_round(False)            # the answer's records and events, for the steps
+            except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                self._fail_round(e)
+            self._app_round_due = True
+            return self._changes
 
-    def _round_after_select(self, events: list) -> int:
-        """The application thread's round after its select: what the network
-        thread's loop does after its own (read, feed the core, poll it, write,
-        collect the events). A failure is handed to the network thread, which
-        fails the client. Returns the notifications so far."""
+    def _app_round(self, timer: bool) -> int:
+        """The network side's round on the application thread, which has the
+        sockets (the network thread stands by): poll the core, write, collect
+        its events, note its next deadline for the select. A failure is
+        handed to the network thread, which fails the client. Returns the
+        notifications so far."""
         net, core = self._net, self._core
         work, errors = None, []
         with self._lock:
             try:
                 now = now_ms()
-                net.handle(events, now)
                 actions = core.poll(now)
                 if actions:
                     net.apply(actions, now)
                 net.write_all(now)
-                work = self._after_round(not events)
+                work = self._after_round(timer)
+                self._note_round(core.next_deadline(now))
                 net.update_interest()
                 errors = error_callbacks(core)
                 self._select_rounds += 1
             except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
-                self._round_error = e
-                self._standby.notify()
+                self._fail_round(e)
             changes = self._changes
         if work is not None:
             self._outside_lock(work)
@@ -478,11 +503,26 @@ class PolledThreadDriver(ThreadDriver):
             call_error_cb(cb, error, can_await=False)
         return changes
 
+    def _note_round(self, deadline: Optional[float]) -> None:
+        """Lock held, after a round on the application thread: the core's
+        next deadline is what its select waits for, until another round
+        (the network thread's timer rounds count them in _rounds_run)."""
+        self._app_deadline = deadline
+        self._app_round_due = False
+        self._app_rounds_seen = self._rounds_run
+
+    def _fail_round(self, exc: BaseException) -> None:
+        """Lock held: a round on the application thread raised; the network
+        thread raises it from its loop (and fails the client as for its own)."""
+        self._round_error = exc
+        self._standby.notify()
+
     def _select(self, deadline: Optional[float]) -> list:
         # The network thread's wait: on the sockets, unless the application
         # waits there (then it stands by). [] (no I/O) makes its loop run a
         # round: a timer that fell due, or the sockets just taken back.
         with self._lock:
+            self._rounds_run += 1               # the core changed: the application's deadline is stale
             if self._sockets_wanted and not self._stop:
                 self._sockets_wanted = False
                 self._net_selects = False
