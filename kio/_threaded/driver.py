@@ -277,8 +277,8 @@ class PolledThreadDriver(ThreadDriver):
     _standby_timer = False          # the last stand-by ended for a timer round
     _app_round_due = True           # the core was fed since the application thread's last round
     _app_deadline: Optional[float] = None   # the core's deadline after that round
-    _app_rounds_seen = -1           # _rounds_run then (a round of the network thread makes it stale)
-    _rounds_run = 0                 # rounds of the network thread
+    _app_rounds_seen = -1           # _rounds_run then (another round makes it stale)
+    _rounds_run = 0                 # rounds of the core, on either thread
     _select_rounds = 0              # rounds after the application thread's own select (tests, profiling)
     _handovers = 0                  # take-overs by the application thread (tests, profiling)
     _takebacks = 0                  # take-overs by the network thread (tests, profiling)
@@ -376,7 +376,7 @@ class PolledThreadDriver(ThreadDriver):
         run, or work outside the lock. A round that raises is handed to the
         network thread, whose loop fails the client as for its own rounds."""
         net = self._net
-        work = None
+        work, deadline, errors = None, None, []
         with self._lock:
             if self._stop or self._fatal is not None or self._round_error is not None \
                     or not self._thread.is_alive():
@@ -400,19 +400,23 @@ class PolledThreadDriver(ThreadDriver):
                     self._round_error = e
                     work, wake = None, True
                 if wake and not self._net_selects:
-                    # standing by: it needs no wake-up for a socket or a
+                    # Standing by, it needs no wake-up for a socket or a
                     # deadline (the application waits next, or it takes the
                     # sockets back and registers what they wait for), only
-                    # to look at its timer again, a failure or error callbacks
-                    if self._round_error is not None or work is not None or self._core.client.has_errors() \
+                    # to look at its timer again, or to stop or fail; the
+                    # error callbacks run here.
+                    if self._stop or self._round_error is not None or work is not None \
                             or (deadline is not None and self._standby_until is not None
                                 and deadline < self._standby_until):
                         self._standby.notify()
+                    errors = error_callbacks(self._core)
                     wake = False
         if wake:
             net.wake()
         if work is not None:
             self._outside_lock(work)
+        for cb, error in errors:
+            call_error_cb(cb, error, can_await=False)
 
     def _before_wait(self) -> bool:
         if not self._round_wanted:
@@ -506,7 +510,7 @@ class PolledThreadDriver(ThreadDriver):
     def _note_round(self, deadline: Optional[float]) -> None:
         """Lock held, after a round on the application thread: the core's
         next deadline is what its select waits for, until another round
-        (the network thread's timer rounds count them in _rounds_run)."""
+        (the network thread's timer rounds; _after_round counts them)."""
         self._app_deadline = deadline
         self._app_round_due = False
         self._app_rounds_seen = self._rounds_run
@@ -522,7 +526,6 @@ class PolledThreadDriver(ThreadDriver):
         # waits there (then it stands by). [] (no I/O) makes its loop run a
         # round: a timer that fell due, or the sockets just taken back.
         with self._lock:
-            self._rounds_run += 1               # the core changed: the application's deadline is stale
             if self._sockets_wanted and not self._stop:
                 self._sockets_wanted = False
                 self._net_selects = False
@@ -588,6 +591,7 @@ class PolledThreadDriver(ThreadDriver):
         # once: closing, a commit that cannot be sent). Not on every partial
         # read of a large fetch response. The application waits without a
         # timer: each of these counts.
+        self._rounds_run += 1           # the core moved: the deadline the application noted is stale
         fresh = self._collect_events()
         moved = self._network_moved(timer)
         if self._waiters and (fresh or moved):
