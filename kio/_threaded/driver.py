@@ -433,50 +433,54 @@ class PolledThreadDriver(ThreadDriver):
         # callbacks run) as it is fed to the core, so the steps can take its
         # records at once: the core's round that plans the next Fetch waits
         # until they did (poll()'s round before it returns), and one runs
-        # here before the next select only if none ran since the core was fed.
+        # here before the next select only if a request completed (or a
+        # connection changed) since the last. A partial read of a large
+        # answer selects again, with no round and no look by the steps.
         net = self._net
-        with self._lock:
-            if self._changes != seen:
-                return self._changes
-            left = Stepper.seconds_left(deadline)
-            if left is not None and left <= 0:
-                return self._changes
-            if self._net_selects or self._stop or self._fatal is not None or self._round_error is not None \
-                    or not self._thread.is_alive():
-                if self._net_selects and not self._sockets_wanted and not self._stop:
-                    self._sockets_wanted = True      # handed over after its next round (_select)
-                    net.wake()
-                self._changed.wait(left)
-                return self._changes
-            round_due = self._app_round_due or self._app_rounds_seen != self._rounds_run
-        if round_due:
-            changes = self._app_round(timer=False)
-            if changes != seen:
-                return changes                  # that round may have done what the steps wait for
-        with self._lock:
-            if self._net_selects or self._round_error is not None or self._stop:
-                return self._changes            # the round failed, or close() began: look again
-            self._app_selects = True
-            now = now_ms()
-            timeout = sleep_time(self._app_deadline, now)
-            if left is not None and (timeout is None or left < timeout):
-                timeout = left
-        try:
-            events = net.select(timeout)
-        finally:
+        client = self._core.client
+        while True:
             with self._lock:
-                self._app_selects = False
-                self._app_waited_at = now_ms()
-        if not events:
-            return self._app_round(timer=True)      # the core's timer, or the step's deadline
-        with self._lock:
+                if self._changes != seen:
+                    return self._changes
+                left = Stepper.seconds_left(deadline)
+                if left is not None and left <= 0:
+                    return self._changes
+                if self._net_selects or self._stop or self._fatal is not None or self._round_error is not None \
+                        or not self._thread.is_alive():
+                    if self._net_selects and not self._sockets_wanted and not self._stop:
+                        self._sockets_wanted = True      # handed over after its next round (_select)
+                        net.wake()
+                    self._changed.wait(left)
+                    return self._changes
+                round_due = self._app_round_due or self._app_rounds_seen != self._rounds_run
+            if round_due:
+                changes = self._app_round(timer=False)
+                if changes != seen:
+                    return changes                  # that round may have done what the steps wait for
+            with self._lock:
+                if self._net_selects or self._round_error is not None or self._stop:
+                    return self._changes            # the round failed, or close() began: look again
+                self._app_selects = True
+                timeout = sleep_time(self._app_deadline, now_ms())
+                if left is not None and (timeout is None or left < timeout):
+                    timeout = left
             try:
-                net.handle(events, now_ms())
-                self._after_round(False)            # the answer's records and events, for the steps
-            except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
-                self._fail_round(e)
-            self._app_round_due = True
-            return self._changes
+                events = net.select(timeout)
+            finally:
+                with self._lock:
+                    self._app_selects = False
+                    self._app_waited_at = now_ms()
+            if not events:
+                return self._app_round(timer=True)      # the core's timer, or the step's deadline
+            with self._lock:
+                progress = client.progress
+                try:
+                    net.handle(events, now_ms())
+                    self._after_round(False)            # the answer's records and events, for the steps
+                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                    self._fail_round(e)
+                if client.progress != progress:
+                    self._app_round_due = True
 
     def _app_round(self, timer: bool) -> int:
         """The network side's round on the application thread, which has the
