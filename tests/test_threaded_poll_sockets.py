@@ -84,6 +84,8 @@ def test_answers_are_read_on_the_polling_thread_with_no_hand_off(bootstrap, make
         while not got and time.monotonic() < end:
             got = c.poll(0.5)                          # connected, fetching, the sockets handed over
         assert [r.value for r in got] == [b"first"]
+        assert c.poll(0.3) == []                       # waits: the hand-over of the sockets is done
+        assert not c._net_selects
         selects, wakes = _count_selects(c), _count_wakes(c)
         rounds = _count_core_rounds(c)
         handovers, takebacks = c._handovers, c._takebacks
