@@ -454,9 +454,10 @@ class PolledThreadDriver(ThreadDriver):
                     return self._changes
                 round_due = self._app_round_due or self._app_rounds_seen != self._rounds_run
             if round_due:
-                changes = self._app_round(timer=False)
-                if changes != seen:
-                    return changes                  # that round may have done what the steps wait for
+                # The steps look again after it: what it completed (a close,
+                # a commit) need not notify - the progress it follows from
+                # was seen when the answer was read.
+                return self._app_round(timer=False)
             with self._lock:
                 if self._net_selects or self._round_error is not None or self._stop:
                     return self._changes            # the round failed, or close() began: look again
