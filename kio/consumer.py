@@ -1,10 +1,12 @@
 """The threading consumer: :class:`Consumer`, a thin driver around ConsumerCore.
 
-A background thread, ``kio-consumer-network-thread | <client_id>``, owns the
-sockets (:class:`kio._threaded.network.SocketLoop`) and runs the core: fetches,
-heartbeats, commits and rebalances progress while the application processes
-records between polls - the job of the Java client's heartbeat thread, with
-the fetch of the next records already in flight (prefetch).
+A background thread, ``kio-consumer-network-thread | <client_id>``, runs the
+core over the sockets (:class:`kio._threaded.network.SocketLoop`) while the
+application is busy between polls: fetches, heartbeats, commits and
+rebalances progress meanwhile - the job of the Java client's heartbeat
+thread, with the fetch of the next records already in flight (prefetch).
+While the application keeps polling, ``poll()`` waits on the sockets itself
+and that thread stands by (see :class:`kio._threaded.driver.PolledThreadDriver`).
 
 Threading contract (as in Java, the consumer is NOT thread-safe):
 

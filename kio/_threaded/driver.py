@@ -113,49 +113,6 @@ class ThreadDriver:
         if self._waiters:
             self._notify()
 
-    def _round_here(self) -> None:
-        """Run the network side's round on this (the application's) thread
-        instead of waking the network thread for it: what the application
-        just changed in the core (records drained, a commit, an assignment)
-        goes out at once - the next Fetch leaves before poll() returns, as in
-        Java's consumer - without a hand-off to the network thread and back
-        (a socketpair write, a select wake-up, two GIL and lock changes of
-        hands, and a scheduler delay on a busy machine: the latency tail).
-
-        The network thread keeps waiting in select for answers; it is woken
-        only when this round leaves it something: a Connect or Close, a
-        socket whose wanted events changed (a request not fully written),
-        a deadline earlier than the one it sleeps towards, error callbacks to
-        run, or work outside the lock. A round that raises is handed to the
-        network thread, whose loop fails the client as for its own rounds."""
-        net = self._net
-        work = None
-        with self._lock:
-            if self._stop or self._fatal is not None or self._round_error is not None \
-                    or not self._thread.is_alive():
-                wake = True
-            else:
-                try:
-                    now = now_ms()
-                    actions = self._core.poll(now)
-                    if actions:
-                        net.apply(actions, now)
-                    net.write_all(now)
-                    work = self._after_round(False)
-                    deadline = self._core.next_deadline(now)
-                    planned = self._planned
-                    wake = net.update_interest() or bool(actions) or work is not None \
-                        or self._core.client.has_errors() \
-                        or (deadline is not None and (planned is None or deadline < planned))
-                    self._rounds_here += 1
-                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
-                    self._round_error = e
-                    work, wake = None, True
-        if wake:
-            net.wake()
-        if work is not None:
-            self._outside_lock(work)
-
     def _network_moved(self, timer: bool) -> bool:
         """Lock held, once per round: whether the network side did something a
         waiting application thread may be waiting for - a request completed
@@ -185,12 +142,7 @@ class ThreadDriver:
                 if isinstance(step, float):
                     if self._before_wait():
                         continue
-                    with self._lock:
-                        if self._changes == seen:
-                            left = stepper.seconds_left(step)
-                            if left is None or left > 0:
-                                self._changed.wait(left)
-                        seen = self._changes
+                    seen = self._wait(step, seen)
                 else:
                     close = getattr(step, "close", None)
                     if close is not None:
@@ -202,6 +154,17 @@ class ThreadDriver:
             with self._lock:
                 self._waiters -= 1
 
+    def _wait(self, deadline: float, seen: int) -> int:
+        """One wait of a blocking operation until ``deadline`` (``now_ms()``;
+        INF: none): on the Condition until the network thread notifies, unless
+        it already did since ``seen``. Returns the notifications so far."""
+        with self._lock:
+            if self._changes == seen:
+                left = Stepper.seconds_left(deadline)
+                if left is None or left > 0:
+                    self._changed.wait(left)
+            return self._changes
+
     # -- the network thread -----------------------------------------------------------------
     def _sleep_until(self, now: float) -> Optional[float]:
         """Lock held: when the network thread's select must end at the latest
@@ -212,6 +175,11 @@ class ThreadDriver:
             deadline = now + cap
         self._planned = deadline
         return deadline  # type: ignore[no-any-return]
+
+    def _select(self, deadline: Optional[float]) -> list:
+        """The network thread's wait for I/O until ``deadline`` (the core's,
+        ``now_ms()``; None: none), without the lock: its events."""
+        return self._net.select(sleep_time(deadline, now_ms()))
 
     def _network_loop(self) -> None:
         core, net = self._core, self._net
@@ -238,7 +206,7 @@ class ThreadDriver:
                 if self._stop:
                     break
                 while True:
-                    events = net.select(sleep_time(deadline, now_ms()))
+                    events = self._select(deadline)
                     timer = not events
                     with self._lock:
                         net.handle(events, now_ms())
@@ -284,7 +252,23 @@ class PolledThreadDriver(ThreadDriver):
     consumer and the share consumer, with a :class:`kio._shared.client_ops.ClientOps`):
     that thread owns it, runs its callbacks, and is woken when the core's
     events, records or answers may be what it waits for. It comes first in
-    the client's bases: its hooks replace the defaults of ClientOps."""
+    the client's bases: its hooks replace the defaults of ClientOps.
+
+    Who waits on the sockets: while the application thread keeps calling
+    poll() (or another blocking method), *it* waits in select itself, and an
+    answer is read, decoded and handed over on that one thread - no hand-off
+    from the network thread per answer (a Condition notify, the GIL changing
+    hands twice), as Java's consumer runs its network I/O in poll(). The
+    network thread then stands by: it sleeps on its own Condition, runs the
+    core's timers (heartbeats, auto-commits, request timeouts) when one falls
+    due while the application is between two waits, and takes the sockets
+    back when the application has not waited for ``_handback_ms`` (busy with
+    its records, a listener, or gone): from then on it reads answers and
+    heartbeats as before, until the application's next wait asks for the
+    sockets again (one wake-up per take-over, not per poll()). Only one
+    thread waits in select at a time; the switches happen under the lock,
+    and in the steady state none needs a wake-up: the application marks when
+    it last waited, the standing-by thread looks at its timer."""
 
     #: the class in messages ("kio.Consumer is not safe for multi-threaded access")
     _client_name = "kio client"
@@ -295,6 +279,24 @@ class PolledThreadDriver(ThreadDriver):
     _owner: Optional[int] = None
     _runs = 0                       # _run calls the owner thread is inside (a listener may nest one)
     _round_wanted = False           # a kick inside _run: one round before the next wait or the return
+    #: how long the application may stay out of select (between two waits)
+    #: before the network thread takes the sockets back (ms): short against
+    #: session.timeout.ms / 3, long against the time between two polls of a
+    #: busy loop (a take-over costs a wake-up on each side)
+    _handback_ms = 100.0
+    _net_selects = True             # the network thread waits on the sockets (False: it stands by)
+    _app_selects = False            # the application thread is in select now
+    _app_waited_at = 0.0            # now_ms() when the application thread last left select
+    _sockets_wanted = False         # the application asked the network thread to hand the sockets over
+    _standby_until: Optional[float] = None   # when the standing-by network thread looks again (None: awake)
+    _standby_timer = False          # the last stand-by ended for a timer round
+    _app_round_due = True           # the core was fed since the application thread's last round
+    _app_deadline: Optional[float] = None   # the core's deadline after that round
+    _app_rounds_seen = -1           # _rounds_run then (another round makes it stale)
+    _rounds_run = 0                 # rounds of the core, on either thread
+    _select_rounds = 0              # rounds after the application thread's own select (tests, profiling)
+    _handovers = 0                  # take-overs by the application thread (tests, profiling)
+    _takebacks = 0                  # take-overs by the network thread (tests, profiling)
 
     if TYPE_CHECKING:                     # ClientOps', which comes after this class in the MRO
         def _collect_events(self) -> bool: ...
@@ -307,6 +309,9 @@ class PolledThreadDriver(ThreadDriver):
         with self._lock:
             self._wakeup = True
             self._notify()
+            app_selects = self._app_selects
+        if app_selects:
+            self._net.wake()            # poll() waits in select, not on the Condition
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -319,6 +324,9 @@ class PolledThreadDriver(ThreadDriver):
         thread stops; idempotent."""
         if self._closed:
             return
+        # Another thread's close() is refused before anything is stopped (as
+        # Java's ConcurrentModificationException): the owner's poll() goes on.
+        self._enter()
         try:
             self._run(self._close_steps(timeout))
         finally:
@@ -347,6 +355,12 @@ class PolledThreadDriver(ThreadDriver):
         # its own) still wakes it.
         self._longest_sleep_ms = core.config.request_timeout_ms
         super()._start_network(core, thread_name, recv_size)
+        self._standby = threading.Condition(self._lock)
+
+    def _stop_network(self) -> None:
+        with self._lock:
+            self._standby.notify()      # a standing-by network thread sees _stop
+        super()._stop_network()
 
     def _run(self, steps: Steps[_T]) -> _T:
         # Kicks inside a blocking call (poll's drained partitions, a commit)
@@ -361,6 +375,64 @@ class PolledThreadDriver(ThreadDriver):
             self._runs -= 1
             self._before_wait()
 
+    def _round_here(self) -> None:
+        """Run the network side's round on this (the application's) thread
+        instead of waking the network thread for it: what the application
+        just changed in the core (records drained, a commit, an assignment)
+        goes out at once - the next Fetch leaves before poll() returns, as in
+        Java's consumer - without a hand-off to the network thread and back
+        (a socketpair write, a select wake-up, two GIL and lock changes of
+        hands, and a scheduler delay on a busy machine: the latency tail).
+
+        The network thread keeps waiting in select for answers; it is woken
+        only when this round leaves it something: a Connect or Close, a
+        socket whose wanted events changed (a request not fully written),
+        a deadline earlier than the one it sleeps towards, error callbacks to
+        run, or work outside the lock. A round that raises is handed to the
+        network thread, whose loop fails the client as for its own rounds."""
+        net = self._net
+        work, deadline, errors = None, None, []
+        with self._lock:
+            if self._stop or self._fatal is not None or self._round_error is not None \
+                    or not self._thread.is_alive():
+                wake = True
+            else:
+                try:
+                    now = now_ms()
+                    actions = self._core.poll(now)
+                    if actions:
+                        net.apply(actions, now)
+                    net.write_all(now)
+                    work = self._after_round(False)
+                    deadline = self._core.next_deadline(now)
+                    self._note_round(deadline)
+                    planned = self._planned
+                    wake = net.update_interest() or bool(actions) or work is not None \
+                        or self._core.client.has_errors() \
+                        or (deadline is not None and (planned is None or deadline < planned))
+                    self._rounds_here += 1
+                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                    self._round_error = e
+                    work, wake = None, True
+                if wake and not self._net_selects:
+                    # Standing by, it needs no wake-up for a socket or a
+                    # deadline (the application waits next, or it takes the
+                    # sockets back and registers what they wait for), only
+                    # to look at its timer again, or to stop or fail; the
+                    # error callbacks run here.
+                    if self._stop or self._round_error is not None or work is not None \
+                            or (deadline is not None and self._standby_until is not None
+                                and deadline < self._standby_until):
+                        self._standby.notify()
+                    errors = error_callbacks(self._core)
+                    wake = False
+        if wake:
+            net.wake()
+        if work is not None:
+            self._outside_lock(work)
+        for cb, error in errors:
+            call_error_cb(cb, error, can_await=False)
+
     def _before_wait(self) -> bool:
         if not self._round_wanted:
             return False
@@ -368,12 +440,161 @@ class PolledThreadDriver(ThreadDriver):
         self._round_here()
         return True
 
+    # -- who waits on the sockets (see the class docstring) ---------------------------------------
+    def _wait(self, deadline: float, seen: int) -> int:
+        # The application thread's wait: in select itself when the network
+        # thread stands by, else on the Condition, having asked the network
+        # thread for the sockets. An answer read here is decoded (its
+        # callbacks run) as it is fed to the core, so the steps can take its
+        # records at once: the core's round that plans the next Fetch waits
+        # until they did (poll()'s round before it returns), and one runs
+        # here before the next select only if a request completed (or a
+        # connection changed) since the last. A partial read of a large
+        # answer selects again, with no round and no look by the steps.
+        net = self._net
+        client = self._core.client
+        while True:
+            with self._lock:
+                if self._changes != seen:
+                    return self._changes
+                left = Stepper.seconds_left(deadline)
+                if left is not None and left <= 0:
+                    return self._changes
+                if self._net_selects or self._stop or self._fatal is not None or self._round_error is not None \
+                        or not self._thread.is_alive():
+                    if self._net_selects and not self._sockets_wanted and not self._stop:
+                        self._sockets_wanted = True      # handed over after its next round (_select)
+                        net.wake()
+                    self._changed.wait(left)
+                    return self._changes
+                round_due = self._app_round_due or self._app_rounds_seen != self._rounds_run
+            if round_due:
+                # The steps look again after it: what it completed (a close,
+                # a commit) need not notify - the progress it follows from
+                # was seen when the answer was read.
+                return self._app_round(timer=False)
+            with self._lock:
+                if self._net_selects or self._round_error is not None or self._stop:
+                    return self._changes            # the round failed, or close() began: look again
+                self._app_selects = True
+                timeout = sleep_time(self._app_deadline, now_ms())
+                if left is not None and (timeout is None or left < timeout):
+                    timeout = left
+            try:
+                events = net.select(timeout)
+            finally:
+                with self._lock:
+                    self._app_selects = False
+                    self._app_waited_at = now_ms()
+            if not events:
+                return self._app_round(timer=True)      # the core's timer, or the step's deadline
+            with self._lock:
+                progress = client.progress
+                try:
+                    net.handle(events, now_ms())
+                    self._after_round(False)            # the answer's records and events, for the steps
+                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                    self._fail_round(e)
+                if client.progress != progress:
+                    self._app_round_due = True
+
+    def _app_round(self, timer: bool) -> int:
+        """The network side's round on the application thread, which has the
+        sockets (the network thread stands by): poll the core, write, collect
+        its events, note its next deadline for the select. A failure is
+        handed to the network thread, which fails the client. Returns the
+        notifications so far."""
+        net, core = self._net, self._core
+        work, errors = None, []
+        with self._lock:
+            try:
+                now = now_ms()
+                actions = core.poll(now)
+                if actions:
+                    net.apply(actions, now)
+                net.write_all(now)
+                work = self._after_round(timer)
+                self._note_round(core.next_deadline(now))
+                net.update_interest()
+                errors = error_callbacks(core)
+                self._select_rounds += 1
+            except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                self._fail_round(e)
+            changes = self._changes
+        if work is not None:
+            self._outside_lock(work)
+        for cb, error in errors:
+            call_error_cb(cb, error, can_await=False)
+        return changes
+
+    def _note_round(self, deadline: Optional[float]) -> None:
+        """Lock held, after a round on the application thread: the core's
+        next deadline is what its select waits for, until another round
+        (the network thread's timer rounds; _after_round counts them)."""
+        self._app_deadline = deadline
+        self._app_round_due = False
+        self._app_rounds_seen = self._rounds_run
+
+    def _fail_round(self, exc: BaseException) -> None:
+        """Lock held: a round on the application thread raised; the network
+        thread raises it from its loop (and fails the client as for its own)."""
+        self._round_error = exc
+        self._standby.notify()
+
+    def _select(self, deadline: Optional[float]) -> list:
+        # The network thread's wait: on the sockets, unless the application
+        # waits there (then it stands by). [] (no I/O) makes its loop run a
+        # round: a timer that fell due, or the sockets just taken back.
+        with self._lock:
+            if self._sockets_wanted and not self._stop:
+                self._sockets_wanted = False
+                self._net_selects = False
+                self._handovers += 1
+                self._app_waited_at = now_ms()
+                self._notify()
+            if not self._net_selects:
+                self._stand_by()
+                return []
+        return self._net.select(sleep_time(deadline, now_ms()))
+
+    def _stand_by(self) -> None:
+        """Lock held, on the network thread while the application thread
+        has the sockets: sleep until the core's next timer (when the
+        application is not in select, which would run it), or until the
+        application has stayed out of select for ``_handback_ms`` (then take
+        the sockets back), or until the client stops or a round failed."""
+        timer_ran = self._standby_timer
+        self._standby_timer = False
+        while not self._stop and self._round_error is None:
+            now = now_ms()
+            if self._app_selects:
+                until = now + self._handback_ms
+            else:
+                back_at = self._app_waited_at + self._handback_ms
+                due = self._core.next_deadline(now)
+                # (a timer still due after the round it was given needs I/O:
+                # take the sockets back rather than spin)
+                if now >= back_at or (timer_ran and due is not None and due <= now):
+                    self._net_selects = True
+                    self._takebacks += 1
+                    break
+                if due is not None and due <= now:
+                    self._standby_timer = True
+                    break
+                until = back_at if due is None else min(back_at, due)
+            timer_ran = False
+            self._standby_until = until
+            self._standby.wait((until - now) / 1000.0)
+        self._standby_until = None
+
     def _kick(self) -> None:
         # The application changed the core. Inside a blocking call on the
         # owner thread the round waits for _before_wait; a plain method
-        # (assign, seek, resume) wakes the network thread, whose one round
-        # covers any number of them.
-        if self._runs and threading.get_ident() == self._owner:
+        # (assign, seek, resume) wakes the network thread if it waits on the
+        # sockets, whose one round covers any number of them; if it stands
+        # by, the application's next wait runs the round (or the network
+        # thread, when it takes the sockets back).
+        if (self._runs or not self._net_selects) and threading.get_ident() == self._owner:
             self._round_wanted = True
         else:
             self._net.wake()
@@ -390,6 +611,7 @@ class PolledThreadDriver(ThreadDriver):
         # once: closing, a commit that cannot be sent). Not on every partial
         # read of a large fetch response. The application waits without a
         # timer: each of these counts.
+        self._rounds_run += 1           # the core moved: the deadline the application noted is stale
         fresh = self._collect_events()
         moved = self._network_moved(timer)
         if self._waiters and (fresh or moved):
