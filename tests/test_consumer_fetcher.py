@@ -458,3 +458,31 @@ def test_mixing_drain_and_drain_columns_loses_nothing(mode):
             offsets += cols[TP0][0]
     assert offsets == list(range(10))
     assert pos.position(TP0) == 10
+
+
+@pytest.mark.parametrize("records, limit, end", [
+    (batch(0, 4), 4, 4),                                # the limit ends on the fetch's last record
+    (batch(0, 2) + batch(2, 2), 2, 4),                  # ... on a batch's last, one more to read
+    (batch(0, 4, pid=7, transactional=True) + control(4, 7, commit=True), 4, 5),   # a marker after it
+])
+def test_the_drain_that_hands_out_the_last_record_lets_the_partition_fetch_again(records, limit, end):
+    # Issue 27: a drain that stopped at max.poll.records on the buffered
+    # fetch's last record left it buffered (its record iterator not yet seen
+    # to end), so no Fetch went out until the next poll() found it empty -
+    # and nothing then asked the driver for a round: bench_latency's consumer
+    # waited for the network thread's next timer, 15-30 s.
+    pos, f = make(max_poll_records=limit)
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": records}}))
+    drained = []
+    while True:
+        got = f.drain()
+        assert got, "a drain returned nothing while the fetch was still buffered"
+        drained += [r.offset for r in got]
+        if not f.has_buffered():
+            break
+    assert drained == [0, 1, 2, 3]
+    (again,) = requests(f)                                 # the next Fetch, at once
+    assert again.offsets == {TP0: end} and pos.position(TP0) == end

@@ -369,7 +369,7 @@ class Fetcher:
                 if buf is None:
                     break
                 self._drain_one(buf, out, limit)
-                if buf.record_iter is None and buf.next_batch >= len(buf.batches):
+                if self._used_up(buf):
                     self._buffered.popleft()
         finally:
             self._buffered.extendleft(reversed(kept))
@@ -394,6 +394,27 @@ class Fetcher:
             # removed its last records.
             st.position = max(st.position, buf.current.next_offset)
             buf.record_iter = None
+
+    def _used_up(self, buf: _Buffered) -> bool:
+        """Whether ``buf`` has nothing left for the application, also when
+        the drain stopped at its limit on the fetch's last record (its
+        record iterator not yet seen to end) or before trailing control
+        batches: then it is dropped by the drain that handed out that
+        record. Left buffered, it kept its partition out of fetch_requests
+        and, the count of buffered fetches unchanged, the core's fetch plan
+        from running; the next poll() only found it empty, and with no
+        records nothing asked for another round: the next Fetch waited for
+        the driver's next timer, up to request.timeout.ms (issue 27)."""
+        st = buf.state
+        if buf.record_iter is not None:
+            if st.position <= buf.current.last_offset:
+                return False                   # records may be left in this batch
+            st.position = max(st.position, buf.current.next_offset)
+            buf.record_iter = None
+        if self._next_visible_batch(buf, st) is None:
+            return True                        # (control batches left are skipped as a drain would)
+        buf.next_batch -= 1                    # a batch to read: the next drain starts with it
+        return False
 
     def _next_visible_batch(self, buf: _Buffered, st):
         """The next batch whose records the application may see; moves the
