@@ -486,3 +486,30 @@ def test_the_drain_that_hands_out_the_last_record_lets_the_partition_fetch_again
     assert drained == [0, 1, 2, 3]
     (again,) = requests(f)                                 # the next Fetch, at once
     assert again.offsets == {TP0: end} and pos.position(TP0) == end
+
+
+@pytest.mark.parametrize("drain", ["drain_columns", "_drain_columns_py", "drain_buffers"])
+@pytest.mark.parametrize("records, limit, end", [
+    (batch(0, 4), 4, 4),
+    (batch(0, 2) + batch(2, 2), 2, 4),
+    (batch(0, 4, pid=7, transactional=True) + control(4, 7, commit=True), 4, 5),   # a marker after it
+])
+def test_the_columnar_drain_that_hands_out_the_last_record_lets_the_partition_fetch_again(drain, records, limit, end):
+    # As above for poll_batch()'s drains (the C walk, its Python twin, the
+    # Arrow buffers): a transaction's commit marker after the last record the
+    # limit took kept the fetch buffered, and the next poll_batch() drained
+    # nothing - asking for no round, so no Fetch until the driver's timer.
+    pos, f = make(max_poll_records=limit)
+    pos.assign([TP0])
+    pos.seek(TP0, 0)
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": records}}))
+    taken = 0
+    while f.has_buffered():
+        got = getattr(f, drain)()
+        n = sum(len(v) if drain == "drain_buffers" else len(v[0]) for v in got.values())
+        assert n, "a drain returned nothing while the fetch was still buffered"
+        taken += n
+    assert taken == 4
+    (again,) = requests(f)                                 # the next Fetch, at once
+    assert again.offsets == {TP0: end} and pos.position(TP0) == end

@@ -459,8 +459,15 @@ def drain_columns(fetcher, Py_ssize_t limit):
                 buf.record_iter = batch.records(tp.topic, tp.partition, st.position)
                 if not n:
                     break                         # the sink is full
-            if buf.next_batch >= len(buf.batches) and buf.record_iter is None:
-                buffered.popleft()
+            if buf.record_iter is None:
+                # Dropped by the drain that hands out its last record, also
+                # when only control batches follow (Fetcher._used_up): left
+                # buffered, the partition would fetch nothing until a later
+                # drain, and an empty one asks for no round.
+                if buf.next_batch < len(buf.batches) and _next_visible_batch(buf, st, read_committed) is not None:
+                    buf.next_batch -= 1           # a batch to read: the next drain starts with it
+                else:
+                    buffered.popleft()
     finally:
         buffered.extendleft(reversed(kept))
     return {tp: cols for tp, cols in out.items() if cols[0]}

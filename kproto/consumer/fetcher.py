@@ -530,7 +530,7 @@ class Fetcher:
                 buf.record_iter = batch.records(buf.tp.topic, buf.tp.partition, st.position)
                 if not n:
                     break                         # the sink is full
-            if buf.next_batch >= len(buf.batches) and buf.record_iter is None:
+            if self._used_up(buf):
                 self._buffered.popleft()
 
     # -- offset resets (ListOffsets) ----------------------------------------------
