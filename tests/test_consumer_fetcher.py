@@ -513,3 +513,43 @@ def test_the_columnar_drain_that_hands_out_the_last_record_lets_the_partition_fe
     assert taken == 4
     (again,) = requests(f)                                 # the next Fetch, at once
     assert again.offsets == {TP0: end} and pos.position(TP0) == end
+
+
+def compacted(base_offset, n, removed):
+    """A batch of ``n`` records whose ``removed`` last records compaction
+    took out: its last offset stays where it was (Kafka keeps a batch's
+    offset range), so the records end before it."""
+    import struct
+    import crc32c
+    raw = bytearray(batch(base_offset, n))
+    struct.pack_into(">i", raw, 23, n - 1 + removed)              # lastOffsetDelta
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("drain", ["drain", "drain_columns", "drain_buffers"])
+def test_an_empty_drain_that_drops_a_used_up_fetch_asks_the_driver_for_a_round(drain):
+    # A compacted batch whose last records are gone, the limit ending on its
+    # last record: the fetch stays buffered (the drain cannot tell the batch
+    # holds no more), and the next drain hands out nothing but drops it.
+    # Only a drain that hands out records makes the driver run a round, so
+    # the core says so (fetch_freed): without it the partition's next Fetch
+    # waited for the driver's next timer.
+    from kproto.consumer.core import ConsumerCore
+    core = ConsumerCore(bootstrap_servers="h:1", max_poll_records=4)
+    core.assign([TP0], 0)
+    core.seek(TP0, 0)
+    f = core.fetcher
+    (req,) = requests(f)
+    f.on_fetch_response(req, response(req, {TP0: {"records": compacted(0, 4, removed=2)}}))
+    first = getattr(core, drain)()
+    assert first and not core.fetch_freed
+    if drain == "drain":
+        assert f.has_buffered()                 # the record iterator has not seen the batch end
+        second = core.drain()
+        assert not second and not f.has_buffered()
+        assert core.fetch_freed, "an empty drain dropped a fetch without asking for a round"
+    else:
+        assert not f.has_buffered()             # the columnar walk knows the batch ended
+    (again,) = requests(f)
+    assert again.offsets == {TP0: 6}

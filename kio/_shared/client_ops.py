@@ -131,9 +131,15 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
                     out = take(self._core)
                     if out:
                         break
-                    if now_ms() >= end:
-                        return out
+                    freed = getattr(self._core, "fetch_freed", False)
+                    if freed:
+                        self._core.fetch_freed = False
+                    expired = now_ms() >= end
             if not pending:
+                if freed:
+                    self._kick()    # a used-up fetch dropped, nothing handed out: its partitions' next fetch
+                if expired:
+                    return out
                 yield end
         self._kick()       # partitions drained: their next fetch can go out now
         return out

@@ -558,13 +558,28 @@ class ConsumerCore(DriverIO):
                 continue
             raise err
 
+    #: a drain dropped a used-up buffered fetch and handed out nothing: its
+    #: partitions may fetch again, which needs a round the driver runs (only
+    #: a drain that hands out records asks for one). The fetcher drops a
+    #: fetch in the drain that hands out its last record; this covers the
+    #: rest (a compacted batch whose last records are gone, a revoked
+    #: partition's data), so an empty poll() never leaves a partition
+    #: unfetched until the driver's next timer.
+    fetch_freed = False
+
     def has_records(self) -> bool:
         return bool(self._errors) or self._topic_error is not None or self.fetcher.has_buffered()
+
+    def _note_freed(self, out, buffered: int) -> None:
+        if not out and len(self.fetcher._buffered) < buffered:
+            self.fetch_freed = True
 
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to max_records (default max.poll.records) records; deserializers applied."""
         self._raise_error()
+        buffered = len(self.fetcher._buffered)
         records = self.fetcher.drain(max_records)
+        self._note_freed(records, buffered)
         if records and (self.key_deserializer is not None or self.value_deserializer is not None):
             records = [self._deserialize(r) for r in records]
         return records
@@ -572,7 +587,9 @@ class ConsumerCore(DriverIO):
     def drain_columns(self, max_records: Optional[int] = None) -> dict:
         """{tp: (offsets, timestamps, keys, values)}; deserializers applied."""
         self._raise_error()
+        buffered = len(self.fetcher._buffered)
         cols = self.fetcher.drain_columns(max_records)
+        self._note_freed(cols, buffered)
         kd, vd = self.key_deserializer, self.value_deserializer
         if cols and (kd is not None or vd is not None):
             for tp, (offs, tss, keys, vals) in list(cols.items()):
@@ -588,7 +605,10 @@ class ConsumerCore(DriverIO):
         them into arrays); raw bytes: deserializers do not apply here.
         ``headers``: gather the records' headers too."""
         self._raise_error()
-        return self.fetcher.drain_buffers(max_records, headers)
+        buffered = len(self.fetcher._buffered)
+        bufs = self.fetcher.drain_buffers(max_records, headers)
+        self._note_freed(bufs, buffered)
+        return bufs
 
     def _deserialize(self, r):
         from kproto.records import Record
