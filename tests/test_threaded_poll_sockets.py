@@ -15,48 +15,32 @@ import uuid
 import pytest
 
 from kio import Consumer, ConsumerThreadError, Producer, TopicPartition as TP, WakeupError
+from test_threaded_poll_rounds import _count_wakes
 
 GROUP = dict(session_timeout_ms=6000, heartbeat_interval_ms=500)
 
 
-def _count_selects(consumer):
-    """{thread ident: select calls} of the consumer's SocketLoop from now on."""
-    net = consumer._net
+def _count_by_thread(obj, name):
+    """{thread ident: calls of ``obj.name``} from now on."""
     counts = {}
-    real = net.select
+    real = getattr(obj, name)
 
-    def counting_select(timeout):
+    def counting(*args):
         me = threading.get_ident()
         counts[me] = counts.get(me, 0) + 1
-        return real(timeout)
-    net.select = counting_select
+        return real(*args)
+    setattr(obj, name, counting)
     return counts
+
+
+def _count_selects(consumer):
+    """{thread ident: select calls} of the consumer's SocketLoop from now on."""
+    return _count_by_thread(consumer._net, "select")
 
 
 def _count_core_rounds(consumer):
     """{thread ident: rounds of the core (ConsumerCore.poll)} from now on."""
-    core = consumer._core
-    counts = {}
-    real = core.poll
-
-    def counting_poll(now):
-        me = threading.get_ident()
-        counts[me] = counts.get(me, 0) + 1
-        return real(now)
-    core.poll = counting_poll
-    return counts
-
-
-def _count_wakes(consumer):
-    net = consumer._net
-    calls = [0]
-    real = net.wake
-
-    def counting_wake():
-        calls[0] += 1
-        real()
-    net.wake = counting_wake
-    return calls
+    return _count_by_thread(consumer._core, "poll")
 
 
 def _produce(bootstrap, topic, n, start=0, partitions=1):
