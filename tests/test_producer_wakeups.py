@@ -145,3 +145,33 @@ def test_a_batch_filled_while_a_wake_up_is_pending_is_due_at_once():
         core.send("t", b"x" * 100, partition=0, now=sim.now)
     assert dq[0].full
     assert core.next_deadline(sim.now) <= sim.now
+
+
+def test_only_a_transactional_core_asks_its_driver_for_a_round_for_a_new_batch():
+    # The driver obeys ProducerCore.new_batch_needs_round when an append sets
+    # accumulator.wakeup: a plain producer's new batch only moves the core's
+    # deadline (its linger), a transaction's new partition must have its
+    # AddPartitionsToTxn sent by the very next round, long before linger.ms.
+    from test_producer_core_transactions import txn_producer
+
+    core, kafka, sim = make(FakeKafka(), linger_ms=1000)
+    sim.send(b"warm")
+    sim.run_until(lambda: not core.pending)
+    acc = core.accumulator
+    acc.wakeup = False
+    core.send("t", b"x", partition=0, now=sim.now)
+    assert acc.wakeup and not core.new_batch_needs_round
+    assert core.next_deadline(sim.now) == sim.now + 1000          # what the driver re-reads instead
+
+    core, kafka, sim = txn_producer(linger_ms=1000)
+    core.begin_transaction()
+    acc = core.accumulator
+    acc.wakeup = False
+    sim.send(b"x", partition=0)                                    # (after the topic's metadata)
+    assert acc.wakeup and core.new_batch_needs_round
+    assert core.next_deadline(sim.now) > sim.now                   # the deadline alone would wait
+    core.poll(sim.now)                                             # the round it asks for
+    coordinator = 2
+    assert coordinator in core.nodes_with_output(), "the round did not send AddPartitionsToTxn"
+    sim.run_until(lambda: len(kafka.txn_log) > 2, max_ms=10)
+    assert kafka.txn_log[2] == ("AddPartitionsToTxn", [("t", 0)])

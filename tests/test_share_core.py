@@ -580,3 +580,29 @@ def test_a_commit_that_no_leader_answers_times_out():
     with pytest.raises(ShareCommitTimeoutError, match="1000 ms") as e:
         h.result()
     assert isinstance(e.value, KafkaTimeoutError)
+
+
+def test_an_empty_drain_that_drops_a_used_up_fetch_asks_the_driver_for_a_round():
+    # As ConsumerCore.fetch_freed, which the drivers' shared poll steps read
+    # from both cores: records 0-2 of an answer that acquired 0-4 (3 and 4
+    # compacted away), max.poll.records 3. The drain that hands out 0-2 keeps
+    # the answer buffered (offsets still left); the next hands out nothing
+    # and drops it - the leader may be fetched again and the gaps told, which
+    # only a round does.
+    core = ShareConsumerCore({"bootstrap.servers": "h:1", "group.id": "g", "max.poll.records": 3})
+    core.subscribe([TOPIC], 0)
+    f = core.fetcher
+    f.set_assignment({TP(TOPIC, 0)})
+    (req,) = f.requests(lambda tp: 1, {TOPIC: TID}.get, lambda n: True, 0)
+    f.on_response(req, fetch_answer(batch(0, 3), [(0, 4, 1)]), 1)
+    assert [r.offset for r in core.drain()] == [0, 1, 2]
+    assert not core.fetch_freed and f.has_buffered()
+    assert f.requests(lambda tp: 1, {TOPIC: TID}.get, lambda n: True, 0) == []     # buffered: no fetch
+    assert core.drain() == []
+    assert core.fetch_freed and not f.has_buffered()
+    core.fetch_freed = False                     # taken, as the poll steps take it
+    (req,) = f.requests(lambda tp: 1, {TOPIC: TID}.get, lambda n: True, 0)
+    assert req.api == "ShareFetch"
+    gaps = [b for b in listed(req)[0] if b["acknowledge_types"] == [GAP]]
+    assert gaps == [{"first_offset": 3, "last_offset": 4, "acknowledge_types": [GAP]}]
+    assert core.drain() == [] and not core.fetch_freed        # nothing dropped: nothing asked

@@ -238,3 +238,42 @@ def test_wakeup_and_another_thread_while_poll_waits_in_select(bootstrap, make_to
         t.join(60)
     assert outcome.get("woken_after", 99) < 1.0, outcome
     assert outcome["after"] == [b"v0"] and outcome["closed"]
+
+
+def test_an_idle_member_blocked_in_poll_wakes_the_standing_by_thread_once_per_heartbeat(bootstrap, make_topic):
+    """A group member on an empty topic blocked in one poll() for 8 s
+    (over session.timeout.ms, four times session.timeout.ms / 3): poll()'s
+    own selects run the heartbeats and the member keeps its generation,
+    while the standing-by network thread sleeps towards the core's next
+    timer - about one wake-up per heartbeat (16), however many selects
+    poll() starts (~60: each held Fetch's end and each heartbeat's) - where
+    the old stand-by looked at its timer every 100 ms (~80). It never takes
+    the sockets over and never selects."""
+    topic = make_topic(1)
+    events = []
+    with Consumer(bootstrap_servers=bootstrap, group_id="g-" + uuid.uuid4().hex[:8], auto_offset_reset="earliest",
+                  enable_auto_commit=False, **GROUP) as c:
+        c.subscribe([topic], on_assign=lambda ps: events.append(("assign", len(ps))),
+                    on_revoke=lambda ps: events.append(("revoke", len(ps))),
+                    on_lost=lambda ps: events.append(("lost", len(ps))))
+        end = time.monotonic() + 30
+        while not events and time.monotonic() < end:
+            assert c.poll(0.5) == []
+        assert c.poll(1.0) == []                  # the group settled; poll() has the sockets
+        assert events == [("assign", 1)] and not c._net_selects
+        generation = c._core.membership.generation_id
+        takebacks, handovers = c._takebacks, c._handovers
+        wakes = _count_by_thread(c._standby, "wait")
+        selects = _count_selects(c)
+        start = time.monotonic()
+        assert c.poll(8.0) == []
+        took = time.monotonic() - start
+        me = threading.get_ident()
+        network_wakes = wakes.get(c._thread.ident, 0)
+        assert took >= 7.9
+        assert set(selects) == {me}, "the network thread selected on the sockets while poll() had them"
+        assert selects[me] > took * 1000 / GROUP["heartbeat_interval_ms"], selects   # (what it no longer follows)
+        assert c._takebacks == takebacks and c._handovers == handovers
+        assert network_wakes <= took * 1000 / GROUP["heartbeat_interval_ms"] + 4, (network_wakes, selects[me])
+        assert events == [("assign", 1)], events       # never revoked or lost: the heartbeats went on
+        assert c._core.membership.generation_id == generation

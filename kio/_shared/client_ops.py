@@ -131,7 +131,7 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
                     out = take(self._core)
                     if out:
                         break
-                    freed = getattr(self._core, "fetch_freed", False)
+                    freed = self._core.fetch_freed
                     if freed:
                         self._core.fetch_freed = False
                     expired = now_ms() >= end

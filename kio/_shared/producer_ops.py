@@ -181,12 +181,10 @@ class ProducerOps(MetricSubscriptionOps):
         finally:
             lock.release()
         if wake:
-            if core.transactions is None:
-                self._kick_deadline()
-            else:
-                # A transaction's new partition needs AddPartitionsToTxn
-                # before its batch may leave: that request goes out now.
+            if core.new_batch_needs_round:      # (a transaction's AddPartitionsToTxn goes out now)
                 self._kick()
+            else:
+                self._kick_deadline()
         if answer is not handle:
             return self._blocking(self._blocked_steps(answer))
         return handle

@@ -267,8 +267,15 @@ class PolledThreadDriver(ThreadDriver):
     heartbeats as before, until the application's next wait asks for the
     sockets again (one wake-up per take-over, not per poll()). Only one
     thread waits in select at a time; the switches happen under the lock,
-    and in the steady state none needs a wake-up: the application marks when
-    it last waited, the standing-by thread looks at its timer."""
+    and in the steady state none needs a wake-up: the application notes when
+    its blocking call ends at the latest and when it last left select, and
+    the standing-by thread sleeps until the first moment it could have to
+    act - while the application selects, ``_handback_ms`` after the core's
+    next timer or the call's end, whichever is first (see
+    :meth:`_standby_wake_at`); else when the application will have stayed
+    out of select for ``_handback_ms``, or the core's next timer. An idle
+    consumer blocked in poll() wakes it once per core timer (a heartbeat)
+    or poll() timeout, not on a fixed 100 ms tick."""
 
     #: the class in messages ("kio.Consumer is not safe for multi-threaded access")
     _client_name = "kio client"
@@ -287,6 +294,7 @@ class PolledThreadDriver(ThreadDriver):
     _net_selects = True             # the network thread waits on the sockets (False: it stands by)
     _app_selects = False            # the application thread is in select now
     _app_waited_at = 0.0            # now_ms() when the application thread last left select
+    _app_call_end: Optional[float] = None    # when its blocking call's wait ends at the latest (None: never)
     _sockets_wanted = False         # the application asked the network thread to hand the sockets over
     _standby_until: Optional[float] = None   # when the standing-by network thread looks again (None: awake)
     _standby_timer = False          # the last stand-by ended for a timer round
@@ -414,18 +422,20 @@ class PolledThreadDriver(ThreadDriver):
                 except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
                     self._round_error = e
                     work, wake = None, True
-                if wake and not self._net_selects:
-                    # Standing by, it needs no wake-up for a socket or a
-                    # deadline (the application waits next, or it takes the
-                    # sockets back and registers what they wait for), only
-                    # to look at its timer again, or to stop or fail; the
+                if not self._net_selects:
+                    # Standing by, it needs no wake-up for a socket (the
+                    # application waits next, or it takes the sockets back
+                    # and registers what they wait for), only to look at its
+                    # timer again - the core's, not what the network thread
+                    # planned before it stood by - or to stop or fail; the
                     # error callbacks run here.
-                    if self._stop or self._round_error is not None or work is not None \
-                            or (deadline is not None and self._standby_until is not None
-                                and deadline < self._standby_until):
+                    if self._stop or self._round_error is not None or work is not None:
                         self._standby.notify()
-                    errors = error_callbacks(self._core)
-                    wake = False
+                    else:
+                        self._standby_sees(deadline)
+                    if wake:
+                        errors = error_callbacks(self._core)
+                        wake = False
         if wake:
             net.wake()
         if work is not None:
@@ -477,6 +487,7 @@ class PolledThreadDriver(ThreadDriver):
                 if self._net_selects or self._round_error is not None or self._stop:
                     return self._changes            # the round failed, or close() began: look again
                 self._app_selects = True
+                self._app_call_end = None if left is None else deadline     # (_standby_wake_at)
                 timeout = sleep_time(self._app_deadline, now_ms())
                 if left is not None and (timeout is None or left < timeout):
                     timeout = left
@@ -514,7 +525,9 @@ class PolledThreadDriver(ThreadDriver):
                     net.apply(actions, now)
                 net.write_all(now)
                 work = self._after_round(timer)
-                self._note_round(core.next_deadline(now))
+                deadline = core.next_deadline(now)
+                self._note_round(deadline)
+                self._standby_sees(deadline)
                 net.update_interest()
                 errors = error_callbacks(core)
                 self._select_rounds += 1
@@ -526,6 +539,17 @@ class PolledThreadDriver(ThreadDriver):
         for cb, error in errors:
             call_error_cb(cb, error, can_await=False)
         return changes
+
+    def _standby_sees(self, deadline: Optional[float]) -> None:
+        """Lock held, after a round on the application thread: wake the
+        standing-by thread if it sleeps past ``_handback_ms`` after the
+        core's new ``deadline`` - should the application leave now, that
+        timer must not wait for the stand-by's later look. (Not per poll()
+        in the steady state: the stand-by already sleeps towards the core's
+        timer, which such a round seldom moves earlier.)"""
+        until = self._standby_until
+        if deadline is not None and until is not None and deadline + self._handback_ms < until:
+            self._standby.notify()
 
     def _note_round(self, deadline: Optional[float]) -> None:
         """Lock held, after a round on the application thread: the core's
@@ -568,7 +592,7 @@ class PolledThreadDriver(ThreadDriver):
         while not self._stop and self._round_error is None:
             now = now_ms()
             if self._app_selects:
-                until = now + self._handback_ms
+                until = self._standby_wake_at(now)
             else:
                 back_at = self._app_waited_at + self._handback_ms
                 due = self._core.next_deadline(now)
@@ -586,6 +610,30 @@ class PolledThreadDriver(ThreadDriver):
             self._standby_until = until
             self._standby.wait((until - now) / 1000.0)
         self._standby_until = None
+
+    def _standby_wake_at(self, now: float) -> float:
+        """Lock held, the application thread in select: when the standing-by
+        thread looks again - ``_handback_ms`` after the first of the core's
+        next timer and the end of the application's blocking call (poll()'s
+        timeout). Until the call ends, only a timer falling due can end the
+        application's selects for good (it returns records, or a listener
+        runs); if the application is still gone ``_handback_ms`` later, the
+        stand-by runs that timer or takes the sockets back. So it need not
+        be told when poll() returns (no notify per poll()): while polls keep
+        coming, each look finds the application in select again and sleeps
+        towards the next timer. The cost: after a poll() that returned
+        early, the take-over can come as late as that timer (a heartbeat,
+        an auto-commit, a request's timeout) or the call's end, instead of
+        ``_handback_ms`` after the return - the timers themselves are at
+        most ``_handback_ms`` late. With neither, it looks after
+        request.timeout.ms (the network thread's longest sleep)."""
+        end = self._app_call_end
+        due = self._core.next_deadline(now)
+        if due is not None and (end is None or due < end):
+            end = due
+        if end is None:
+            end = now + (self._longest_sleep_ms or 0.0)
+        return max(end, now) + self._handback_ms
 
     def _kick(self) -> None:
         # The application changed the core. Inside a blocking call on the

@@ -763,6 +763,17 @@ class ProducerCore(DriverIO):
             actions.extend(self.client.poll_requests(now))
         return actions
 
+    @property
+    def new_batch_needs_round(self) -> bool:
+        """What a driver does when ``accumulator.wakeup`` says an append
+        opened or filled a batch: True - run a round now; False - only
+        re-read :meth:`next_deadline`, which already counts the batch's
+        linger (a round before it would find nothing due). A transactional
+        producer's new partition needs AddPartitionsToTxn before its batch
+        may leave, and that request goes out at once (as Java's Sender
+        sends it on its next loop, not after linger.ms)."""
+        return self.transactions is not None
+
     def next_deadline(self, now) -> Optional[float]:
         best = getattr(self, "_sender_next", None)
         # A batch opened or filled since the sender's round lowered this to

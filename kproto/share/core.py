@@ -161,6 +161,13 @@ class ShareConsumerCore(DriverIO):
         else:
             self.fetcher.acknowledge_delivered(AcknowledgeType.ACCEPT)
 
+    #: as ConsumerCore.fetch_freed (the drivers' shared poll steps read
+    #: both): a drain that handed out nothing dropped a used-up buffered
+    #: fetch - every acquired record of it gone (a compacted batch, a revoked
+    #: partition) - so its leader may be fetched again and its gaps
+    #: acknowledged, which needs a round the driver runs.
+    fetch_freed = False
+
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to ``max_records`` acquired records (ShareRecord); raises a
         pending error (group failure, authorization, corruption) once; an
@@ -180,7 +187,11 @@ class ShareConsumerCore(DriverIO):
             def convert(r):
                 return (r.key if kd is None or r.key is None else kd(r.key),
                         r.value if vd is None or r.value is None else vd(r.value))
-        return self.fetcher.drain(max_records, convert)
+        buffered = self.fetcher.buffered_fetches()
+        out = self.fetcher.drain(max_records, convert)
+        if not out and self.fetcher.buffered_fetches() < buffered:
+            self.fetch_freed = True
+        return out
 
     def acknowledge(self, record, kind=AcknowledgeType.ACCEPT) -> None:
         """Acknowledge one record of the last poll (explicit mode)."""

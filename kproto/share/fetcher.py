@@ -546,6 +546,10 @@ class ShareFetcher:
     def has_buffered(self) -> bool:
         return bool(self._buffered)
 
+    def buffered_fetches(self) -> int:
+        """How many acquired ShareFetch answers wait to be drained."""
+        return len(self._buffered)
+
     def buffered_node(self, node) -> bool:
         return any(b.node == node for b in self._buffered)
 
