@@ -271,9 +271,8 @@ class Sender:
         ids = self.cluster.topic_ids
         by_id = None
         if version is not None and version >= 13:
-            if all(t in ids for t in topics):
-                by_id = {ids[t]: t for t in topics}
-            else:
+            by_id = _by_topic_id(topics, ids)
+            if by_id is None:
                 version = 12
         transactional_id = self.idem.transactional_id if self.idem is not None else None
         body = None
@@ -605,3 +604,15 @@ def _holds_many(drained) -> bool:
             if b.builder.record_count > 1:
                 return True
     return False
+
+
+def _by_topic_id(topics, ids):
+    """{topic id: topic} of a request's topics, None when an id is not known
+    (a loop: ``all(genexpr)`` compiled cost more than the request's one topic)."""
+    by_id = {}
+    for t in topics:
+        topic_id = ids.get(t)
+        if topic_id is None:
+            return None
+        by_id[topic_id] = t
+    return by_id
