@@ -17,6 +17,7 @@ from kproto._buffer cimport grow_buffer
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.object cimport PyObject_GenericSetAttr
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_AsUTF8String
 from libc.string cimport memcpy
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -31,6 +32,18 @@ import uuid as _uuid
 from kproto.errors import DecodeError, EncodeError
 
 cdef object UUID = _uuid.UUID
+cdef object _UUID_SAFE_UNKNOWN = _uuid.SafeUUID.unknown
+
+
+cdef object _uuid_from_halves(uint64_t high, uint64_t low):
+    """``uuid.UUID(int=high << 64 | low)`` without ``UUID.__init__``'s
+    argument checks (what ``UUID.__init__`` stores, set as it sets it): a
+    Produce answer reads a topic id per topic, and the checks were most of
+    its cost at low rates."""
+    cdef object u = UUID.__new__(UUID)
+    PyObject_GenericSetAttr(u, "int", (<object>high << 64) | <object>low)
+    PyObject_GenericSetAttr(u, "is_safe", _UUID_SAFE_UNKNOWN)
+    return u
 
 
 cdef inline bytes _as_utf8(object s, str what):
@@ -321,9 +334,14 @@ cdef class Reader:
 
     cpdef object read_uuid(self):
         self.need(16, b"uuid")
-        cdef bytes raw = PyBytes_FromStringAndSize(<const char*>(self.data + self.pos), 16)
+        cdef const uint8_t* p = self.data + self.pos
+        cdef uint64_t high = 0, low = 0
+        cdef int i
+        for i in range(8):
+            high = (high << 8) | p[i]
+            low = (low << 8) | p[8 + i]
         self.pos += 16
-        return UUID(bytes=raw)
+        return _uuid_from_halves(high, low)
 
     cpdef uint64_t read_uvarint(self) except? 0:
         cdef uint64_t v

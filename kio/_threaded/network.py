@@ -45,6 +45,10 @@ class SocketLoop:
         self.socks: dict = {}            # node -> socket
         self._connecting: set = set()
         self._interest: dict = {}        # node -> registered event mask
+        # Every registered socket waits for reads only (as the last walk of
+        # update_interest left them; cleared by a socket registered for a
+        # write): a round with no output then need not walk them.
+        self._all_read = True
         # TLS (security.protocol SSL / SASL_SSL): sockets are wrapped once
         # connected; _handshaking maps a node to what its handshake waits for.
         self.tls = context_for(core.config)
@@ -88,8 +92,12 @@ class SocketLoop:
     def update_interest(self) -> bool:
         """Register what each socket waits for; whether anything changed (a
         select already waiting may not see the change on every platform)."""
-        pending = set(self.core.nodes_with_output())
+        pending = self.core.nodes_with_output()
+        if not pending and self._all_read and not self._connecting and not self._handshaking:
+            return False        # a quiet round (most at low rates): nothing to change
+        pending = set(pending)
         changed = False
+        all_read = True
         for node, sock in self.socks.items():
             if node in self._connecting:
                 want = _WRITE
@@ -101,6 +109,9 @@ class SocketLoop:
                 self._sel.modify(sock, want, node)
                 self._interest[node] = want
                 changed = True
+            if want != _READ:
+                all_read = False
+        self._all_read = all_read
         return changed
 
     def select(self, timeout):
@@ -155,6 +166,7 @@ class SocketLoop:
         self._connecting.add(a.node)
         self._sel.register(sock, _WRITE, a.node)
         self._interest[a.node] = _WRITE
+        self._all_read = False
 
     def close_socket(self, node):
         sock = self.socks.pop(node, None)
@@ -222,6 +234,7 @@ class SocketLoop:
         self.socks[node] = tls_sock
         self._sel.register(tls_sock, _WRITE, node)
         self._interest[node] = _WRITE
+        self._all_read = False
         self._handshaking[node] = _WRITE
         self._handshake(node, tls_sock, now)
 

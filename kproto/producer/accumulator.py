@@ -31,6 +31,9 @@ from kproto.errors import KafkaError
 from kproto.producer._append import ProducerBatch  # typed: the per-record fast path reads it in C
 from kproto.records import BatchBuilder, estimate_size_in_bytes
 
+#: ``ready``'s topics with an unknown leader when there are none (shared: not made every round)
+_NO_TOPICS: frozenset = frozenset()
+
 __all__ = ["iter_parts", "ProducerBatch", "RecordAccumulator", "BufferExhausted", "RecordTooLargeError",
            "INITIAL_BATCH_RESERVE"]
 
@@ -317,9 +320,13 @@ class RecordAccumulator:
         return self._ready_over(self.queues.items(), cluster, now, muted)
 
     def _ready_over(self, queues, cluster, now, muted):
+        # Run on every round of the sender, mostly over a queue or two at low
+        # rates: the unknown-leader set and the per-leader waits are made
+        # only when needed, and the minimum is a loop, not a generator (a
+        # compiled generator costs more than the rest of a one-queue walk).
         nodes = set()
-        unknown = set()
-        waits = {}                # leader -> the earliest linger wait of its partitions
+        unknown = _NO_TOPICS
+        waits = None              # leader -> the earliest linger wait of its partitions
         retry_delay = None
         anyway = self.waiting_for_memory or self.flushing > 0
         linger = self.linger_ms
@@ -328,6 +335,8 @@ class RecordAccumulator:
                 continue
             leader = cluster.leader(tp[0], tp[1])
             if leader is None:
+                if unknown is _NO_TOPICS:
+                    unknown = set()
                 unknown.add(tp[0])
                 continue
             if tp in muted:
@@ -348,13 +357,17 @@ class RecordAccumulator:
             # down (kproto.driver.wait_ms), this round is the linger's own
             if anyway or wait < TIMER_RESOLUTION_MS or batch.full or len(dq) > 1:
                 nodes.add(leader)
+            elif waits is None:
+                waits = {leader: wait}
             else:
                 known = waits.get(leader)
                 if known is None or wait < known:
                     waits[leader] = wait
-        next_delay = min((w for node, w in waits.items() if node not in nodes), default=None)
-        if retry_delay is not None and (next_delay is None or retry_delay < next_delay):
-            next_delay = retry_delay
+        next_delay = retry_delay
+        if waits is not None:
+            for node, wait in waits.items():
+                if node not in nodes and (next_delay is None or wait < next_delay):
+                    next_delay = wait
         return nodes, next_delay, unknown
 
     def drain(self, cluster, nodes, now, can_drain=None):

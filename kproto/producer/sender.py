@@ -37,6 +37,10 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 UNKNOWN_PRODUCER_ID = 59
 PRODUCE_API_KEY = 0
+#: A round's leaders awaiting an answer when there are none (shared: not made every round)
+_NO_NODES: frozenset = frozenset()
+#: A round's drained batches when no leader was ready (shared, never filled)
+_NOTHING_DRAINED: dict = {}
 
 
 class DeliveryTimeoutError(KafkaTimeoutError):
@@ -59,6 +63,8 @@ class Sender:
     def __init__(self, cfg, client, cluster, accumulator, idempotence, partitioner, metrics, rng):
         self.cfg = cfg
         self.acks = cfg.acks
+        # read once: Config's attributes are a Python __getattr__, costly on every request
+        self.request_timeout_ms = cfg.request_timeout_ms
         self.client = client
         self.cluster = cluster
         self.acc = accumulator
@@ -160,7 +166,7 @@ class Sender:
         if txn is not None:
             idem_can_drain = self.can_drain
             can_drain = lambda b: txn.can_drain(b) and idem_can_drain(b)  # noqa: E731
-        drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else {}
+        drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else _NOTHING_DRAINED
         for node in ready_nodes:
             if node not in drained and self.client.in_flight():
                 # every head held back (can_drain: an idempotent partition's
@@ -178,7 +184,7 @@ class Sender:
             next_at = by
         # What the accumulator needs to tell whether a new batch must wake the driver.
         self.acc.next_round_ms = next_at
-        self.acc.awaited_nodes = frozenset(awaited)
+        self.acc.awaited_nodes = frozenset(awaited) if awaited else _NO_NODES
         return next_at
 
     def _answer_round(self, now, drained):
@@ -197,8 +203,7 @@ class Sender:
         the promised round, and that round replaces its wake-up)."""
         linger = self.acc.linger_ms
         if drained and linger > 0 and self.acks != 0 and (
-                self._answer_rtt_ms < linger
-                or any(b.builder.record_count > 1 for batches in drained.values() for b in batches)):
+                self._answer_rtt_ms < linger or _holds_many(drained)):
             self._answer_round_by = now + linger
         by = self._answer_round_by
         if by is not None and (by <= now or not self.in_flight):
@@ -266,15 +271,14 @@ class Sender:
         ids = self.cluster.topic_ids
         by_id = None
         if version is not None and version >= 13:
-            if all(t in ids for t in topics):
-                by_id = {ids[t]: t for t in topics}
-            else:
+            by_id = _by_topic_id(topics, ids)
+            if by_id is None:
                 version = 12
         transactional_id = self.idem.transactional_id if self.idem is not None else None
         body = None
         write = self.write_request
         if write is not None and version is not None:
-            data = write(version, transactional_id, self.acks, self.cfg.request_timeout_ms, topics,
+            data = write(version, transactional_id, self.acks, self.request_timeout_ms, topics,
                          ids if by_id is not None else None)
             if data is not None:
                 body = EncodedBody(PRODUCE_API_KEY, version, data)
@@ -535,8 +539,11 @@ class Sender:
     def _expire(self, now):
         # An expired in-flight batch stays in in_flight (done) until its
         # request comes back, so an epoch bump waits for that request.
-        expired = [(b, False) for b in self.acc.expired(now)]
+        queued = self.acc.expired(now)
         floor = self._in_flight_floor
+        if not queued and (floor is None or now < floor):
+            return                      # every round but a rare one: nothing made
+        expired = [(b, False) for b in queued]
         if floor is not None and now >= floor:
             expired += [(b, True) for b in self.in_flight.values() if b.deadline_ms <= now and not b.done]
             self._in_flight_floor = min((b.deadline_ms for b in self.in_flight.values()
@@ -587,3 +594,25 @@ class Sender:
             if not b.done:
                 self._finish(b, err, -1, -1)
         self.in_flight.clear()
+
+
+def _holds_many(drained) -> bool:
+    """Whether a drained batch holds more than one record (a loop: a
+    compiled generator expression costs more than the walk)."""
+    for batches in drained.values():
+        for b in batches:
+            if b.builder.record_count > 1:
+                return True
+    return False
+
+
+def _by_topic_id(topics, ids):
+    """{topic id: topic} of a request's topics, None when an id is not known
+    (a loop: ``all(genexpr)`` compiled cost more than the request's one topic)."""
+    by_id = {}
+    for t in topics:
+        topic_id = ids.get(t)
+        if topic_id is None:
+            return None
+        by_id[topic_id] = t
+    return by_id
