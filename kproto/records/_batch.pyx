@@ -34,7 +34,7 @@ from cpython.buffer cimport (
 )
 from cpython.list cimport PyList_Append, PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromLongLong
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.mem cimport PyMem_Malloc, PyMem_Free, PyMem_Realloc
 from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
@@ -532,6 +532,21 @@ cdef class BatchBuilder:
         if batch_size > self.batch_size:
             self.batch_size = batch_size
             self._set_ratio(self._ratio_estimate)
+
+    def shrink_to_fit(self):
+        """Give back the buffer's room beyond the records written, and return
+        the bytes the buffer now holds. For a batch that takes no more
+        records (the producer drained it): a batch sent with a few records
+        otherwise keeps the room it opened with until the broker answers,
+        and with many partitions those rooms fill buffer.memory. A later
+        append still works (the buffer grows again)."""
+        cdef unsigned char* smaller
+        if self.cap > self.pos:
+            smaller = <unsigned char*>PyMem_Realloc(self.buf, self.pos)
+            if smaller != NULL:          # else the larger buffer is kept: still valid
+                self.buf = smaller
+                self.cap = self.pos
+        return self.cap
 
     @property
     def compression_ratio_estimate(self):
