@@ -34,7 +34,7 @@ from cpython.buffer cimport (
 )
 from cpython.list cimport PyList_Append, PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromLongLong
-from cpython.mem cimport PyMem_Malloc, PyMem_Free, PyMem_Realloc
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
@@ -539,11 +539,19 @@ cdef class BatchBuilder:
         records (the producer drained it): a batch sent with a few records
         otherwise keeps the room it opened with until the broker answers,
         and with many partitions those rooms fill buffer.memory. A later
-        append still works (the buffer grows again)."""
+        append still works (the buffer grows again).
+
+        The records are copied to a buffer of their size and the large one
+        freed whole, not shrunk in place: the allocator then hands the whole
+        block to the next batch, where the tail a shrink leaves could not
+        serve it (the process grew by ~20 MB at 1,000 partitions). Only
+        worth it when at least half the buffer is unused."""
         cdef unsigned char* smaller
-        if self.cap > self.pos:
-            smaller = <unsigned char*>PyMem_Realloc(self.buf, self.pos)
+        if self.cap >= 2 * self.pos:
+            smaller = <unsigned char*>PyMem_Malloc(self.pos)
             if smaller != NULL:          # else the larger buffer is kept: still valid
+                memcpy(smaller, self.buf, self.pos)
+                PyMem_Free(self.buf)
                 self.buf = smaller
                 self.cap = self.pos
         return self.cap
