@@ -314,7 +314,7 @@ def main():
             # 5-17 s, the next ones 0.6-1.5 s, whichever client wrote; after one
             # warm round the first timed round was still slow for whichever client
             # went first, after two it was not: bench/RESULTS.md, "The first round
-            # on a fresh topic"): untimed, and by neither client alone.
+            # on a fresh topic"): untimed, written by the kio row in its own process.
             for _ in range(WARM_ROUNDS):
                 run_child({"row": 0, "bootstrap": bootstrap, "topic": produce_topics[p],
                            "records": min(n, 100_000), "partitions": p})
