@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_partitions as bp  # noqa: E402
-from _bench import create_topic, load_average, local_broker, measure  # noqa: E402
+from _bench import create_topic, load_average, measure, on_broker  # noqa: E402
 
 SAMPLE_S = 0.25
 SLOW_CALL_S = 0.001
@@ -194,11 +194,7 @@ def main():
                 for s in samples:
                     print("    ", s)
 
-    if args.bootstrap:
-        run(args.bootstrap)
-    else:
-        with local_broker("kafka") as broker:
-            run(broker.bootstrap_servers)
+    on_broker(run, args.bootstrap)
 
 
 if __name__ == "__main__":
