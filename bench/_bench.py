@@ -66,6 +66,15 @@ def local_broker(kind):
     return start_broker(kind)
 
 
+def on_broker(run, bootstrap=None, kind="kafka"):
+    """``run(bootstrap_servers)`` against ``bootstrap`` (a running broker) or,
+    without one, a local broker of ``kind`` started for it and stopped after."""
+    if bootstrap:
+        return run(bootstrap)
+    with local_broker(kind) as broker:
+        return run(broker.bootstrap_servers)
+
+
 def broker_label(broker) -> str:
     if broker.kind == "kafka":
         from kio.testing.kafka_broker import KAFKA_VERSION

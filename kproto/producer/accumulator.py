@@ -441,10 +441,24 @@ class RecordAccumulator:
             dq.popleft()
             batch.full = True
             batch.drained_ms = now
+            self._release_unused(batch)
             size += est
             batches.append(batch)
         self._drain_index[node] = start + 1
         return batches
+
+    def _release_unused(self, batch):
+        """A drained batch takes no more records: free its buffer's room beyond
+        them, and give that back to buffer.memory now rather than when the
+        broker answers. At 1,000 partitions a drain sends batches of a few
+        records that each held the 16 KiB they opened with: a few thousand
+        filled buffer.memory, send() blocked, and as the exhausted buffer
+        makes every partition ready at once, the next batches were as small
+        again (bench/RESULTS.md, "The first round on a fresh topic")."""
+        held = batch.builder.shrink_to_fit()
+        if held < batch.reserved:
+            self.used_memory -= batch.reserved - held
+            batch.reserved = held
 
     def _positions(self, by_node):
         """(topic, partition) -> (leader, index in its list), for ``by_node``
