@@ -41,9 +41,7 @@ cdef class PartitionSequences:
     builders, outcomes and handles) refers back to it. The list itself stays
     tracked, so cycles through the batches it holds are still found."""
 
-    cdef public object next_sequence
-    cdef public object last_acked
-    cdef public list unacked
+    # (its fields are declared in _acknowledge.pxd, for kproto/producer/_drain.pyx)
 
     def __cinit__(self):
         self.next_sequence = 0
@@ -181,12 +179,19 @@ def assign_sequence(idem, ProducerBatch b):
     """``idem.assign(b)`` (IdempotenceManager): at drain, a batch without a
     sequence of the current producer id and epoch takes its partition's
     next one (a retry keeps its own); the builder gets the producer state."""
-    cdef object pid = idem.producer_id, epoch = idem.epoch
+    cdef object pid = idem.producer_id, epoch = idem.epoch, tp
+    cdef dict partitions
     cdef PartitionSequences p
     cdef PyObject* found
     if not b.base_sequence >= 0 or b.producer_id != pid or b.epoch != epoch:
-        found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
-        p = <PartitionSequences?>found if found != NULL else idem._part((b.topic, b.partition))
+        partitions = <dict?>idem.partitions
+        tp = (b.topic, b.partition)
+        found = PyDict_GetItemWithError(partitions, tp)
+        if found != NULL:
+            p = <PartitionSequences?>found
+        else:                    # the partition's first batch: idem._part(tp), without its Python call
+            p = PartitionSequences.__new__(PartitionSequences)
+            partitions[tp] = p
         b.base_sequence = p.next_sequence
         b.producer_id = pid
         b.epoch = epoch
@@ -198,6 +203,11 @@ def assign_sequence(idem, ProducerBatch b):
 def can_drain(idem, ready_state, ProducerBatch b):
     """``idem.can_drain(b)`` (IdempotenceManager; ``ready_state`` is
     PidState.READY): whether a drain may take ``b``, the head of its queue."""
+    return _can_drain(idem, ready_state, b)
+
+
+cdef bint _can_drain(object idem, object ready_state, ProducerBatch b) except -1:
+    """``can_drain`` for C callers (kproto/producer/_drain.pyx)."""
     cdef PartitionSequences p
     cdef list unacked
     cdef PyObject* found
