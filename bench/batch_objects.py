@@ -10,6 +10,12 @@ batch's outcome (kio's ``DeliveryFuture``: ``--handle attached``)::
 
     python bench/batch_objects.py --batches 2000 --handle attached
 
+``--per-partition`` counts instead what the core keeps per partition once
+that batch was sent and acknowledged (its queue, its sequence state): what
+every partition the producer ever wrote holds for good, walked by every full
+collection. (The scripted broker's own records of the run - its logs, the
+requests it keeps for tests - are dropped before counting.)
+
 Deterministic: the figures do not depend on the machine or its load. Each
 tracked object a batch keeps alive is one more for every collection to walk
 while the batch waits, and the young collections come sooner (the
@@ -54,11 +60,52 @@ def count(batches: int, handle: str) -> tuple:
     return sum(after.values()) - sum(before.values()), diff
 
 
+def _forget_broker_state(kafka) -> None:
+    """Drop what the scripted broker keeps of a run for tests to look at."""
+    kafka.logs.clear()
+    kafka.seq.clear()
+    kafka.recent.clear()
+    kafka.produce_requests.clear()
+    for broker in kafka.brokers.values():
+        broker.requests.clear()
+
+
+def count_per_partition(partitions: int) -> tuple:
+    """(tracked objects per partition, Counter of them by type per partition)
+    the core keeps once one batch was sent and acknowledged on each of
+    ``partitions`` partitions."""
+    from test_producer_core import FakeKafka, make
+
+    core, kafka, sim = make(FakeKafka(partitions={"t": partitions + 1}))
+    sim.send(b"first", key=b"k", partition=partitions)    # metadata and producer id first
+    sim.run_until(lambda: not core.pending)
+    _forget_broker_state(kafka)
+    sim.log.clear()
+    before = tracked_by_type()
+    for p in range(partitions):
+        core.send("t", b"x" * 100, key=b"k", partition=p, now=sim.now)
+    sim.run_until(lambda: not core.pending)
+    assert core.metrics()["records_sent"] == partitions + 1, "every record acknowledged"
+    _forget_broker_state(kafka)
+    sim.log.clear()
+    after = tracked_by_type()
+    diff = {k: (after[k] - before[k]) / partitions for k in after.keys() | before.keys() if after[k] != before[k]}
+    return sum(after.values()) - sum(before.values()), diff
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=2000)
     ap.add_argument("--handle", choices=["told", "attached"], default="attached")
+    ap.add_argument("--per-partition", action="store_true",
+                    help="what the core keeps per partition after its batch was acknowledged")
     args = ap.parse_args()
+    if args.per_partition:
+        total, by_type = count_per_partition(args.batches)
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(by_type.items(), key=lambda kv: -kv[1])
+                          if abs(v) >= 0.01)
+        print(f"{total / args.batches:.2f} GC-tracked objects kept per partition written once ({shown})")
+        return
     total, by_type = count(args.batches, args.handle)
     shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.01)
     print(f"{args.handle} handles: {total / args.batches:.2f} GC-tracked objects per open batch ({shown})")

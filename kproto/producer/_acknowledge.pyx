@@ -18,12 +18,39 @@ called for every batch a Produce request carries; :func:`can_drain` is
 ``IdempotenceManager.can_drain`` (the reference), asked for every head of a
 queue a drain looks at.
 """
+cimport cython
 from cpython.dict cimport PyDict_GetItemWithError
 from cpython.object cimport PyObject
 
 from kproto.producer._append cimport ProducerBatch
 
-__all__ = ["acknowledge", "acknowledge_all", "assign_sequence", "can_drain"]
+__all__ = ["acknowledge", "acknowledge_all", "assign_sequence", "can_drain", "PartitionSequences"]
+
+
+@cython.no_gc
+@cython.final
+cdef class PartitionSequences:
+    """One partition's sequence state (``IdempotenceManager.partitions``):
+    the next sequence to give, the last one the broker acknowledged, and the
+    sent batches not yet resolved, in sequence order (``unacked``).
+
+    Not tracked by the cyclic garbage collector: a producer keeps one per
+    partition it ever wrote (10,000 partitions, 10,000 of them), each walked
+    by every full collection, and it can be in no reference cycle - it holds
+    two ints and its list, and nothing that list reaches (batches, their
+    builders, outcomes and handles) refers back to it. The list itself stays
+    tracked, so cycles through the batches it holds are still found."""
+
+    # (its fields are declared in _acknowledge.pxd, for kproto/producer/_drain.pyx)
+
+    def __cinit__(self):
+        self.next_sequence = 0
+        self.last_acked = -1
+        self.unacked = []
+
+    def __repr__(self):
+        return (f"<PartitionSequences next={self.next_sequence} last_acked={self.last_acked} "
+                f"unacked={len(self.unacked)}>")
 
 # the sequence space of a partition (kproto.producer.idempotence)
 cdef long long MAX_SEQUENCE = 2147483647
@@ -74,7 +101,8 @@ cdef class _Sender:
     cdef int one(self, ProducerBatch b, object base_offset, object log_append_time) except -1:
         """``sender._complete(b, None, base_offset, log_append_time, now)``,
         but for the totals (see ``finish``)."""
-        cdef object tp, p, last_acked, idem
+        cdef object tp, last_acked, idem
+        cdef PartitionSequences p
         cdef list unacked
         cdef PyObject* found
         cdef long long last
@@ -89,8 +117,8 @@ cdef class _Sender:
         if idem is not None:
             found = PyDict_GetItemWithError(self.idem_partitions, tp)
             if found != NULL:
-                p = <object>found
-                unacked = <list?>p.unacked
+                p = <PartitionSequences?>found
+                unacked = p.unacked
                 if unacked and unacked[0] is b:
                     del unacked[0]
                 else:
@@ -151,23 +179,36 @@ def assign_sequence(idem, ProducerBatch b):
     """``idem.assign(b)`` (IdempotenceManager): at drain, a batch without a
     sequence of the current producer id and epoch takes its partition's
     next one (a retry keeps its own); the builder gets the producer state."""
-    cdef object pid = idem.producer_id, epoch = idem.epoch, p
+    cdef object pid = idem.producer_id, epoch = idem.epoch, tp
+    cdef dict partitions
+    cdef PartitionSequences p
     cdef PyObject* found
     if not b.base_sequence >= 0 or b.producer_id != pid or b.epoch != epoch:
-        found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
-        p = <object>found if found != NULL else idem._part((b.topic, b.partition))
+        partitions = <dict?>idem.partitions
+        tp = (b.topic, b.partition)
+        found = PyDict_GetItemWithError(partitions, tp)
+        if found != NULL:
+            p = <PartitionSequences?>found
+        else:                    # the partition's first batch: idem._part(tp), without its Python call
+            p = PartitionSequences.__new__(PartitionSequences)
+            partitions[tp] = p
         b.base_sequence = p.next_sequence
         b.producer_id = pid
         b.epoch = epoch
         p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
-        (<list?>p.unacked).append(b)
+        p.unacked.append(b)
     b.builder._set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)
 
 
 def can_drain(idem, ready_state, ProducerBatch b):
     """``idem.can_drain(b)`` (IdempotenceManager; ``ready_state`` is
     PidState.READY): whether a drain may take ``b``, the head of its queue."""
-    cdef object p
+    return _can_drain(idem, ready_state, b)
+
+
+cdef bint _can_drain(object idem, object ready_state, ProducerBatch b) except -1:
+    """``can_drain`` for C callers (kproto/producer/_drain.pyx)."""
+    cdef PartitionSequences p
     cdef list unacked
     cdef PyObject* found
     if idem.state is not ready_state:
@@ -175,8 +216,8 @@ def can_drain(idem, ready_state, ProducerBatch b):
     found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
     if found == NULL:
         return True
-    p = <object>found
-    unacked = <list?>p.unacked
+    p = <PartitionSequences?>found
+    unacked = p.unacked
     if not unacked:
         return True
     if b.base_sequence >= 0:

@@ -29,6 +29,7 @@ from bisect import bisect_left
 from kproto.driver import TIMER_RESOLUTION_MS
 from kproto.errors import KafkaError
 from kproto.producer._append import ProducerBatch  # typed: the per-record fast path reads it in C
+from kproto.producer._drain import drain_node  # _drain_node in C (the reference stays below)
 from kproto.records import BatchBuilder, estimate_size_in_bytes
 
 #: ``ready``'s topics with an unknown leader when there are none (shared: not made every round)
@@ -378,7 +379,9 @@ class RecordAccumulator:
         ``cluster.partitions_by_node()``, from where its last drain stopped
         and round the list, as ``drain_by_walk`` (the reference) walks them;
         but only the partitions whose queue may hold a batch are looked at,
-        in that order (their indexes sorted), not the whole list."""
+        in that order (their indexes sorted), not the whole list; each
+        node's heads are taken by ``drain_node`` (kproto/producer/_drain.pyx),
+        whose reference is ``_drain_node``."""
         by_node = cluster.partitions_by_node()
         position = self._positions(by_node)
         wanted = {node: [] for node in nodes}
@@ -397,13 +400,14 @@ class RecordAccumulator:
             indexes = wanted[node]
             indexes.sort()
             first = bisect_left(indexes, start)
-            batches = self._drain_node(node, tps, indexes[first:] + indexes[:first], start, now, can_drain)
+            batches = drain_node(self, node, tps, indexes[first:] + indexes[:first], start, now, can_drain)
             if batches:
                 out[node] = batches
         return out
 
     def drain_by_walk(self, cluster, nodes, now, can_drain=None):
-        """``drain``, walking every partition of each node (the reference)."""
+        """``drain``, walking every partition of each node, each node's heads
+        taken by ``_drain_node`` (the references)."""
         out = {}
         by_node = cluster.partitions_by_node()
         for node in nodes:

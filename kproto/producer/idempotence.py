@@ -33,6 +33,8 @@ from __future__ import annotations
 import enum
 
 from kproto import error_codes
+# a partition's sequence state: a C class the cyclic GC does not track (see its docstring)
+from kproto.producer._acknowledge import PartitionSequences as _Partition
 
 __all__ = ["IdempotenceManager", "increment_sequence", "MAX_SEQUENCE"]
 
@@ -52,15 +54,6 @@ class PidState(enum.Enum):
     READY = "READY"
     BUMP_PENDING = "BUMP_PENDING"
     FATAL = "FATAL"
-
-
-class _Partition:
-    __slots__ = ("next_sequence", "last_acked", "unacked")
-
-    def __init__(self):
-        self.next_sequence = 0
-        self.last_acked = -1
-        self.unacked = []       # sent batches not yet resolved, by base sequence
 
 
 class IdempotenceManager:

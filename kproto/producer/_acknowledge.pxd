@@ -1,0 +1,16 @@
+# C-level declarations of kproto/producer/_acknowledge.pyx, for the drain
+# (kproto/producer/_drain.pyx), which asks can_drain of every head it takes.
+cimport cython
+
+from kproto.producer._append cimport ProducerBatch
+
+
+@cython.no_gc
+@cython.final
+cdef class PartitionSequences:
+    cdef public object next_sequence
+    cdef public object last_acked
+    cdef public list unacked
+
+
+cdef bint _can_drain(object idem, object ready_state, ProducerBatch b) except -1
