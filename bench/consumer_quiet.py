@@ -61,10 +61,10 @@ class _Tally(bench_latency.Tally):
     def result(self):
         ru = resource.getrusage(resource.RUSAGE_SELF)
         threads = _threads_cpu()
-        lat, used = super().result()
+        got = super().result()
         self.extra = {"nvcsw": ru.ru_nvcsw - self.ru0.ru_nvcsw, "nivcsw": ru.ru_nivcsw - self.ru0.ru_nivcsw,
                       "threads": {k: v - self.threads0.get(k, 0.0) for k, v in threads.items()}}
-        return lat, used
+        return got
 
 
 def child(spec):
@@ -78,7 +78,8 @@ def child(spec):
         return t
     bench_latency._ready = ready
     consume = bench_latency.CLIENTS[spec["client"]][1]
-    lat, used = consume(spec["bootstrap"], spec["topic"], spec["records"], time.monotonic() + 120)
+    got = consume(spec["bootstrap"], spec["topic"], spec["records"], time.monotonic() + 120)
+    lat, used = got[0], got[-1]         # (latencies, [to the broker,] CPU seconds)
     print(json.dumps({"received": len(lat), "cpu": used, **made[0].extra}), flush=True)
 
 

@@ -900,7 +900,7 @@ class ConsumerCore(DriverIO):
                 f._in_flight_nodes.discard(req.node)
                 blocked.append(req.node)
                 continue
-            client.send(req.node, "Fetch", req.body, now, version=req.version,
+            client.send(req.node, "Fetch", req.wire_body, now, version=req.version,
                         timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms,
                         callback=lambda r, req=req: self._on_fetch_done(req, r),
                         decoder=decode_fetch_response)
