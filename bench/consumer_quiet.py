@@ -52,11 +52,11 @@ def _threads_cpu():
 class _Tally(bench_latency.Tally):
     """bench_latency's Tally, with context switches and per-thread CPU."""
 
-    def add(self, v):
+    def add(self, v, ts=None):
         if self.cpu0 is None:
             self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
             self.threads0 = _threads_cpu()
-        super().add(v)
+        super().add(v, ts)
 
     def result(self):
         ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -93,13 +93,16 @@ def run_one(args, client, wrap):
         cons.kill()
         raise RuntimeError(f"consumer: {line!r} {cons.stderr.read().decode()[-1500:]}")
     seconds = max(1, args.records // args.rate)
-    pspec = {"bootstrap": args.bootstrap, "topic": topic, "client": "confluent-kafka", "rate": args.rate,
+    pspec = {"bootstrap": args.bootstrap, "topic": topic, "producer": "confluent-kafka", "rate": args.rate,
              "seconds": seconds, "linger0": False, "role": "produce"}
     prod = subprocess.Popen([sys.executable, bench_latency.__file__, "--child", json.dumps(pspec)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     cons.stdin.write(b"go\n")
     cons.stdin.flush()
-    prod.communicate(timeout=seconds + 120)
+    _, perr = prod.communicate(timeout=seconds + 120)
+    if prod.returncode:
+        cons.kill()
+        raise RuntimeError(f"producer {prod.returncode}: {perr.decode()[-1500:]}")
     out, err = cons.communicate(timeout=seconds + 120)
     if cons.returncode:
         raise RuntimeError(f"consumer {cons.returncode}: {err.decode()[-1500:]}")
