@@ -288,8 +288,11 @@ class NetworkClient:
             if req.error is None and req.completed_at is not None and req.sent_at is not None:
                 self.stats["responses"] += 1
                 ms = req.completed_at - req.sent_at
-                for lat in (self.node_latency.setdefault(node, [0.0, 0, 0.0]),
-                            self.api_latency.setdefault(api, [0.0, 0, 0.0])):
+                # get first: setdefault built two lists per answer to throw away
+                for windows, key in ((self.node_latency, node), (self.api_latency, api)):
+                    lat = windows.get(key)
+                    if lat is None:
+                        lat = windows[key] = [0.0, 0, 0.0]
                     lat[0] += ms
                     lat[1] += 1
                     if ms > lat[2]:

@@ -644,7 +644,11 @@ class Connection:
 
     def _enqueue(self, api, body, now, version, expect_response, timeout_ms, callback, internal=False):
         m = messages
-        api_obj = m.api(api) if not hasattr(api, "key") else api
+        # An API name (the cores' usual argument) is one dict lookup; hasattr
+        # on a str raised and caught an AttributeError per request.
+        api_obj = m.APIS_BY_NAME.get(api) if type(api) is str else None
+        if api_obj is None:
+            api_obj = m.api(api) if not hasattr(api, "key") else api
         if version is None:
             if self.versions is None:
                 version = api_obj.max_version

@@ -23,6 +23,7 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int8_t, int32_t, int64_t
 
 from kproto._wire cimport Writer
+from uuid import UUID as _UUID
 
 __all__ = ["fetch_request_body", "FIRST_VERSION", "LAST_VERSION"]
 
@@ -55,10 +56,25 @@ cdef inline int _array_len(Writer w, Py_ssize_t n, bint flexible) except -1:
     return 0
 
 
+# The last topic id written and its 16 bytes: uuid.UUID.bytes is a Python
+# property (an int's to_bytes) and a quiet consumer's Fetch names the same
+# topic id object every time (the metadata's).
+cdef object _last_id = None
+cdef bytes _last_id_bytes = None
+
+
 cdef inline int _topic_ref(Writer w, dict topic, bint by_id, bint flexible) except -1:
     """A topic's name (v4-12) or id (v13+)."""
+    global _last_id, _last_id_bytes
+    cdef object topic_id
     if by_id:
-        w.write_uuid(topic["topic_id"])
+        topic_id = topic["topic_id"]
+        if topic_id is not _last_id or _last_id is None:
+            w.write_uuid(topic_id)           # checks the type; the bytes are kept below
+            if isinstance(topic_id, _UUID):
+                _last_id, _last_id_bytes = topic_id, topic_id.bytes
+        else:
+            w.put_raw(<const unsigned char*>_last_id_bytes, 16)
     elif flexible:
         w.write_compact_string(topic["topic"])
     else:
