@@ -35,11 +35,8 @@ cdef int FIRST_FLEXIBLE_VERSION = 12     # compact arrays/strings and tagged fie
 cdef int FIRST_TOPIC_ID_VERSION = 13     # topics named by id only (KIP-516)
 cdef int LAST_REPLICA_ID_VERSION = 14    # replica_id moved into the tagged replica_state (KIP-903)
 
-# The keys a partition entry and a topic entry may hold here; any other key
-# (a tagged field, say) sends the body to the generic codec.
-cdef frozenset _PARTITION_KEYS = frozenset({"partition", "current_leader_epoch", "fetch_offset",
-                                            "last_fetched_epoch", "log_start_offset",
-                                            "partition_max_bytes"})
+# The body's tagged fields: present, they send the body to the generic codec
+# (as does a partition's key not written here: see _write_partition).
 cdef frozenset _BODY_TAGGED = frozenset({"cluster_id", "replica_state"})
 
 
@@ -82,19 +79,38 @@ cdef inline int _topic_ref(Writer w, dict topic, bint by_id, bint flexible) exce
     return 0
 
 
-cdef int _write_partition(Writer w, dict p, int version, bint flexible) except -1:
+cdef inline int _optional(dict p, str key, int64_t default, int64_t* out) except -1:
+    """``p[key]`` into ``out`` (``default`` when absent); 1 when present."""
+    cdef PyObject* v = PyDict_GetItem(p, key)
+    if v is NULL:
+        out[0] = default
+        return 0
+    out[0] = <int64_t><object>v
+    return 1
+
+
+cdef Py_ssize_t _write_partition(Writer w, dict p, int version, bint flexible) except -1:
+    """One FetchPartition; returns how many of ``p``'s keys it read (all of
+    them, or ``p`` holds a field written only by the codec). Every known key
+    is looked up at every version - once each, no scan of the dict's keys -
+    so that the count is the same whatever the version writes."""
+    cdef int64_t leader_epoch, last_fetched_epoch, log_start_offset
+    cdef Py_ssize_t known = 3                # partition, fetch_offset, partition_max_bytes: required
+    known += _optional(p, "current_leader_epoch", -1, &leader_epoch)
+    known += _optional(p, "last_fetched_epoch", -1, &last_fetched_epoch)
+    known += _optional(p, "log_start_offset", -1, &log_start_offset)
     w.write_int32(<int32_t>p["partition"])
     if version >= 9:
-        w.write_int32(<int32_t>_get(p, "current_leader_epoch", -1))
+        w.write_int32(<int32_t>leader_epoch)
     w.write_int64(<int64_t>p["fetch_offset"])
     if version >= 12:
-        w.write_int32(<int32_t>_get(p, "last_fetched_epoch", -1))
+        w.write_int32(<int32_t>last_fetched_epoch)
     if version >= 5:
-        w.write_int64(<int64_t>_get(p, "log_start_offset", -1))
+        w.write_int64(log_start_offset)
     w.write_int32(<int32_t>p["partition_max_bytes"])
     if flexible:
         w.write_uvarint(0)                   # no tagged fields
-    return 0
+    return known
 
 
 cpdef bytes fetch_request_body(int version, dict body):
@@ -116,11 +132,6 @@ cpdef bytes fetch_request_body(int version, dict body):
             return None
     topics = body["topics"]
     n = PyList_GET_SIZE(topics)
-    for i in range(n):
-        for p in (<dict>PyList_GET_ITEM(topics, i))["partitions"]:
-            for key in p:
-                if key not in _PARTITION_KEYS:
-                    return None
     w = Writer()
     if version <= LAST_REPLICA_ID_VERSION:
         w.write_int32(<int32_t>_get(body, "replica_id", -1))
@@ -139,7 +150,9 @@ cpdef bytes fetch_request_body(int version, dict body):
         m = PyList_GET_SIZE(parts)
         _array_len(w, m, flexible)
         for j in range(m):
-            _write_partition(w, <dict>PyList_GET_ITEM(parts, j), version, flexible)
+            p = <dict>PyList_GET_ITEM(parts, j)
+            if _write_partition(w, p, version, flexible) != PyDict_Size(p):
+                return None                  # a key not written here (a tagged field): the codec's
         if flexible:
             w.write_uvarint(0)
     if version >= 7:
