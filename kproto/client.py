@@ -56,7 +56,7 @@ class Close(NamedTuple):
     reason: str
 
 
-_READY, _DISCONNECTED = ConnectionState.READY, ConnectionState.DISCONNECTED
+_READY, _DISCONNECTED, _CONNECTING = ConnectionState.READY, ConnectionState.DISCONNECTED, ConnectionState.CONNECTING
 
 
 class NetworkClient:
@@ -126,7 +126,7 @@ class NetworkClient:
         c = self.connections.get(node)
         addr = self.cluster.node_address(node)
         if c is not None and addr is not None and (c.host, c.port) != tuple(addr) \
-                and c.state is ConnectionState.DISCONNECTED:
+                and c.state is _DISCONNECTED:
             # The node moved (a rebootstrap found another cluster that reuses
             # the id, or a broker came back on a new address): connect to where
             # the metadata says it is now, as Java's connection states do.
@@ -148,7 +148,7 @@ class NetworkClient:
         """The last connection attempt to ``node`` failed and its reconnect
         backoff has not run out (Java ``NetworkClient.isUnavailable``)."""
         c = self.connections.get(node)
-        if c is None or c.state is not ConnectionState.DISCONNECTED or not c.connect_failed:
+        if c is None or c.state is not _DISCONNECTED or not c.connect_failed:
             return False
         return now < c.next_connect_time
 
@@ -288,8 +288,11 @@ class NetworkClient:
             if req.error is None and req.completed_at is not None and req.sent_at is not None:
                 self.stats["responses"] += 1
                 ms = req.completed_at - req.sent_at
-                for lat in (self.node_latency.setdefault(node, [0.0, 0, 0.0]),
-                            self.api_latency.setdefault(api, [0.0, 0, 0.0])):
+                # get first: setdefault built two lists per answer to throw away
+                for windows, key in ((self.node_latency, node), (self.api_latency, api)):
+                    lat = windows.get(key)
+                    if lat is None:
+                        lat = windows[key] = [0.0, 0, 0.0]
                     lat[0] += ms
                     lat[1] += 1
                     if ms > lat[2]:
@@ -454,7 +457,7 @@ class NetworkClient:
     # -- driver inputs ----------------------------------------------------------------------
     def connected(self, node, now):
         c = self.connections.get(node)
-        if c is not None and c.state is ConnectionState.CONNECTING:
+        if c is not None and c.state is _CONNECTING:
             c.expected_broker = self._expected_broker(node, c)
             self._conn_due = None               # the handshake's requests: walk again
             self._handle(c.connection_made(now), now)
@@ -470,7 +473,7 @@ class NetworkClient:
     def disconnected(self, node, now, exc=None):
         c = self.connections.get(node)
         if c is not None and c.is_connected:
-            if c.state is ConnectionState.CONNECTING and node < 0:
+            if c.state is _CONNECTING and node < 0:
                 self.cluster.failed_update(now)     # rotate to the next bootstrap server
             self._handle(c.connection_lost(now, exc), now, from_driver=True)
 
@@ -555,7 +558,7 @@ class NetworkClient:
         nodes = self.cluster.candidate_nodes()
         for n in nodes:
             other = self.connections.get(n)
-            if other is None or not other.connect_failed or other.state is not ConnectionState.DISCONNECTED:
+            if other is None or not other.connect_failed or other.state is not _DISCONNECTED:
                 return
         self._all_down = True
         self.report_error(AllBrokersDownError(

@@ -148,6 +148,21 @@ class ConnectionState(enum.Enum):
 
 
 _S = ConnectionState
+# The states as module constants for the per-request checks below: Python
+# 3.11's EnumMeta defines __getattr__, so ``ConnectionState.READY`` takes the
+# slow generic attribute hook on every lookup, compiled or not (~42k
+# instructions per Fetch answer, bench/RESULTS.md, branch cround); a module
+# global is one dict lookup. The members are the same objects.
+_DISCONNECTED = ConnectionState.DISCONNECTED
+_CONNECTING = ConnectionState.CONNECTING
+_HANDSHAKE = ConnectionState.HANDSHAKE
+_AUTHENTICATING = ConnectionState.AUTHENTICATING
+_READY = ConnectionState.READY
+_CLOSED = ConnectionState.CLOSED
+# Tuples, not sets: ``in`` on a tuple matches by identity first, a set would
+# call Enum.__hash__ (a Python function) each time.
+_CONNECTED_STATES = (_READY, _CONNECTING, _HANDSHAKE, _AUTHENTICATING)
+_RECEIVING_STATES = (_READY, _HANDSHAKE, _AUTHENTICATING)
 #: The connection machine's transition table (as h11's ``_state.py``): the
 #: states each state may move to. ``Connection._move`` refuses any other move,
 #: so a driver calling things in the wrong order gets NotReadyError at once
@@ -448,7 +463,7 @@ class Connection:
         self._rng = rng if rng is not None else random.Random()
         self.backoff = ReconnectBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms, self._rng)
 
-        self.state = ConnectionState.DISCONNECTED   # changed only by _move (see TRANSITIONS)
+        self.state = _DISCONNECTED   # changed only by _move (see TRANSITIONS)
         self.versions = None             # VersionTable once the handshake is done
         self.api_versions_response = None
         self.last_error = None           # why the connection last closed
@@ -503,13 +518,12 @@ class Connection:
 
     @property
     def is_ready(self):
-        return self.state is ConnectionState.READY
+        return self.state is _READY
 
     @property
     def is_connected(self):
         """A socket should exist (CONNECTING through READY)."""
-        return self.state in (ConnectionState.CONNECTING, ConnectionState.HANDSHAKE,
-                              ConnectionState.AUTHENTICATING, ConnectionState.READY)
+        return self.state in _CONNECTED_STATES
 
     @property
     def pending_output(self):
@@ -521,7 +535,7 @@ class Connection:
         With ``now``, also false while the broker asked us to throttle.
         False while re-authenticating (KIP-368: the broker takes nothing but
         SASL requests until the new session is established)."""
-        if (self.state is not ConnectionState.READY or self.reauthenticating
+        if (self.state is not _READY or self.reauthenticating
                 or self.in_flight_count >= self.max_in_flight):
             return False
         return now is None or not self.is_throttled(now)
@@ -533,7 +547,7 @@ class Connection:
     @property
     def next_connect_time(self):
         """Earliest time a new connection attempt is allowed (None: connected or closed for good)."""
-        if self.state is not ConnectionState.DISCONNECTED:
+        if self.state is not _DISCONNECTED:
             return None
         if self.last_connect_attempt is None:
             return 0
@@ -558,15 +572,15 @@ class Connection:
 
     def start_connect(self, now):
         """The driver starts opening the socket now: DISCONNECTED -> CONNECTING."""
-        if self.state is ConnectionState.CLOSED:
+        if self.state is _CLOSED:
             raise NotReadyError(f"connection to node {self.node_id} was closed for good")
-        if self.state is not ConnectionState.DISCONNECTED:
+        if self.state is not _DISCONNECTED:
             raise NotReadyError(f"start_connect on node {self.node_id} in state {self.state.name}")
         self._reset_session()
         # A new session negotiates again: the broker may have been upgraded or downgraded.
         self.versions = None
         self.api_versions_response = None
-        self._move(ConnectionState.CONNECTING)
+        self._move(_CONNECTING)
         self.sessions_started += 1
         self.last_connect_attempt = now
         self.connect_started_at = now
@@ -575,11 +589,11 @@ class Connection:
 
     def connection_made(self, now):
         """The socket is connected (TLS done, if any): start the ApiVersions handshake."""
-        if self.state is ConnectionState.DISCONNECTED:
+        if self.state is _DISCONNECTED:
             self.start_connect(now)
-        if self.state is not ConnectionState.CONNECTING:
+        if self.state is not _CONNECTING:
             raise NotReadyError(f"connection_made on node {self.node_id} in state {self.state.name}")
-        self._move(ConnectionState.HANDSHAKE)
+        self._move(_HANDSHAKE)
         self.connect_started_at = None
         self.last_activity = now
         m = messages
@@ -614,7 +628,7 @@ class Connection:
         answer that acknowledges every batch (kproto/producer/_produce_answer.pyx).
         Raises NotReadyError unless ``can_send()``.
         """
-        if self.state is not ConnectionState.READY:
+        if self.state is not _READY:
             raise NotReadyError(
                 f"node {self.node_id} is not ready (state {self.state.name}); wait for ConnectionReady")
         if self.reauthenticating:
@@ -630,7 +644,11 @@ class Connection:
 
     def _enqueue(self, api, body, now, version, expect_response, timeout_ms, callback, internal=False):
         m = messages
-        api_obj = m.api(api) if not hasattr(api, "key") else api
+        # An API name (the cores' usual argument) is one dict lookup; hasattr
+        # on a str raised and caught an AttributeError per request.
+        api_obj = m.APIS_BY_NAME.get(api) if type(api) is str else None
+        if api_obj is None:
+            api_obj = m.api(api) if not hasattr(api, "key") else api
         if version is None:
             if self.versions is None:
                 version = api_obj.max_version
@@ -732,8 +750,7 @@ class Connection:
         or an undecodable response closes the connection (ConnectionClosed
         event) and fails everything in flight.
         """
-        if self.state not in (ConnectionState.HANDSHAKE, ConnectionState.AUTHENTICATING,
-                              ConnectionState.READY):
+        if self.state not in _RECEIVING_STATES:
             return []
         if not data:
             return []
@@ -838,7 +855,7 @@ class Connection:
         except KafkaError as e:
             self._fail_connection(f"handshake with node {self.node_id} failed: {e}", e, now, events, done)
             return False
-        return self.state is not ConnectionState.DISCONNECTED
+        return self.state is not _DISCONNECTED
 
     def _on_api_versions(self, req, body, now, events):
         code = body.get("error_code", 0)
@@ -855,7 +872,7 @@ class Connection:
         self.versions = versions.negotiate(body.get("api_keys") or [])
         self.api_versions_response = body
         if self.authenticator is not None:
-            self._move(ConnectionState.AUTHENTICATING)
+            self._move(_AUTHENTICATING)
             self._auth_step(self.authenticator.start(self), now, events)
         else:
             self._become_ready(now, events)
@@ -891,10 +908,10 @@ class Connection:
         except KafkaError as e:
             self._fail_connection(f"handshake with node {self.node_id} failed: {e}", e, now, events, done)
             return False
-        return self.state is not ConnectionState.DISCONNECTED
+        return self.state is not _DISCONNECTED
 
     def _become_ready(self, now, events):
-        self._move(ConnectionState.READY)
+        self._move(_READY)
         self.connect_failed = False
         self.failed_attempts = 0
         self.reconnect_backoff_current_ms = 0
@@ -916,7 +933,7 @@ class Connection:
         ends, as Java's channel is not ready while it re-authenticates.
         """
         if (self._reauth_at is None or now < self._reauth_at or self.reauthenticating
-                or self.state is not ConnectionState.READY):
+                or self.state is not _READY):
             return
         self._reauth_at = None
         self.reauthenticating = True
@@ -965,12 +982,12 @@ class Connection:
     # -- closing ---------------------------------------------------------------------
     def _fail_connection(self, reason, error, now, events, done, culprit=None, permanent=False):
         """Close the session: fail every in-flight request, clear buffers, start backoff."""
-        if self.state in (ConnectionState.DISCONNECTED, ConnectionState.CLOSED):
-            if permanent and self.state is not ConnectionState.CLOSED:
-                self._move(ConnectionState.CLOSED)
+        if self.state in (_DISCONNECTED, _CLOSED):
+            if permanent and self.state is not _CLOSED:
+                self._move(_CLOSED)
             return
-        if self.state in (ConnectionState.CONNECTING, ConnectionState.HANDSHAKE,
-                          ConnectionState.AUTHENTICATING):
+        if self.state in (_CONNECTING, _HANDSHAKE,
+                          _AUTHENTICATING):
             # It never got ready (a refused connect, a server that is not Kafka):
             # a connection failure, as Java counts it, and what error messages report.
             self.connect_failed = True
@@ -992,7 +1009,7 @@ class Connection:
                 exc.__cause__ = error if isinstance(error, BaseException) else None
                 self._fail(req, exc, now, events, done)
         self._reset_session()
-        self._move(ConnectionState.CLOSED if permanent else ConnectionState.DISCONNECTED)
+        self._move(_CLOSED if permanent else _DISCONNECTED)
         self.connect_started_at = None
         self.last_error = error
         self.last_close_reason = reason
@@ -1006,10 +1023,10 @@ class Connection:
         """The driver saw the socket fail or close (or the connect fail)."""
         events, done = [], []
         reason = f"connection lost: {exc}" if exc is not None else "connection lost"
-        if self.state is ConnectionState.CONNECTING:
+        if self.state is _CONNECTING:
             reason = f"connect failed: {exc}" if exc is not None else "connect failed"
-        if self.state in (ConnectionState.CONNECTING, ConnectionState.HANDSHAKE,
-                          ConnectionState.AUTHENTICATING):
+        if self.state in (_CONNECTING, _HANDSHAKE,
+                          _AUTHENTICATING):
             self.connect_failed = True
         self._fail_connection(reason, exc, now, events, done)
         self._run_callbacks(done)
@@ -1022,9 +1039,9 @@ class Connection:
         events, done = [], []
         if now is None:
             now = self.last_activity if self.last_activity is not None else 0
-        if self.state in (ConnectionState.DISCONNECTED, ConnectionState.CLOSED):
-            if permanent and self.state is not ConnectionState.CLOSED:
-                self._move(ConnectionState.CLOSED)
+        if self.state in (_DISCONNECTED, _CLOSED):
+            if permanent and self.state is not _CLOSED:
+                self._move(_CLOSED)
             return events
         self._fail_connection(reason, None, now, events, done, permanent=permanent)
         self._run_callbacks(done)
@@ -1034,7 +1051,7 @@ class Connection:
     def check_timeouts(self, now):
         """Close the connection if a request or the connection setup timed out."""
         events, done = [], []
-        if self.state is ConnectionState.CONNECTING and self.connect_started_at is not None:
+        if self.state is _CONNECTING and self.connect_started_at is not None:
             if now - self.connect_started_at >= self.connection_setup_timeout_ms:
                 err = ConnectionClosedError(
                     f"connection setup to node {self.node_id} timed out after "
@@ -1072,7 +1089,7 @@ class Connection:
 
     def next_deadline(self, now=None):
         """The earliest time ``check_timeouts`` has something to do, or None."""
-        if self.state is ConnectionState.CONNECTING and self.connect_started_at is not None:
+        if self.state is _CONNECTING and self.connect_started_at is not None:
             return self.connect_started_at + self.connection_setup_timeout_ms
         # Plain loops, no list of candidates nor generators: drivers call this
         # every round and it was ~4 us per connection (bench/partition_cost.py).
@@ -1096,14 +1113,14 @@ class Connection:
 
     def is_idle(self, now):
         """READY, nothing in flight or queued, and no activity for connections_max_idle_ms."""
-        return (self.state is ConnectionState.READY and self.in_flight_count == 0
+        return (self.state is _READY and self.in_flight_count == 0
                 and self._out_pending == 0 and self.last_activity is not None
                 and now - self.last_activity >= self.connections_max_idle_ms)
 
     @property
     def idle_deadline(self):
         """When the connection becomes idle if nothing happens (None if not applicable)."""
-        if self.state is not ConnectionState.READY or self.last_activity is None:
+        if self.state is not _READY or self.last_activity is None:
             return None
         return self.last_activity + self.connections_max_idle_ms
 

@@ -70,6 +70,10 @@ class TelemetryState(enum.Enum):
 
 
 _S = TelemetryState
+# The states with a request to send, looked up once: NetworkClient.poll and
+# next_deadline ask every round, and each ``_S.X`` goes through Python 3.11's
+# EnumMeta.__getattr__ (~7x a module global's lookup; branch cround).
+_SENDING = (_S.SUBSCRIPTION_NEEDED, _S.PUSH_NEEDED, _S.TERMINATING_PUSH_NEEDED)
 
 
 def error_interval_ms(error_code: int, interval_ms: Optional[int]) -> Optional[int]:
@@ -207,14 +211,14 @@ class ClientTelemetry:
         return self.state in (_S.TERMINATED, _S.DISABLED)
 
     def next_deadline(self, now) -> Optional[float]:
-        if self.state in (_S.SUBSCRIPTION_NEEDED, _S.PUSH_NEEDED, _S.TERMINATING_PUSH_NEEDED):
+        if self.state in _SENDING:
             return max(now, self._due)
         return None
 
     def poll(self, client, now) -> None:
         """Send what is due: the subscription request or a push."""
         st = self.state
-        if st not in (_S.SUBSCRIPTION_NEEDED, _S.PUSH_NEEDED, _S.TERMINATING_PUSH_NEEDED):
+        if st not in _SENDING:
             return
         if now < self._due:
             return

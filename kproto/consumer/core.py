@@ -245,6 +245,9 @@ class ConsumerCore(DriverIO):
         self._unpositioned = (-1, [])
         self._assigned_topics = (-1, frozenset())
         self._fetch_idle = None
+        # A Fetch's timeout, read once: each Config attribute is a failed
+        # lookup and a __getattr__ call (~4k instructions), twice per answer.
+        self._fetch_timeout_ms = self.config.request_timeout_ms + self.config.fetch_max_wait_ms
         # _init_positions started a committed-offsets fetch after the
         # committer's turn in this round: the next round sends it, at once.
         self._round_again = False
@@ -900,8 +903,8 @@ class ConsumerCore(DriverIO):
                 f._in_flight_nodes.discard(req.node)
                 blocked.append(req.node)
                 continue
-            client.send(req.node, "Fetch", req.body, now, version=req.version,
-                        timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms,
+            client.send(req.node, "Fetch", req.wire_body, now, version=req.version,
+                        timeout_ms=self._fetch_timeout_ms,
                         callback=lambda r, req=req: self._on_fetch_done(req, r),
                         decoder=decode_fetch_response)
         nodes = None if blocked or f.metadata_refresh_needed else self._fetch_nodes()

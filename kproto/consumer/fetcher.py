@@ -33,13 +33,16 @@ from kproto.cluster import TopicPartition
 from kproto.consumer._fetch import (
     Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns, fetch_partitions, select_fetchable,
 )
+from kproto.consumer._fetch_request import fetch_request_body
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
 from kproto.errors import ConfigError, DecodeError, KafkaError
+from kproto.messages import EncodedBody
 from kproto.records import CONTROL_ABORT, ColumnBuffers, RecordBatch, read_batches
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+FETCH_API_KEY = 1
 ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 
 # Partition errors after which the leader we fetched from is no longer right:
@@ -66,6 +69,14 @@ class FetchRequest(NamedTuple):
     # answer's partitions are found here, not rebuilt as TopicPartitions
     # (a thousand partitions per answer made that a cost per partition)
     partitions: Dict[str, Dict[int, TopicPartition]]
+    # ``body`` written in C (kproto/consumer/_fetch_request.pyx), what is
+    # sent; None: the generic codec encodes ``body`` (the reference path).
+    encoded: Optional[EncodedBody] = None
+
+    @property
+    def wire_body(self):
+        """What to hand to ``send``: the body written in C, or the dict."""
+        return self.body if self.encoded is None else self.encoded
 
 
 class ListOffsetsRequest(NamedTuple):
@@ -107,6 +118,10 @@ class Fetcher:
         self.check_crcs = check_crcs
         self.max_poll_records = max_poll_records
         self.client_rack = client_rack
+        # Fetch bodies written in C (kproto/consumer/_fetch_request.pyx); False
+        # leaves them to the generic codec, the reference the twin tests
+        # compare with (tests/test_fetch_request_writer.py).
+        self.write_in_c = True
         self._in_flight_nodes: set = set()
         self._buffered: "collections.deque[_Buffered]" = collections.deque()
         self._errors: List[Exception] = []       # raised to the application on the next drain
@@ -194,7 +209,9 @@ class Fetcher:
                 "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
                 "isolation_level": self.isolation, "session_id": 0, "session_epoch": -1,
                 "topics": topic_entries, "forgotten_topics_data": [], "rack_id": self.client_rack}
-        return FetchRequest(node, version, body, offsets, names, index)
+        data = fetch_request_body(version, body) if self.write_in_c else None
+        encoded = None if data is None else EncodedBody(FETCH_API_KEY, version, data)
+        return FetchRequest(node, version, body, offsets, names, index, encoded)
 
     # -- handling fetch responses ---------------------------------------------
     def on_fetch_failure(self, request: FetchRequest, error: Exception) -> None:
