@@ -16,6 +16,11 @@ bench/RESULTS.md, "The first round on a fresh topic", was measured this way.
 
     python bench/first_rounds.py --order kio,confluent,kio,confluent --warm 2
     python bench/first_rounds.py --order confluent,kio --warm 0 --bootstrap HOST:PORT
+    python bench/first_rounds.py --order kio,confluent --fresh --count-errors --warm 0
+
+``--fresh``: each round on its own topic created just before it;
+``--count-errors``: confluent-kafka's failed message sets counted from its
+``debug=msg`` log (its ``txretries`` does not count them).
 """
 from __future__ import annotations
 
@@ -54,17 +59,27 @@ def _timed(call, slow):
 
 def _count_failed_answers():
     """Every failed batch answer by error name (kio's metrics count only the
-    batches that finally failed, not the retried ones). A probe: it wraps the
-    sender's method for this process only."""
+    batches that finally failed, not the retried ones; "+hint": those whose
+    answer moved the leader, KIP-951), and the Metadata requests made
+    ("Metadata requests"). A probe: it wraps the sender's and the metadata
+    cache's methods for this process only."""
+    from kproto.cluster import ClusterMetadata
     from kproto.producer.sender import Sender
     counts: dict = {}
     complete = Sender._complete
+    request_body = ClusterMetadata.request_body
 
     def counting(self, batch, err, *args, **kwargs):
         if err is not None:
-            counts[type(err).__name__] = counts.get(type(err).__name__, 0) + 1
+            name = type(err).__name__ + ("+hint" if kwargs.get("leader_hinted") else "")
+            counts[name] = counts.get(name, 0) + 1
         return complete(self, batch, err, *args, **kwargs)
+
+    def counting_metadata(self, now):
+        counts["Metadata requests"] = counts.get("Metadata requests", 0) + 1
+        return request_body(self, now)
     Sender._complete = counting
+    ClusterMetadata.request_body = counting_metadata
     return counts
 
 
@@ -115,12 +130,14 @@ def confluent_round(bootstrap, topic, n):
         d = json.loads(text)
         for b in d["brokers"].values():
             if b.get("nodeid", -1) >= 0:
-                samples.append({"t": round(time.perf_counter() - t0, 2), "awaiting": b["waitresp_cnt"],
+                samples.append({"t": round(time.perf_counter() - t0, 2), "node": b["nodeid"], "awaiting": b["waitresp_cnt"],
                                 "queued": b["outbuf_cnt"], "requests": b["tx"], "retries": b["txretries"],
                                 "rtt_ms": round(b["rtt"]["avg"] / 1000, 1),
-                                "rtt_max_ms": round(b["rtt"]["max"] / 1000, 1)})
-    p = ck.Producer({"bootstrap.servers": bootstrap, "statistics.interval.ms": int(SAMPLE_S * 1000),
-                     "stats_cb": on_stats})
+                                "rtt_max_ms": round(b["rtt"]["max"] / 1000, 1),
+                                "produce": b["req"].get("Produce", 0), "metadata": b["req"].get("Metadata", 0)})
+    conf = {"bootstrap.servers": bootstrap, "statistics.interval.ms": int(SAMPLE_S * 1000), "stats_cb": on_stats}
+    log = _librdkafka_log_to_file(conf) if os.environ.get(COUNT_ERRORS_ENV) else None
+    p = ck.Producer(conf)
     p.list_topics(topic, timeout=10)
     slow = [0.0]
 
@@ -138,10 +155,52 @@ def confluent_round(bootstrap, topic, n):
         assert p.flush(60) == 0
     rate, us, secs = measure(run, n)
     p.poll(SAMPLE_S + 0.05)                   # one more stats report
-    return {"rate": rate, "us": us, "secs": secs, "slow_calls_s": slow[0], "samples": samples,
+    failed = _failed_message_sets(log) if log is not None else "not counted (--count-errors)"
+    return {"failed_answers": failed, "rate": rate, "us": us, "secs": secs, "slow_calls_s": slow[0], "samples": samples,
             "max_awaiting": max((s["awaiting"] for s in samples), default=0),
             "max_rtt_ms": max((s["rtt_max_ms"] for s in samples), default=0),
-            "retries": max((s["retries"] for s in samples), default=0)}
+            "retries": max((s["retries"] for s in samples), default=0),
+            "produce_requests": _last_per_broker(samples, "produce"),
+            "metadata_requests": _last_per_broker(samples, "metadata")}
+
+
+def _last_per_broker(samples, key):
+    """The sum over brokers of ``key``'s last (largest) value: librdkafka's
+    counters are per broker and only grow."""
+    last: dict = {}
+    for s in samples:
+        last[s["node"]] = max(last.get(s["node"], 0), s[key])
+    return sum(last.values())
+
+
+#: Set for a confluent round: count the failed message sets (below)
+COUNT_ERRORS_ENV = "FIRST_ROUNDS_COUNT_ERRORS"
+
+
+def _librdkafka_log_to_file(conf):
+    """librdkafka's ``debug=msg`` log, to a file this process's stderr is
+    pointed at: its stats count request retries (``txretries``) but not a
+    partition's message set re-queued after an error such as
+    NOT_LEADER_OR_FOLLOWER, which only this log tells. It costs CPU: such a
+    round's timing is not comparable."""
+    import tempfile
+    log = tempfile.NamedTemporaryFile(prefix="first_rounds-librdkafka-", suffix=".log", delete=False)
+    os.dup2(log.fileno(), 2)
+    conf["debug"] = "msg"
+    return log.name
+
+
+def _failed_message_sets(path):
+    """{error: count} of the message sets librdkafka's log says failed
+    ("... encountered error: <error> (actions ...)"), then the log removed."""
+    counts: dict = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            if "encountered error: " in line:
+                name = line.split("encountered error: ", 1)[1].split(" (actions", 1)[0].strip()
+                counts[name] = counts.get(name, 0) + 1
+    os.unlink(path)
+    return counts
 
 
 ROUNDS = {"kio": kio_round, "confluent": confluent_round}
@@ -157,6 +216,10 @@ def main():
     ap.add_argument("--pause", type=float, default=0.0, help="seconds between the warm-up and the first round")
     ap.add_argument("--bootstrap", help="use this running broker instead of starting Apache Kafka")
     ap.add_argument("--samples", action="store_true", help="print every sample too")
+    ap.add_argument("--count-errors", action="store_true",
+                    help="count confluent-kafka's failed message sets from its debug=msg log (slows its rounds)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each round on its own topic, created just before it (no warm-up)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -179,9 +242,12 @@ def main():
             print(f"warm round: {time.perf_counter() - t:.2f} s", flush=True)
         time.sleep(args.pause)
         for i, client in enumerate(order):
+            if args.fresh:
+                topic = create_topic(bootstrap, args.partitions)
             out = subprocess.run([sys.executable, os.path.abspath(__file__), "--records", str(args.records),
                                   "--child", client, bootstrap, topic],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=bp.TIMEOUT * 2)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=bp.TIMEOUT * 2,
+                                 env={**os.environ, COUNT_ERRORS_ENV: "1" if args.count_errors else ""})
             if out.returncode != 0:
                 print(f"{client}: failed: {out.stderr.decode('utf-8', 'replace')[-1500:]}", flush=True)
                 continue

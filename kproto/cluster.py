@@ -392,21 +392,32 @@ class ClusterMetadata:
             self._changed()
         self.need_update = True
 
-    def update_leader(self, topic, partition, leader_id, leader_epoch, endpoints=()) -> bool:
+    def update_leader(self, topic, partition, leader_id, leader_epoch, endpoints=(),
+                      sent_to: Optional[int] = None) -> bool:
         """KIP-951: a Produce or Fetch error (NOT_LEADER_OR_FOLLOWER,
         FENCED_LEADER_EPOCH) named the partition's current leader
         (``CurrentLeader``) and, where the client may not know it, its address
         (``NodeEndpoints``: dicts with node_id, host, port). Take the new
         leader at once instead of waiting for a Metadata round trip, if the
         hint is newer than what the cache has and its node's address is known.
-        Returns True when the leader was updated (then no refresh is needed
-        for this partition)."""
+        ``sent_to``: the node that refused the request, when known.
+
+        Returns True when the leader changed (then no refresh is needed for
+        this partition, and a producer retries at once: Java's
+        ``hasLeaderChangedForTheOngoingRetry``); False when the hint tells
+        nothing new - an epoch not newer than the cache's, or, when the cache
+        has no epoch (a Metadata answer without one), the very node that
+        refused: a broker still taking the leadership of a new partition
+        answers so, and that calls for the retry back-off, not a retry at once."""
         parts = self.partitions.get(topic)
         if parts is None or partition not in parts or leader_id < 0 or leader_epoch < 0:
             return False
         epochs = self.leader_epochs.setdefault(topic, {})
-        if leader_epoch <= epochs.get(partition, -1):
+        known = epochs.get(partition, -1)
+        if leader_epoch <= known:
             return False                   # not newer than what we have
+        if known < 0 and leader_id == sent_to:
+            return False                   # no epoch to compare: the refusing node names itself
         for e in endpoints or ():
             if e["node_id"] not in self.brokers:
                 self.brokers = {**self.brokers, e["node_id"]: (e["host"], e["port"])}
@@ -418,17 +429,18 @@ class ClusterMetadata:
         self.leader_hints_applied += 1
         return True
 
-    def apply_leader_hint(self, topic, partition, answer: dict, endpoints=()) -> bool:
+    def apply_leader_hint(self, topic, partition, answer: dict, endpoints=(),
+                          sent_to: Optional[int] = None) -> bool:
         """:meth:`update_leader` from one partition of a Produce (v10+) or
         Fetch (v12+) response: ``answer`` is the partition's entry (its
         ``error_code`` and tagged ``current_leader``), ``endpoints`` the
         response's ``node_endpoints``. False (nothing learnt) for other
         errors or when the broker sent no hint (an older version, or it does
-        not know the leader either)."""
+        not know the leader either). ``sent_to`` as in :meth:`update_leader`."""
         if answer.get("error_code", 0) not in LEADER_HINT_CODES:
             return False
         hint = answer.get("current_leader")
         if not hint:
             return False
         return self.update_leader(topic, partition, hint.get("leader_id", -1),
-                                  hint.get("leader_epoch", -1), endpoints)
+                                  hint.get("leader_epoch", -1), endpoints, sent_to)

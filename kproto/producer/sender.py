@@ -396,7 +396,7 @@ class Sender:
                 err = error_codes.error_for_code(
                     code, p.get("error_message"),
                     context=f"producing to {b.topic}-{b.partition}")
-                hinted = self.cluster.apply_leader_hint(b.topic, b.partition, p, endpoints)
+                hinted = self.cluster.apply_leader_hint(b.topic, b.partition, p, endpoints, req.node_id)
                 self._complete(b, err, p.get("base_offset", -1), p.get("log_append_time_ms", -1), now,
                                leader_hinted=hinted)
         for b in by_tp.values():
@@ -410,9 +410,14 @@ class Sender:
         self._complete(b, None, base_offset, log_append_time, None)
 
     def _complete(self, b, err, base_offset, log_append_time, now, leader_hinted=False):
-        """One batch's answer. ``leader_hinted``: the error named the new
-        leader (KIP-951) and the metadata cache took it, so the retry goes
-        there at once, without a refresh or a backoff."""
+        """One batch's answer. ``leader_hinted``: the error named a new
+        leader (KIP-951: a newer epoch, or another node than the one that
+        refused) and the metadata cache took it, so the retry goes there at
+        once, without a refresh or a backoff (Java skips the back-off only
+        when the leader changed for the ongoing retry). A hint that names
+        the refusing leader again (a broker still taking the leadership of a
+        new partition) is not one: that retry waits retry.backoff.ms,
+        growing, like any other."""
         self.in_flight.pop(id(b), None)
         b.in_flight = False
         self._muted.discard(b.tp)
