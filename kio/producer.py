@@ -359,13 +359,16 @@ class Producer(ProducerOps, ThreadDriver):
         # transactions) wake when what they wait for can have changed:
         # completions, metadata, a connection event (an authentication failure
         # ends a blocked send at once), a timer, or a round after they woke us.
-        core = self._core
-        results = core.events()
-        version = core.cluster.version
-        moved = self._network_moved(timer)
-        if self._waiters and (results or version != self._metadata_version or moved):
-            self._notify()
-        self._metadata_version = version
+        # With no waiter (send() does not wait: most rounds) nothing is
+        # compared: a wait that starts later looks at the core before it
+        # sleeps, and a notify the stale marks cause then is only a look more.
+        results = self._core.events()
+        if self._waiters:
+            version = self._core.cluster.version
+            moved = self._network_moved(timer)
+            if results or version != self._metadata_version or moved:
+                self._notify()
+            self._metadata_version = version
         if results:
             self._delivering = True
             return results
