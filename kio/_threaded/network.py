@@ -31,41 +31,49 @@ from kproto.client import Close, Connect
 
 __all__ = ["SocketLoop"]
 
-if hasattr(_select, "epoll"):
-    _READ, _WRITE = _select.EPOLLIN, _select.EPOLLOUT
-else:  # pragma: no cover - not Linux
-    _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+#: the masks of :meth:`SocketLoop.select`'s pairs: epoll's bits (EPOLLIN, EPOLLOUT), on any platform
+_READ, _WRITE = 0x001, 0x004
 #: what else a ready mask may hold: an error or hang-up reads and writes (as selectors maps them)
 _NOT_READ, _NOT_WRITE = ~_READ, ~_WRITE
 
 
 class _SelectorPoller:
     """``select.epoll``'s interface (register/modify/unregister by file
-    descriptor, ``poll`` giving ``(fd, mask)`` pairs) over
-    ``selectors.DefaultSelector``, for platforms with no epoll; the masks
-    are ``selectors.EVENT_READ`` / ``EVENT_WRITE``."""
+    descriptor, ``poll`` giving ``(fd, mask)`` pairs with epoll's bits) over
+    ``selectors.DefaultSelector``, for platforms with no epoll."""
 
     def __init__(self) -> None:
         self._sel = selectors.DefaultSelector()
 
+    @staticmethod
+    def _events(mask: int) -> int:
+        return (selectors.EVENT_READ if mask & _READ else 0) | (selectors.EVENT_WRITE if mask & _WRITE else 0)
+
     def register(self, fd: int, mask: int) -> None:
-        self._sel.register(fd, mask)
+        self._sel.register(fd, self._events(mask))
 
     def modify(self, fd: int, mask: int) -> None:
-        self._sel.modify(fd, mask)
+        self._sel.modify(fd, self._events(mask))
 
     def unregister(self, fd: int) -> None:
         self._sel.unregister(fd)
 
-    def poll(self, timeout=None) -> list:
-        return [(key.fd, mask) for key, mask in self._sel.select(timeout)]
+    def poll(self, timeout: float = -1) -> list:
+        if timeout is not None and timeout < 0:
+            timeout = None
+        return [(key.fd, (_READ if events & selectors.EVENT_READ else 0)
+                 | (_WRITE if events & selectors.EVENT_WRITE else 0))
+                for key, events in self._sel.select(timeout)]
 
     def close(self) -> None:
         self._sel.close()
 
 
 def _new_poller():
-    return _select.epoll() if hasattr(_select, "epoll") else _SelectorPoller()
+    if hasattr(_select, "epoll"):
+        assert (_select.EPOLLIN, _select.EPOLLOUT) == (_READ, _WRITE)
+        return _select.epoll()
+    return _SelectorPoller()        # pragma: no cover - not Linux
 
 
 class SocketLoop:
