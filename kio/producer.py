@@ -374,6 +374,13 @@ class Producer(ProducerOps, ThreadDriver):
             return results
         return None
 
+    def _deadline_after_wake(self, now: float) -> Optional[float]:
+        # Woken by send() for a batch it opened or filled (_kick_deadline):
+        # only the accumulator's due time can have moved (already capped:
+        # the plan was, and this only lowers it).
+        self._planned = deadline = self._core.next_deadline_after_appends(self._planned)
+        return deadline
+
     def _outside_lock(self, work: Any) -> None:
         try:
             complete_results(work)            # user callbacks: outside the lock

@@ -190,3 +190,32 @@ def test_after_round_compares_nothing_without_a_waiter_and_still_wakes_one():
     finally:
         del p._network_moved, p._notify
         p.close(0)
+
+
+# -- the deadline after a wake-up that asked for no round ---------------------------------------
+def test_the_deadline_after_appends_is_the_full_deadline_without_asking_the_network_client():
+    import random
+    rng = random.Random(27)
+    core, kafka, sim = make(FakeKafka(partitions={"t": 4}), linger_ms=5)
+    sim.send(b"warm")
+    sim.run_until(lambda: not core.pending)
+    asked = []
+    real = core.client.next_deadline
+    checked = 0
+    for _ in range(300):
+        sim.now += rng.choice((0, 0.3, 1, 2, 7))
+        sim.step()                                     # the round (answers, batches due)
+        planned = core.next_deadline(sim.now)          # what the network thread sleeps towards
+        for _ in range(rng.randrange(4)):              # send()s between two rounds, no I/O
+            sim.now += rng.choice((0, 0.2, 1))
+            core.send("t", b"x" * rng.choice((10, 20000)), partition=rng.randrange(4), now=sim.now)
+            core.client.next_deadline = lambda now: asked.append(now) or real(now)
+            moved = core.next_deadline_after_appends(planned)
+            del core.client.next_deadline
+            assert not asked, "asked the network client for its timers again"
+            assert moved == core.next_deadline(sim.now), (planned, moved)
+            planned = moved
+            checked += 1
+    assert checked > 300
+    sim.run_until(lambda: not core.pending)
+    assert sum(len(kafka.values("t", p)) for p in range(4)) == checked + 1     # every record sent, and "warm"

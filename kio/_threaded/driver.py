@@ -178,6 +178,12 @@ class ThreadDriver:
         self._planned = deadline
         return deadline  # type: ignore[no-any-return]
 
+    def _deadline_after_wake(self, now: float) -> Optional[float]:
+        """Lock held, after a wake-up that asked for no round (nothing read,
+        no round run since :meth:`_sleep_until`): when select must end now.
+        The producer's asks its core for the batches' due time only."""
+        return self._sleep_until(now)
+
     def _select(self, deadline: Optional[float]) -> list:
         """The network thread's wait for I/O until ``deadline`` (the core's,
         ``now_ms()``; None: none), without the lock: its events."""
@@ -229,7 +235,7 @@ class ThreadDriver:
                         # Only a wake-up that asked for no round (a batch
                         # opened by send(): SocketLoop.wake(round=False)):
                         # sleep again towards the core's new deadline.
-                        deadline = self._sleep_until(monotonic() * 1000.0)
+                        deadline = self._deadline_after_wake(monotonic() * 1000.0)
         except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the application
             log.exception("the network thread %s failed", threading.current_thread().name)
             with self._lock:

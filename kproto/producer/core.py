@@ -797,6 +797,19 @@ class ProducerCore(DriverIO):
             best = d
         return best
 
+    def next_deadline_after_appends(self, planned: Optional[float]) -> Optional[float]:
+        """:meth:`next_deadline` when, since the call that gave ``planned``,
+        only appends happened - no :meth:`poll`, no I/O, no other call that
+        wakes the driver for a round: a batch opened or filled lowered the
+        accumulator's next round (``next_round_ms``, what such a wake-up is
+        for), and the network client's timers are where they were. Without
+        asking the network client again (a driver woken once a batch by
+        ``send()`` at low rates: ~10k instructions each)."""
+        due = self.accumulator.next_round_ms
+        if due is not None and (planned is None or due < planned):
+            return due
+        return planned
+
     def events(self) -> Sequence:
         """Completed batches since the last call (BatchResult); resolve their
         handles with :func:`complete_results`. Nothing completed (most
