@@ -29,6 +29,12 @@ run it at a lower rate; the two runs' difference divides out start-up)::
 
     python bench/quiet_producer.py --bootstrap HOST:PORT --client kio --rate 1000 --records 5000
     python bench/quiet_producer.py --bootstrap HOST:PORT --client kio --rate 200 --callgrind 400,1200
+    python bench/quiet_producer.py --bootstrap HOST:PORT --client kio --rate 100 --records 400 --opcodes
+
+``--opcodes`` (kio threading) counts the Python bytecodes the network thread
+runs per batch over the measured span (``sys.settrace`` with opcode events;
+compiled modules run no bytecode), by function: deterministic, unlike time,
+though slowed (run it at a low rate, where a batch holds one record or two).
     strace -f -c -o out.txt python bench/quiet_producer.py --bootstrap HOST:PORT --client confluent
 """
 from __future__ import annotations
@@ -144,20 +150,56 @@ class Span:
                 "threads": {n: us for n, us in sorted(threads.items(), key=lambda kv: -kv[1]) if us > 0}}
 
 
-def run_kio(bootstrap, topic, rate, total):
+class Opcodes:
+    """Counts the Python bytecodes of the threads started after it was
+    installed (``threading.settrace``: the producer's network thread), by
+    function (``file:qualname``), while ``on`` is true."""
+
+    def __init__(self):
+        import threading
+        self.on = False
+        self.counts: dict = {}
+        threading.settrace(self._call)
+
+    def _call(self, frame, event, arg):
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        return self._opcode
+
+    def _opcode(self, frame, event, arg):
+        if event == "opcode" and self.on:
+            code = frame.f_code
+            name = f"{os.path.basename(code.co_filename)}:{code.co_qualname}"
+            self.counts[name] = self.counts.get(name, 0) + 1
+        return self._opcode
+
+    def result(self, batches, top=25):
+        per = {n: round(c / batches, 1) for n, c in sorted(self.counts.items(), key=lambda kv: -kv[1])}
+        return {"opcodes_per_batch": round(sum(self.counts.values()) / batches, 1),
+                "top": dict(list(per.items())[:top])}
+
+
+def run_kio(bootstrap, topic, rate, total, opcodes=None):
     from kio import Producer
     p = Producer(bootstrap_servers=bootstrap)
     p.partitions_for(topic)
     p.send(topic, b"first", partition=0).result(30)        # producer id and connection settled
     with p._lock:
         read, reset = counters(p, p._core)
+        if opcodes is not None:
+            opcodes.on = True
     with Span() as span:
         bench_latency.paced(lambda: p.send(topic, bench_latency.value(), partition=0), rate, total)
         assert p.flush() == 0
     with p._lock:
+        if opcodes is not None:
+            opcodes.on = False
         counts = read()
     p.close()
-    return {**span.result(total), **counts}
+    out = {**span.result(total), **counts}
+    if opcodes is not None:
+        out.update(opcodes.result(counts["batches"]))
+    return out
 
 
 async def _run_kio_async(mod, sleep, bootstrap, topic, rate, total):
@@ -271,11 +313,17 @@ def main():
     ap.add_argument("--topic", help="an existing one-partition topic (default: a new one)")
     ap.add_argument("--callgrind", metavar="N1,N2",
                     help="kio threading under callgrind at N1 and N2 records: instructions per round")
+    ap.add_argument("--opcodes", action="store_true",
+                    help="kio threading: the network thread's Python bytecodes per batch, by function")
     args = ap.parse_args()
     if not args.topic:
         args.topic = create_topic(args.bootstrap)
     if args.callgrind:
         print(json.dumps(callgrind(args)))
+        return
+    if args.opcodes:
+        print(json.dumps({"client": "kio", "rate": args.rate, "records": args.records,
+                          **run_kio(args.bootstrap, args.topic, args.rate, args.records, Opcodes())}))
         return
     print(json.dumps({"client": args.client, "rate": args.rate, "records": args.records,
                       **CLIENTS[args.client](args.bootstrap, args.topic, args.rate, args.records)}))

@@ -359,17 +359,27 @@ class Producer(ProducerOps, ThreadDriver):
         # transactions) wake when what they wait for can have changed:
         # completions, metadata, a connection event (an authentication failure
         # ends a blocked send at once), a timer, or a round after they woke us.
-        core = self._core
-        results = core.events()
-        version = core.cluster.version
-        moved = self._network_moved(timer)
-        if self._waiters and (results or version != self._metadata_version or moved):
-            self._notify()
-        self._metadata_version = version
+        # With no waiter (send() does not wait: most rounds) nothing is
+        # compared: a wait that starts later looks at the core before it
+        # sleeps, and a notify the stale marks cause then is only a look more.
+        results = self._core.events()
+        if self._waiters:
+            version = self._core.cluster.version
+            moved = self._network_moved(timer)
+            if results or version != self._metadata_version or moved:
+                self._notify()
+            self._metadata_version = version
         if results:
             self._delivering = True
             return results
         return None
+
+    def _deadline_after_wake(self, now: float) -> Optional[float]:
+        # Woken by send() for a batch it opened or filled (_kick_deadline):
+        # only the accumulator's due time can have moved (already capped:
+        # the plan was, and this only lowers it).
+        self._planned = deadline = self._core.next_deadline_after_appends(self._planned)
+        return deadline
 
     def _outside_lock(self, work: Any) -> None:
         try:

@@ -14,7 +14,6 @@ per-round containers. No network, counts and identities: nothing depends on
 the machine's load.
 """
 import random
-import selectors
 import socket
 import types
 import uuid
@@ -180,37 +179,61 @@ def test_a_uuid_read_is_the_uuid_of_its_bytes():
 
 
 # -- the threading driver's interest update -------------------------------------------------------
+class _RecordingPoller:
+    """The loop's poller (``select.epoll``, whose methods cannot be
+    replaced), recording every modify and what each fd is registered for."""
+
+    def __init__(self, real):
+        self.real, self.modified, self.masks = real, [], {}
+
+    def register(self, fd, mask):
+        self.masks[fd] = mask
+        self.real.register(fd, mask)
+
+    def modify(self, fd, mask):
+        self.modified.append(mask)
+        self.masks[fd] = mask
+        self.real.modify(fd, mask)
+
+    def unregister(self, fd):
+        self.masks.pop(fd, None)
+        self.real.unregister(fd)
+
+    def poll(self, timeout=-1):
+        return self.real.poll(timeout)
+
+    def close(self):
+        self.real.close()
+
+
 def test_a_round_with_no_output_leaves_the_selector_alone_and_output_still_registers_a_write():
+    from kio._threaded.network import _READ, _WRITE
     loop = SocketLoop(ProducerCore(bootstrap_servers=["127.0.0.1:9"]))
     a, b = socket.socketpair()
     output = []
     loop.core = types.SimpleNamespace(nodes_with_output=lambda: list(output))
-    modified = []
-    real_modify = loop._sel.modify
-    loop._sel.modify = lambda sock, mask, data: (modified.append(mask), real_modify(sock, mask, data))[1]
+    poller = loop._poller = _RecordingPoller(loop._poller)
+    modified = poller.modified
     try:
         # as _open leaves a socket: registered for the connect's write
         loop.socks[1] = a
-        loop._sel.register(a, selectors.EVENT_WRITE, 1)
-        loop._interest[1] = selectors.EVENT_WRITE
+        loop._register(1, a, _WRITE)
+        loop._interest[1] = _WRITE
         loop._all_read = False
-        assert loop.update_interest() and modified == [selectors.EVENT_READ]
+        assert loop.update_interest() and modified == [_READ]
         for _ in range(3):                                   # quiet rounds
             assert not loop.update_interest()
-        assert modified == [selectors.EVENT_READ], "a round with no output modified the selector"
+        assert modified == [_READ], "a round with no output modified the selector"
         output.append(1)                                     # a request queued
         assert loop.update_interest()
-        assert loop._sel.get_key(a).events == selectors.EVENT_READ | selectors.EVENT_WRITE
+        assert poller.masks[a.fileno()] == _READ | _WRITE
         assert not loop.update_interest()
         output.clear()                                       # written
         assert loop.update_interest()
-        assert loop._sel.get_key(a).events == selectors.EVENT_READ
+        assert poller.masks[a.fileno()] == _READ
         assert not loop.update_interest()
-        assert modified == [selectors.EVENT_READ, selectors.EVENT_READ | selectors.EVENT_WRITE,
-                            selectors.EVENT_READ]
+        assert modified == [_READ, _READ | _WRITE, _READ]
     finally:
-        loop._sel.unregister(a)
-        loop.socks.clear()
-        a.close()
+        loop.close_socket(1)
         b.close()
         loop.close()

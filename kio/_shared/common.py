@@ -163,13 +163,17 @@ def connect_error(sock):
     return OSError(err, f"connect failed: {errno.errorcode.get(err, err)}") if err else None
 
 
+_NO_ERRORS: list = []      # error_callbacks' answer when nothing was reported (never appended to)
+
+
 def error_callbacks(core) -> list:
     """The ``error_cb`` calls due (network side, the driver's lock held): one
     ``(error_cb, error)`` per error the core's NetworkClient reported
     (``take_errors``); empty without ``error_cb``."""
-    errors = core.client.take_errors()
-    if not errors:
-        return errors           # every round: no config lookup (a missing setting raises inside)
+    client = core.client
+    if not client.has_errors():
+        return _NO_ERRORS       # every round: no new list, no config lookup (a missing setting raises inside)
+    errors = client.take_errors()
     cb = getattr(core.config, "error_cb", None)
     return [(cb, e) for e in errors] if cb is not None else []
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from kio._shared.common import Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
 from kio._threaded.network import SocketLoop
+from kproto.driver import wait_ms
 from kproto.errors import KafkaError
 
 __all__ = ["ThreadDriver", "PolledThreadDriver", "ConsumerThreadError"]
@@ -176,29 +178,46 @@ class ThreadDriver:
         self._planned = deadline
         return deadline  # type: ignore[no-any-return]
 
+    def _deadline_after_wake(self, now: float) -> Optional[float]:
+        """Lock held, after a wake-up that asked for no round (nothing read,
+        no round run since :meth:`_sleep_until`): when select must end now.
+        The producer's asks its core for the batches' due time only."""
+        return self._sleep_until(now)
+
     def _select(self, deadline: Optional[float]) -> list:
         """The network thread's wait for I/O until ``deadline`` (the core's,
         ``now_ms()``; None: none), without the lock: its events."""
-        return self._net.select(sleep_time(deadline, now_ms()))
+        if deadline is None:
+            return self._net.select(None)
+        return self._net.select(wait_ms(deadline, monotonic() * 1000.0) / 1000.0)   # sleep_time(), inline
 
     def _network_loop(self) -> None:
-        core, net = self._core, self._net
+        # At 1,000 records/s this loop runs two rounds a batch: what does not
+        # change is looked up once, and now_ms(), sleep_time() and
+        # error_callbacks()'s common case are inline (each a Python call
+        # a round). Methods stay looked up per round: tests and benches
+        # replace them on a running client (core.poll).
+        core, net, lock = self._core, self._net, self._lock
+        client, wake_fd = core.client, net.wake_fd
         timer = True                      # the last select returned no I/O event
         try:
             while True:
-                with self._lock:
-                    now = now_ms()
+                with lock:
+                    now = monotonic() * 1000.0          # now_ms(), inline
                     if self._stop:
                         break
                     if self._round_error is not None:
                         raise self._round_error
                     net.round_wanted = False      # this round covers the wake-ups so far
-                    net.apply(core.poll(now), now)
+                    actions = core.poll(now)
+                    if actions:
+                        net.apply(actions, now)
                     net.write_all(now)
                     work = self._after_round(timer)
                     deadline = self._sleep_until(now)
                     net.update_interest()
-                    errors = error_callbacks(core)
+                    # error_callbacks(core), its common case inline: nothing reported
+                    errors = error_callbacks(core) if client.has_errors() else ()
                 if work is not None:
                     self._outside_lock(work)
                 for cb, error in errors:
@@ -208,15 +227,15 @@ class ThreadDriver:
                 while True:
                     events = self._select(deadline)
                     timer = not events
-                    with self._lock:
-                        net.handle(events, now_ms())
-                        if timer or len(events) > 1 or events[0][0].data is not None \
+                    with lock:
+                        net.handle(events, monotonic() * 1000.0)
+                        if timer or len(events) > 1 or events[0][0] != wake_fd \
                                 or net.round_wanted or self._stop or self._round_error is not None:
                             break
                         # Only a wake-up that asked for no round (a batch
                         # opened by send(): SocketLoop.wake(round=False)):
                         # sleep again towards the core's new deadline.
-                        deadline = self._sleep_until(now_ms())
+                        deadline = self._deadline_after_wake(monotonic() * 1000.0)
         except BaseException as e:  # noqa: BLE001 - fail loudly, never hang the application
             log.exception("the network thread %s failed", threading.current_thread().name)
             with self._lock:

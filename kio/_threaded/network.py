@@ -11,11 +11,19 @@ the core's deadline comes or another thread calls :meth:`wake`.
 No retries, timeouts or protocol logic live here: those are the core's.
 The caller serialises access (the drivers hold their lock around every call
 except :meth:`select` and :meth:`wake`).
+
+The wait is ``select.epoll.poll`` itself where there is one (Linux): it
+returns ``(fd, mask)`` pairs built in C, where ``selectors.select`` ran ~70
+bytecodes a wait to turn them into key/event tuples (a quiet producer waits
+twice a batch). Elsewhere :class:`_SelectorPoller` gives ``selectors``' best
+selector the same face.
 """
 from __future__ import annotations
 
+import select as _select
 import selectors
 import socket
+from typing import Optional
 
 from kio._shared.common import RecvBuffer, connect_error, open_socket
 from kio._shared.tls import context_for, socket_errors, tls_error
@@ -23,19 +31,68 @@ from kproto.client import Close, Connect
 
 __all__ = ["SocketLoop"]
 
-_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+#: the masks of :meth:`SocketLoop.select`'s pairs: epoll's bits (EPOLLIN, EPOLLOUT), on any platform
+_READ, _WRITE = 0x001, 0x004
+#: what else a ready mask may hold: an error or hang-up reads and writes (as selectors maps them)
+_NOT_READ, _NOT_WRITE = ~_READ, ~_WRITE
+
+
+class _SelectorPoller:
+    """``select.epoll``'s interface (register/modify/unregister by file
+    descriptor, ``poll`` giving ``(fd, mask)`` pairs with epoll's bits) over
+    ``selectors.DefaultSelector``, for platforms with no epoll."""
+
+    def __init__(self) -> None:
+        self._sel = selectors.DefaultSelector()
+
+    @staticmethod
+    def _events(mask: int) -> int:
+        return (selectors.EVENT_READ if mask & _READ else 0) | (selectors.EVENT_WRITE if mask & _WRITE else 0)
+
+    def register(self, fd: int, mask: int) -> None:
+        self._sel.register(fd, self._events(mask))
+
+    def modify(self, fd: int, mask: int) -> None:
+        self._sel.modify(fd, self._events(mask))
+
+    def unregister(self, fd: int) -> None:
+        self._sel.unregister(fd)
+
+    def poll(self, timeout: float = -1) -> list:
+        if timeout is not None and timeout < 0:
+            timeout = None
+        return [(key.fd, (_READ if events & selectors.EVENT_READ else 0)
+                 | (_WRITE if events & selectors.EVENT_WRITE else 0))
+                for key, events in self._sel.select(timeout)]
+
+    def close(self) -> None:
+        self._sel.close()
+
+
+def _new_poller():
+    if hasattr(_select, "epoll"):
+        assert (_select.EPOLLIN, _select.EPOLLOUT) == (_READ, _WRITE)
+        return _select.epoll()
+    return _SelectorPoller()        # pragma: no cover - not Linux
 
 
 class SocketLoop:
+    """The sockets of one core and the wait on them (see the module docstring).
+    :meth:`select` gives ``(fd, mask)`` pairs; the wake-up pipe's is
+    :attr:`wake_fd`."""
+
     def __init__(self, core, recv_size: int = 1 << 18):
         self.core = core
         self.recv_size = recv_size
         self._recv = RecvBuffer(recv_size).recv
-        self._sel = selectors.DefaultSelector()
+        self._poller = _new_poller()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._sel.register(self._wake_r, _READ, None)
+        self.wake_fd: int = self._wake_r.fileno()
+        self._poller.register(self.wake_fd, _READ)
+        self._poll = self._poller.poll
+        self._fd_node: dict = {}         # registered socket's fd -> node
         self.wake_pending = False
         self.woken = False               # a wake-up arrived (the caller resets it)
         # A wake-up since the caller last took this flag asked for a round
@@ -106,7 +163,7 @@ class SocketLoop:
             else:
                 want = _READ | (_WRITE if node in pending else 0)
             if self._interest.get(node) != want:
-                self._sel.modify(sock, want, node)
+                self._poller.modify(sock.fileno(), want)
                 self._interest[node] = want
                 changed = True
             if want != _READ:
@@ -114,17 +171,25 @@ class SocketLoop:
         self._all_read = all_read
         return changed
 
-    def select(self, timeout):
-        """Wait (without the caller's lock) for I/O, a wake-up or ``timeout`` s."""
-        return self._sel.select(timeout)
+    def select(self, timeout: Optional[float]) -> list:
+        """Wait (without the caller's lock) for I/O, a wake-up or ``timeout``
+        s (None: no timer); the ready ``(fd, mask)`` pairs. (A timeout is
+        rounded up to whole milliseconds, as ``selectors`` did: the drivers'
+        waits are whole milliseconds already, see ``kproto.driver.wait_ms``.)"""
+        return self._poll(-1 if timeout is None else timeout)
 
-    def handle(self, events, now) -> None:
+    def handle(self, events: list, now: float) -> None:
         """Process what :meth:`select` returned (with the caller's lock)."""
-        for key, mask in events:
-            if key.data is None:
+        wake_fd, fd_node = self.wake_fd, self._fd_node
+        for fd, mask in events:
+            if fd == wake_fd:
                 self._drain_wakeups()
-            else:
-                self._io(key.data, key.fileobj, mask, now)
+                continue
+            node = fd_node.get(fd)
+            if node is not None:
+                # an error or hang-up is both: the read or write says which (as selectors)
+                self._io(node, self.socks[node], (_READ if mask & _NOT_WRITE else 0)
+                         | (_WRITE if mask & _NOT_READ else 0), now)
 
     def close_all(self) -> None:
         for node in list(self.socks):
@@ -132,7 +197,7 @@ class SocketLoop:
 
     def close(self) -> None:
         self.close_all()
-        self._sel.close()
+        self._poller.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -164,7 +229,7 @@ class SocketLoop:
         self.socks[a.node] = sock
         self._addr[a.node] = (a.host, a.port)
         self._connecting.add(a.node)
-        self._sel.register(sock, _WRITE, a.node)
+        self._register(a.node, sock, _WRITE)
         self._interest[a.node] = _WRITE
         self._all_read = False
 
@@ -174,11 +239,26 @@ class SocketLoop:
         self._handshaking.pop(node, None)
         self._interest.pop(node, None)
         if sock is not None:
-            try:
-                self._sel.unregister(sock)
-            except (KeyError, ValueError):
-                pass
+            self._unregister(sock)
             sock.close()
+
+    def _register(self, node, sock, mask):
+        fd = sock.fileno()
+        self._poller.register(fd, mask)
+        self._fd_node[fd] = node
+
+    def _unregister(self, sock):
+        fd = sock.fileno()
+        if fd < 0:      # closed behind our back (epoll dropped it): forget its old number
+            for fd, node in list(self._fd_node.items()):
+                if self.socks.get(node) is None:
+                    del self._fd_node[fd]
+            return
+        if self._fd_node.pop(fd, None) is not None:
+            try:
+                self._poller.unregister(fd)
+            except (KeyError, ValueError, OSError):
+                pass
 
     def _lost(self, node, now, exc):
         self.close_socket(node)
@@ -229,10 +309,10 @@ class SocketLoop:
 
     def _start_tls(self, node, sock, now):
         host, _ = self._addr[node]
-        self._sel.unregister(sock)
+        self._unregister(sock)
         tls_sock = self.tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
         self.socks[node] = tls_sock
-        self._sel.register(tls_sock, _WRITE, node)
+        self._register(node, tls_sock, _WRITE)
         self._interest[node] = _WRITE
         self._all_read = False
         self._handshaking[node] = _WRITE

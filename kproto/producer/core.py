@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import random
 from functools import partial
-from typing import Optional
+from typing import Optional, Sequence
 
 from kproto.client import DriverIO, network_for
 from kproto.cluster import topic_authorization_error, validate_topic_name
@@ -227,6 +227,8 @@ def attached_result(handle):
 
 log = logging.getLogger("kproto.producer")
 _tuple_new = tuple.__new__
+#: what :meth:`ProducerCore.events` gives when nothing completed
+_NO_RESULTS: tuple = ()
 
 
 def complete_results(results):
@@ -318,6 +320,7 @@ class ProducerCore(DriverIO):
                                                    cfg.retry_backoff_max_ms, self.rng)
             self.sender.txn = self.transactions
         self._txn_flush = None
+        self._sender_next: Optional[float] = None      # the sender's next due time, after its last round
         self.closed = False
         self._queued = 0
         # Records smaller than this need no exact size check (fast path of send).
@@ -754,13 +757,18 @@ class ProducerCore(DriverIO):
 
     # -- the driver interface ------------------------------------------------------------------
     def poll(self, now) -> list:
+        """The core's round (the driver contract, :mod:`kproto.driver`): the
+        network client's, then the sender's; the Connect / Close actions."""
         if self._txn_flush is not None and self._txn_flush.done:
             self._txn_flush = None
             self.end_flush()
-        actions = self.client.poll(now)
-        if not self.client.closing:
+        client = self.client
+        actions = client.poll(now)
+        if not client.closing:
             self._sender_next = self.sender.run_once(now)
-            actions.extend(self.client.poll_requests(now))
+            more = client.poll_requests(now)
+            if more:
+                actions.extend(more)
         return actions
 
     @property
@@ -775,7 +783,9 @@ class ProducerCore(DriverIO):
         return self.transactions is not None
 
     def next_deadline(self, now) -> Optional[float]:
-        best = getattr(self, "_sender_next", None)
+        """When :meth:`poll` must run next at the latest (None: only on I/O):
+        the first of the sender's, the accumulator's and the network client's."""
+        best = self._sender_next
         # A batch opened or filled since the sender's round lowered this to
         # when it is due (RecordAccumulator._wants_round): a driver woken for
         # it only needs this deadline, not a round.
@@ -787,11 +797,28 @@ class ProducerCore(DriverIO):
             best = d
         return best
 
-    def events(self) -> list:
+    def next_deadline_after_appends(self, planned: Optional[float]) -> Optional[float]:
+        """:meth:`next_deadline` when, since the call that gave ``planned``,
+        only appends happened - no :meth:`poll`, no I/O, no other call that
+        wakes the driver for a round: a batch opened or filled lowered the
+        accumulator's next round (``next_round_ms``, what such a wake-up is
+        for), and the network client's timers are where they were. Without
+        asking the network client again (a driver woken once a batch by
+        ``send()`` at low rates: ~10k instructions each)."""
+        due = self.accumulator.next_round_ms
+        if due is not None and (planned is None or due < planned):
+            return due
+        return planned
+
+    def events(self) -> Sequence:
         """Completed batches since the last call (BatchResult); resolve their
-        handles with :func:`complete_results`."""
+        handles with :func:`complete_results`. Nothing completed (most
+        rounds at a low rate): one shared empty tuple, no new list a round."""
         sender = self.sender
-        out, sender.results, sender.results_records = sender.results, [], 0
+        out = sender.results
+        if not out:
+            return _NO_RESULTS
+        sender.results, sender.results_records = [], 0
         return out
 
     def _telemetry_metrics(self, now) -> list:
