@@ -55,6 +55,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _bench import broker_label, cpu, create_topic, load_average, local_broker  # noqa: E402
 
+# --trace: this child's _tail_trace.Trace (GC collections, slow send() calls), else None
+TRACE = None
+
 PAD = b"x" * 92             # + the 8-byte send time: 100-byte values
 
 
@@ -74,6 +77,8 @@ def sent_at(v):
 
 def paced(send, rate, total):
     """Call send() ``total`` times at ``rate`` per second (catching up after a late wake-up)."""
+    if TRACE is not None:
+        send = TRACE.timed(send)
     t0 = time.monotonic()
     i = 0
     while i < total:
@@ -211,6 +216,7 @@ class Tally:
         self.lat = []
         self.to_broker = []
         self.cpu0 = None
+        self.sent = [] if TRACE is not None else None     # --trace: each record's send time
 
     def add(self, v, ts=None):
         if self.cpu0 is None:
@@ -218,6 +224,8 @@ class Tally:
         now = stamp()
         sent = sent_at(v)
         self.lat.append(now - sent)
+        if self.sent is not None:
+            self.sent.append(sent)
         if ts is not None:
             self.to_broker.append(ts * 1000 - sent)
 
@@ -228,7 +236,10 @@ class Tally:
 def _ready():
     print("ready", flush=True)
     sys.stdin.readline()           # the parent starts the producer, then says go
-    return Tally()
+    t = Tally()
+    if TRACE is not None:
+        TRACE.tally = t
+    return t
 
 
 def consume_kio(bootstrap, topic, total, deadline):
@@ -331,18 +342,29 @@ def percentile(values, q):
 
 
 def child(spec):
+    global TRACE
     total = spec["rate"] * spec["seconds"]
+    if spec.get("trace") and spec["role"] != "pace":
+        from _tail_trace import Trace
+        TRACE = Trace()
     if spec["role"] == "pace":
         print(json.dumps({"cpu": pace_alone(spec["loop"], spec["rate"], total)}), flush=True)
         return
     if spec["role"] == "produce":
         produce = CLIENTS[spec["producer"]][0]
         used = produce(spec["bootstrap"], spec["topic"], spec["rate"], total, spec["linger0"])
+        if TRACE is not None:
+            TRACE.dump(_trace_path(spec), client=spec["producer"], rate=spec["rate"])
         print(json.dumps({"cpu": used}), flush=True)
     else:
         consume = CLIENTS[spec["consumer"]][1]
         lat, to_broker, used = consume(spec["bootstrap"], spec["topic"], total,
                                        time.monotonic() + spec["seconds"] + 60)
+        if TRACE is not None:
+            sent = TRACE.tally.sent
+            TRACE.dump(_trace_path(spec), client=spec["consumer"], rate=spec["rate"], sent=sent,
+                       arrived=[s + d for s, d in zip(sent, lat)],
+                       appended=[s + d for s, d in zip(sent, to_broker)] if spec["split"] else [])
         # the consumer's part: arrival - append = latency - (append - send), per record
         from_broker = sorted(a - b for a, b in zip(lat, to_broker)) if spec["split"] else []
         lat.sort()
@@ -353,6 +375,10 @@ def child(spec):
             out.update(send_append_p50=percentile(to_broker, 0.5), send_append_p99=percentile(to_broker, 0.99),
                        append_poll_p50=percentile(from_broker, 0.5), append_poll_p99=percentile(from_broker, 0.99))
         print(json.dumps(out), flush=True)
+
+
+def _trace_path(spec):
+    return os.path.join(spec["trace"], f"{spec['topic']}-{spec['role']}.json")
 
 
 def warm_up(bootstrap):
@@ -368,14 +394,15 @@ def warm_up(bootstrap):
         p.send(create_topic(bootstrap), b"warm-up").result(60)
 
 
-def run_pair(bootstrap, producer, consumer, rate, seconds, linger0, split=False):
+def run_pair(bootstrap, producer, consumer, rate, seconds, linger0, split=False, trace=None):
     """Consumer started and positioned, then the producer: both results.
     ``producer`` and ``consumer`` name clients of CLIENTS (the same one but
     for ``--pair``); ``split``: a LogAppendTime topic, and the latency split
-    at the broker's append (see Tally)."""
+    at the broker's append (see Tally); ``trace``: a directory for the
+    children's _tail_trace records."""
     topic = create_topic(bootstrap, configs={"message.timestamp.type": "LogAppendTime"} if split else None)
     spec = {"bootstrap": bootstrap, "topic": topic, "producer": producer, "consumer": consumer, "rate": rate,
-            "seconds": seconds, "linger0": linger0, "split": split}
+            "seconds": seconds, "linger0": linger0, "split": split, "trace": trace}
     me = [sys.executable, os.path.abspath(__file__), "--child"]
     cons = subprocess.Popen(me + [json.dumps({**spec, "role": "consume"})], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -476,6 +503,9 @@ def main():
     ap.add_argument("--bootstrap", help="use this running broker instead of starting one")
     ap.add_argument("--plot", help="write the PNG plot here")
     ap.add_argument("--table", help="write the markdown table here too")
+    ap.add_argument("--trace", metavar="DIR",
+                    help="record each run's GC collections, slow send() calls and per-record times in DIR "
+                         "and report what the slowest 0.1%% met (bench/_tail_trace.py)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -507,7 +537,7 @@ def main():
                         key = (client, rate, which)
                         try:
                             r = run_pair(bootstrap, prod, cons, rate, args.seconds, which != "defaults",
-                                         args.split)
+                                         args.split, args.trace)
                         except Exception as e:  # noqa: BLE001 - report and go on with the others
                             print(f"{client} {rate} {which}: failed: {e}", file=sys.stderr, flush=True)
                             results.setdefault(key, [])
@@ -534,6 +564,10 @@ def main():
     table = markdown(results, title, args.split)
     print()
     print(table)
+    if args.trace:
+        from _tail_trace import report
+        print()
+        print(report(args.trace))
     if args.table:
         with open(args.table, "w") as f:
             f.write(table + "\n")
