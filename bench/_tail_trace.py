@@ -38,6 +38,7 @@ class Trace:
         self.slow = []          # (start µs, duration µs)
         self._start = None
         self.tally = None       # the consumer's bench_latency.Tally
+        self.net = []           # kio threading: ("w" | "r", µs, node) per socket write / readable socket
         gc.callbacks.append(self._on_gc)
 
     def _on_gc(self, phase, info):
@@ -60,10 +61,29 @@ class Trace:
             return out
         return wrapped
 
+    def watch_kio_sockets(self):
+        """Record when kio's threading driver writes to and reads from its
+        broker sockets (class-wide, in this process): for a consumer, when
+        each Fetch went out and its answer came in."""
+        from kio._threaded import network
+        net, write, io = self.net, network.SocketLoop._write, network.SocketLoop._io
+
+        def _write(loop, node, sock, now):     # called with output waiting (write_all) or writable
+            write(loop, node, sock, now)
+            net.append(("w", now_us(), node))
+
+        def _io(loop, node, sock, mask, now):
+            t = now_us()
+            io(loop, node, sock, mask, now)
+            if mask & network._READ:
+                net.append(("r", t, node))
+        network.SocketLoop._write = _write
+        network.SocketLoop._io = _io
+
     def dump(self, path, **extra):
         gc.callbacks.remove(self._on_gc)
         with open(path, "w") as f:
-            json.dump({"gc": self.gc, "slow": self.slow, **extra}, f)
+            json.dump({"gc": self.gc, "slow": self.slow, "net": self.net, **extra}, f)
 
 
 def _pct(values, q):
@@ -155,6 +175,42 @@ def episode_summary(trace_dir: str) -> str:
     return "\n".join(out)
 
 
+def consumer_side(trace_dir: str, threshold_ms: int = 20) -> str:
+    """For kio threading consumers (``net`` recorded), each episode whose
+    slowest record lost more than ``threshold_ms`` after the broker's append
+    (``--split``): where that time went - append → the Fetch that brought it
+    written (> 0: no Fetch was in flight at the append; the client asked
+    later), the Fetch written → its answer readable (the broker's wait and
+    the network thread's wake-up), and readable → in poll()'s hands."""
+    out = ["| run | episode at s | records | append → arrival ms | append → Fetch written ms | "
+           "Fetch written → answer readable ms | readable → in poll()'s hands ms |",
+           "|---|---|---|---|---|---|---|"]
+    for cons_path in sorted(glob.glob(os.path.join(trace_dir, "*-consume.json"))):
+        p, c = _load(cons_path)
+        if not c.get("net") or not c.get("appended"):
+            continue
+        sent, arrived, appended = c["sent"], c["arrived"], c["appended"]
+        after = [a - b for a, b in zip(arrived, appended)]
+        writes = sorted(t for kind, t, _ in c["net"] if kind == "w")
+        reads = sorted(t for kind, t, _ in c["net"] if kind == "r")
+        t0 = min(sent)
+        for ep in episodes(sent, after, threshold_ms * 1000):
+            i = max(ep, key=after.__getitem__)
+            a, r = appended[i], arrived[i]
+            # the read that delivered it: the last before it was in hand; its Fetch: the last write before that
+            # read's answer began (the first read after that write)
+            last_read = max((t for t in reads if t <= r), default=None)
+            w = max((t for t in writes if last_read is not None and t < last_read), default=None)
+            first_read = min((t for t in reads if w is not None and t > w), default=None)
+            if w is None or first_read is None:
+                continue
+            out.append(f"| {os.path.basename(cons_path)[:14]} {p['client']} → {c['client']} {c['rate']:,}/s | "
+                       f"{(a - t0) / 1e6:.3f} | {len(ep)} | {(r - a) / 1000:.1f} | "
+                       f"{max(0, w - a) / 1000:.1f} | {(first_read - max(w, a)) / 1000:.1f} | "
+                       f"{(r - first_read) / 1000:.1f} |")
+    return "\n".join(out)
+
+
 def report(trace_dir: str) -> str:
     """The slowest 0.1% of each traced run against the GC collections and slow
     sends of its two processes (markdown)."""
@@ -220,9 +276,16 @@ def report(trace_dir: str) -> str:
             out.append(f"| {lat[i] / 1000:.1f} | {(sent[i] - t0) / 1e6:.3f} | {ab} | {', '.join(near) or '-'} |")
         out.append("")
     out.append(episode_summary(trace_dir))
+    out.append("")
+    out.append(consumer_side(trace_dir))
     return "\n".join(out)
 
 
 if __name__ == "__main__":
     import sys
-    print(report(sys.argv[1]) if sys.argv[2:] != ["--summary"] else episode_summary(sys.argv[1]))
+    if sys.argv[2:] == ["--summary"]:
+        print(episode_summary(sys.argv[1]))
+        print()
+        print(consumer_side(sys.argv[1]))
+    else:
+        print(report(sys.argv[1]))

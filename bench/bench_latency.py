@@ -244,6 +244,8 @@ def _ready():
 
 def consume_kio(bootstrap, topic, total, deadline):
     from kio import Consumer, TopicPartition
+    if TRACE is not None:
+        TRACE.watch_kio_sockets()
     with Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, 0)])
         c.seek(TopicPartition(topic, 0), 0)
