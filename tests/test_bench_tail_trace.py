@@ -82,3 +82,29 @@ def test_the_summary_counts_episodes_per_minute_their_side_and_the_collections_i
     # > 10 ms: two episodes, > 20 ms: two, > 50 ms: one
     assert cells[3:6] == [f"{2 * per_min:.1f}", f"{2 * per_min:.1f}", f"{1 * per_min:.1f}"]
     assert cells[6:] == ["1/2", "1/2", "0/2"]
+
+
+def test_a_consumer_side_episode_is_split_at_the_fetch_that_brought_it(tmp_path):
+    """One record lost 31 ms after its append: its Fetch was in flight (written
+    before the append), the answer became readable 30 ms after the append,
+    poll() had it 1 ms later; another lost 40 ms because its Fetch was written
+    25 ms after the append."""
+    tt = _tail_trace()
+    n = 2000
+    sent = [i * 10_000 for i in range(n)]
+    appended = [s + 1_000 for s in sent]
+    lat = [3_000] * n
+    first, second = 500, 1500
+    lat[first] = 1_000 + 31_000
+    lat[second] = 1_000 + 40_000
+    a1, a2 = appended[first], appended[second]
+    net = [["w", a1 - 2_000, 1], ["r", a1 + 30_000, 1],
+           ["w", a2 + 25_000, 1], ["r", a2 + 35_000, 1], ["r", a2 + 36_000, 1]]
+    _run(tmp_path, "r2", sent, lat, [], appended=appended)
+    cons_path = tmp_path / "r2-consume.json"
+    cons = json.loads(cons_path.read_text())
+    cons["net"] = net
+    cons_path.write_text(json.dumps(cons))
+    rows = [line for line in tt.consumer_side(str(tmp_path)).splitlines() if line.startswith("| r2")]
+    cells = [[c.strip() for c in row.strip("|").split("|")][3:] for row in rows]
+    assert cells == [["31.0", "0.0", "30.0", "1.0"], ["40.0", "25.0", "10.0", "5.0"]]
