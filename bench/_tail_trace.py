@@ -34,7 +34,9 @@ class Trace:
     """One child's record of GC collections and slow calls; ``dump`` writes it as JSON."""
 
     def __init__(self):
-        self.gc = []            # (generation, start µs, duration µs, collected)
+        # (generation, start µs, wall duration µs, collected, the thread's CPU µs): the CPU time
+        # is the collection's own cost, the wall time that and any wait for a CPU under load
+        self.gc = []
         self.slow = []          # (start µs, duration µs)
         self._start = None
         self.tally = None       # the consumer's bench_latency.Tally
@@ -44,8 +46,10 @@ class Trace:
     def _on_gc(self, phase, info):
         if phase == "start":
             self._start = now_us()
+            self._start_cpu = time.thread_time_ns()
         elif self._start is not None:
-            self.gc.append((info["generation"], self._start, now_us() - self._start, info["collected"]))
+            self.gc.append((info["generation"], self._start, now_us() - self._start, info["collected"],
+                            (time.thread_time_ns() - self._start_cpu) // 1000))
             self._start = None
 
     def timed(self, call):
@@ -97,13 +101,15 @@ def _overlaps(events, start, end):
 
 
 def gc_table(name, events, seconds):
-    """Markdown rows: collections per second and pause percentiles by generation."""
+    """Markdown rows: collections per second and pause percentiles by
+    generation (wall time; the CPU time's median and max)."""
     rows = []
     for gen in (0, 1, 2):
         d = [e[2] for e in events if e[0] == gen]
         if d:
+            used = [e[4] for e in events if e[0] == gen and len(e) > 4] or [float("nan")]
             rows.append(f"| {name} | {gen} | {len(d)} | {len(d) / seconds:.1f} | {_pct(d, 0.5)} | "
-                        f"{_pct(d, 0.99)} | {max(d)} |")
+                        f"{_pct(d, 0.99)} | {max(d)} | {_pct(used, 0.5)} / {max(used)} |")
     return rows
 
 
@@ -150,7 +156,7 @@ def episode_summary(trace_dir: str) -> str:
             "seconds": 0.0, "runs": 0, **{ms: 0 for ms in EPISODE_MS}, "producer_side": 0, "gc": 0, "slow": 0})
         r["runs"] += 1
         r["seconds"] += (max(arrived) - min(sent)) / 1e6
-        gc_all = [(s, d) for _, s, d, _ in p["gc"] + c["gc"]]
+        gc_all = [(s, d) for _, s, d, *_ in p["gc"] + c["gc"]]
         for ms in EPISODE_MS:
             eps = episodes(sent, lat, ms * 1000)
             r[ms] += len(eps)
@@ -224,10 +230,10 @@ def report(trace_dir: str) -> str:
         order = sorted(range(n), key=lat.__getitem__)
         top = order[-max(1, n // 1000):]
         seconds = max(1e-6, (max(arrived) - min(sent)) / 1e6)
-        gc_all = [(s, d) for _, s, d, _ in p["gc"]] + [(s, d) for _, s, d, _ in c["gc"]]
-        gc_p = [(s, d) for _, s, d, _ in p["gc"]]
-        gc_c = [(s, d) for _, s, d, _ in c["gc"]]
-        full = [(s, d) for g, s, d, _ in p["gc"] + c["gc"] if g == 2]
+        gc_all = [(s, d) for _, s, d, *_ in p["gc"]] + [(s, d) for _, s, d, *_ in c["gc"]]
+        gc_p = [(s, d) for _, s, d, *_ in p["gc"]]
+        gc_c = [(s, d) for _, s, d, *_ in c["gc"]]
+        full = [(s, d) for g, s, d, *_ in p["gc"] + c["gc"] if g == 2]
 
         def share(idx, events):
             hit = sum(1 for i in idx if _overlaps(events, sent[i], arrived[i]))
@@ -240,8 +246,8 @@ def report(trace_dir: str) -> str:
                    f"p99.9 {_pct(lat, 0.999) / 1000:.1f}, max {max(lat) / 1000:.1f}; "
                    f"top 0.1%: {len(top)} records ≥ {lat[top[0]] / 1000:.1f} ms")
         out.append("")
-        out.append("| process | gen | collections | per s | pause p50 µs | p99 µs | max µs |")
-        out.append("|---|---|---|---|---|---|---|")
+        out.append("| process | gen | collections | per s | pause p50 µs | p99 µs | max µs | CPU p50 / max µs |")
+        out.append("|---|---|---|---|---|---|---|---|")
         out += gc_table("producer", p["gc"], seconds) + gc_table("consumer", c["gc"], seconds)
         out.append("")
         out.append("| records | a GC pause in their window (either) | producer's | consumer's | "
@@ -271,7 +277,7 @@ def report(trace_dir: str) -> str:
         t0 = min(sent)
         for i in reversed(top[-10:]):
             near = [f"{who} g{g} {d}" for who, ev in (("P", p["gc"]), ("C", c["gc"]))
-                    for g, s, d, _ in ev if s <= arrived[i] and s + d >= sent[i]]
+                    for g, s, d, *_ in ev if s <= arrived[i] and s + d >= sent[i]]
             ab = f"{(appended[i] - sent[i]) / 1000:.1f}" if appended else "-"
             out.append(f"| {lat[i] / 1000:.1f} | {(sent[i] - t0) / 1e6:.3f} | {ab} | {', '.join(near) or '-'} |")
         out.append("")

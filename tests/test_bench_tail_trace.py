@@ -23,9 +23,9 @@ def test_the_trace_records_each_collection_with_its_generation_and_leaves_gc_cal
     gc.collect(2)
     gc.collect(0)
     t1 = tt.now_us()
-    gens = [g for g, start, took, _ in trace.gc if t0 <= start <= t1]
+    gens = [g for g, start, took, *_ in trace.gc if t0 <= start <= t1]
     assert gens[-2:] == [2, 0]
-    assert all(took >= 0 for _, _, took, _ in trace.gc)
+    assert all(took >= 0 for _, _, took, *_ in trace.gc)
     trace.dump(str(tmp_path / "t-consume.json"), client="x", rate=1)
     assert gc.callbacks == before
 
