@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+from array import array
 import json
 import os
 import statistics
@@ -213,10 +214,15 @@ class Tally:
     answer, the hand-off to poll)."""
 
     def __init__(self):
-        self.lat = []
-        self.to_broker = []
+        # Arrays of ints, not lists: a list is a container the cyclic GC
+        # traverses, item by item, whenever it sits in a young generation - a
+        # list of 80,000 latencies made a 4 ms collection in the middle of
+        # kio's 50,000/s rows (bench_latency --trace, RESULTS.md), a cost of
+        # the bench's, not of the client. An array is no container to the GC.
+        self.lat = array("q")
+        self.to_broker = array("q")
         self.cpu0 = None
-        self.sent = [] if TRACE is not None else None     # --trace: each record's send time
+        self.sent = array("q") if TRACE is not None else None     # --trace: each record's send time
 
     def add(self, v, ts=None):
         if self.cpu0 is None:
@@ -363,14 +369,14 @@ def child(spec):
         lat, to_broker, used = consume(spec["bootstrap"], spec["topic"], total,
                                        time.monotonic() + spec["seconds"] + 60)
         if TRACE is not None:
-            sent = TRACE.tally.sent
+            sent = list(TRACE.tally.sent)
             TRACE.dump(_trace_path(spec), client=spec["consumer"], rate=spec["rate"], sent=sent,
                        arrived=[s + d for s, d in zip(sent, lat)],
                        appended=[s + d for s, d in zip(sent, to_broker)] if spec["split"] else [])
         # the consumer's part: arrival - append = latency - (append - send), per record
         from_broker = sorted(a - b for a, b in zip(lat, to_broker)) if spec["split"] else []
-        lat.sort()
-        to_broker.sort()
+        lat = sorted(lat)
+        to_broker = sorted(to_broker)
         out = {"received": len(lat), "cpu": used, "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99),
                "p999": percentile(lat, 0.999), "max": lat[-1] / 1000 if lat else float("nan")}
         if spec["split"]:
