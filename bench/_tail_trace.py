@@ -187,6 +187,10 @@ def episode_summary(trace_dir: str) -> str:
     return "\n".join(out)
 
 
+def _net_times(run, kind):
+    return sorted(t for k, t, _ in run.get("net") or () if k == kind)
+
+
 def consumer_side(trace_dir: str, threshold_ms: int = 20) -> str:
     """For kio threading consumers (``net`` recorded), each episode whose
     slowest record lost more than ``threshold_ms`` after the broker's append
@@ -203,8 +207,7 @@ def consumer_side(trace_dir: str, threshold_ms: int = 20) -> str:
             continue
         sent, arrived, appended = c["sent"], c["arrived"], c["appended"]
         after = [a - b for a, b in zip(arrived, appended)]
-        writes = sorted(t for kind, t, _ in c["net"] if kind == "w")
-        reads = sorted(t for kind, t, _ in c["net"] if kind == "r")
+        writes, reads = _net_times(c, "w"), _net_times(c, "r")
         t0 = min(sent)
         for ep in episodes(sent, after, threshold_ms * 1000):
             i = max(ep, key=after.__getitem__)
@@ -220,6 +223,34 @@ def consumer_side(trace_dir: str, threshold_ms: int = 20) -> str:
                        f"{(a - t0) / 1e6:.3f} | {len(ep)} | {(r - a) / 1000:.1f} | "
                        f"{max(0, w - a) / 1000:.1f} | {(first_read - max(w, a)) / 1000:.1f} | "
                        f"{(r - first_read) / 1000:.1f} |")
+    return "\n".join(out)
+
+
+def producer_side(trace_dir: str, threshold_ms: int = 20) -> str:
+    """For kio threading producers (``net`` recorded), each episode whose
+    slowest record took more than ``threshold_ms`` from ``send()`` to the
+    broker's append (``--split``): send → the first Produce written after it
+    (linger.ms and the network thread's round: more than linger.ms is the
+    client late) and that write → the append (the network and the broker;
+    the append time is whole ms)."""
+    out = ["| run | episode at s | records | send → append ms | send → Produce written ms | "
+           "written → append ms |", "|---|---|---|---|---|---|"]
+    for cons_path in sorted(glob.glob(os.path.join(trace_dir, "*-consume.json"))):
+        p, c = _load(cons_path)
+        if not p.get("net") or not c.get("appended"):
+            continue
+        sent, appended = c["sent"], c["appended"]
+        before = [a - s for s, a in zip(sent, appended)]
+        writes = _net_times(p, "w")
+        t0 = min(sent)
+        for ep in episodes(sent, before, threshold_ms * 1000):
+            i = max(ep, key=before.__getitem__)
+            w = min((t for t in writes if t >= sent[i]), default=None)
+            if w is None:
+                continue
+            out.append(f"| {os.path.basename(cons_path)[:14]} {p['client']} → {c['client']} {c['rate']:,}/s | "
+                       f"{(sent[i] - t0) / 1e6:.3f} | {len(ep)} | {before[i] / 1000:.1f} | "
+                       f"{(w - sent[i]) / 1000:.1f} | {(appended[i] - w) / 1000:.1f} |")
     return "\n".join(out)
 
 
@@ -290,6 +321,8 @@ def report(trace_dir: str) -> str:
     out.append(episode_summary(trace_dir))
     out.append("")
     out.append(consumer_side(trace_dir))
+    out.append("")
+    out.append(producer_side(trace_dir))
     return "\n".join(out)
 
 
@@ -299,5 +332,7 @@ if __name__ == "__main__":
         print(episode_summary(sys.argv[1]))
         print()
         print(consumer_side(sys.argv[1]))
+        print()
+        print(producer_side(sys.argv[1]))
     else:
         print(report(sys.argv[1]))

@@ -128,6 +128,8 @@ def pace_alone(loop, rate, total):
 
 def produce_kio(bootstrap, topic, rate, total, linger0):
     from kio import Producer
+    if TRACE is not None:
+        TRACE.watch_kio_sockets()
     p = Producer(bootstrap_servers=bootstrap, **({"linger_ms": 0} if linger0 else {}))
     p.partitions_for(topic)
     c0 = cpu()

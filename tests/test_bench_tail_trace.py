@@ -108,3 +108,23 @@ def test_a_consumer_side_episode_is_split_at_the_fetch_that_brought_it(tmp_path)
     rows = [line for line in tt.consumer_side(str(tmp_path)).splitlines() if line.startswith("| r2")]
     cells = [[c.strip() for c in row.strip("|").split("|")][3:] for row in rows]
     assert cells == [["31.0", "0.0", "30.0", "1.0"], ["40.0", "25.0", "10.0", "5.0"]]
+
+
+def test_a_producer_side_episode_is_split_at_the_produce_write_that_carried_it(tmp_path):
+    """A record 30 ms from send() to the append: its batch was written 7 ms
+    after the send (linger.ms and the round), and the append came 23 ms after
+    the write."""
+    tt = _tail_trace()
+    n = 2000
+    sent = [i * 10_000 for i in range(n)]
+    appended = [s + 1_000 for s in sent]
+    slow = 700
+    appended[slow] = sent[slow] + 30_000
+    lat = [a - s + 1_000 for s, a in zip(sent, appended)]
+    _run(tmp_path, "r3", sent, lat, [], appended=appended)
+    prod_path = tmp_path / "r3-produce.json"
+    prod = json.loads(prod_path.read_text())
+    prod["net"] = [["w", sent[slow] - 3_000, 0], ["w", sent[slow] + 7_000, 0], ["r", sent[slow] + 8_000, 0]]
+    prod_path.write_text(json.dumps(prod))
+    rows = [line for line in tt.producer_side(str(tmp_path)).splitlines() if line.startswith("| r3")]
+    assert [[c.strip() for c in row.strip("|").split("|")][3:] for row in rows] == [["30.0", "7.0", "23.0"]]
