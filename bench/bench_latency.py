@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+from array import array
 import json
 import os
 import statistics
@@ -54,6 +55,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _bench import broker_label, cpu, create_topic, load_average, local_broker  # noqa: E402
+
+# --trace: this child's _tail_trace.Trace (GC collections, slow send() calls), else None
+TRACE = None
 
 PAD = b"x" * 92             # + the 8-byte send time: 100-byte values
 
@@ -74,6 +78,8 @@ def sent_at(v):
 
 def paced(send, rate, total):
     """Call send() ``total`` times at ``rate`` per second (catching up after a late wake-up)."""
+    if TRACE is not None:
+        send = TRACE.timed(send)
     t0 = time.monotonic()
     i = 0
     while i < total:
@@ -122,6 +128,8 @@ def pace_alone(loop, rate, total):
 
 def produce_kio(bootstrap, topic, rate, total, linger0):
     from kio import Producer
+    if TRACE is not None:
+        TRACE.watch_kio_sockets()
     p = Producer(bootstrap_servers=bootstrap, **({"linger_ms": 0} if linger0 else {}))
     p.partitions_for(topic)
     c0 = cpu()
@@ -208,9 +216,15 @@ class Tally:
     answer, the hand-off to poll)."""
 
     def __init__(self):
-        self.lat = []
-        self.to_broker = []
+        # Arrays of ints, not lists: a list is a container the cyclic GC
+        # traverses, item by item, whenever it sits in a young generation - a
+        # list of 80,000 latencies made a 4 ms collection in the middle of
+        # kio's 50,000/s rows (bench_latency --trace, RESULTS.md), a cost of
+        # the bench's, not of the client. An array is no container to the GC.
+        self.lat = array("q")
+        self.to_broker = array("q")
         self.cpu0 = None
+        self.sent = array("q") if TRACE is not None else None     # --trace: each record's send time
 
     def add(self, v, ts=None):
         if self.cpu0 is None:
@@ -218,6 +232,8 @@ class Tally:
         now = stamp()
         sent = sent_at(v)
         self.lat.append(now - sent)
+        if self.sent is not None:
+            self.sent.append(sent)
         if ts is not None:
             self.to_broker.append(ts * 1000 - sent)
 
@@ -228,11 +244,16 @@ class Tally:
 def _ready():
     print("ready", flush=True)
     sys.stdin.readline()           # the parent starts the producer, then says go
-    return Tally()
+    t = Tally()
+    if TRACE is not None:
+        TRACE.tally = t
+    return t
 
 
 def consume_kio(bootstrap, topic, total, deadline):
     from kio import Consumer, TopicPartition
+    if TRACE is not None:
+        TRACE.watch_kio_sockets()
     with Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, 0)])
         c.seek(TopicPartition(topic, 0), 0)
@@ -331,28 +352,43 @@ def percentile(values, q):
 
 
 def child(spec):
+    global TRACE
     total = spec["rate"] * spec["seconds"]
+    if spec.get("trace") and spec["role"] != "pace":
+        from _tail_trace import Trace
+        TRACE = Trace()
     if spec["role"] == "pace":
         print(json.dumps({"cpu": pace_alone(spec["loop"], spec["rate"], total)}), flush=True)
         return
     if spec["role"] == "produce":
         produce = CLIENTS[spec["producer"]][0]
         used = produce(spec["bootstrap"], spec["topic"], spec["rate"], total, spec["linger0"])
+        if TRACE is not None:
+            TRACE.dump(_trace_path(spec), client=spec["producer"], rate=spec["rate"])
         print(json.dumps({"cpu": used}), flush=True)
     else:
         consume = CLIENTS[spec["consumer"]][1]
         lat, to_broker, used = consume(spec["bootstrap"], spec["topic"], total,
                                        time.monotonic() + spec["seconds"] + 60)
+        if TRACE is not None:
+            sent = list(TRACE.tally.sent)
+            TRACE.dump(_trace_path(spec), client=spec["consumer"], rate=spec["rate"], sent=sent,
+                       arrived=[s + d for s, d in zip(sent, lat)],
+                       appended=[s + d for s, d in zip(sent, to_broker)] if spec["split"] else [])
         # the consumer's part: arrival - append = latency - (append - send), per record
         from_broker = sorted(a - b for a, b in zip(lat, to_broker)) if spec["split"] else []
-        lat.sort()
-        to_broker.sort()
+        lat = sorted(lat)
+        to_broker = sorted(to_broker)
         out = {"received": len(lat), "cpu": used, "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99),
                "p999": percentile(lat, 0.999), "max": lat[-1] / 1000 if lat else float("nan")}
         if spec["split"]:
             out.update(send_append_p50=percentile(to_broker, 0.5), send_append_p99=percentile(to_broker, 0.99),
                        append_poll_p50=percentile(from_broker, 0.5), append_poll_p99=percentile(from_broker, 0.99))
         print(json.dumps(out), flush=True)
+
+
+def _trace_path(spec):
+    return os.path.join(spec["trace"], f"{spec['topic']}-{spec['role']}.json")
 
 
 def warm_up(bootstrap):
@@ -368,14 +404,15 @@ def warm_up(bootstrap):
         p.send(create_topic(bootstrap), b"warm-up").result(60)
 
 
-def run_pair(bootstrap, producer, consumer, rate, seconds, linger0, split=False):
+def run_pair(bootstrap, producer, consumer, rate, seconds, linger0, split=False, trace=None):
     """Consumer started and positioned, then the producer: both results.
     ``producer`` and ``consumer`` name clients of CLIENTS (the same one but
     for ``--pair``); ``split``: a LogAppendTime topic, and the latency split
-    at the broker's append (see Tally)."""
+    at the broker's append (see Tally); ``trace``: a directory for the
+    children's _tail_trace records."""
     topic = create_topic(bootstrap, configs={"message.timestamp.type": "LogAppendTime"} if split else None)
     spec = {"bootstrap": bootstrap, "topic": topic, "producer": producer, "consumer": consumer, "rate": rate,
-            "seconds": seconds, "linger0": linger0, "split": split}
+            "seconds": seconds, "linger0": linger0, "split": split, "trace": trace}
     me = [sys.executable, os.path.abspath(__file__), "--child"]
     cons = subprocess.Popen(me + [json.dumps({**spec, "role": "consume"})], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -476,6 +513,9 @@ def main():
     ap.add_argument("--bootstrap", help="use this running broker instead of starting one")
     ap.add_argument("--plot", help="write the PNG plot here")
     ap.add_argument("--table", help="write the markdown table here too")
+    ap.add_argument("--trace", metavar="DIR",
+                    help="record each run's GC collections, slow send() calls and per-record times in DIR "
+                         "and report what the slowest 0.1%% met (bench/_tail_trace.py)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -507,7 +547,7 @@ def main():
                         key = (client, rate, which)
                         try:
                             r = run_pair(bootstrap, prod, cons, rate, args.seconds, which != "defaults",
-                                         args.split)
+                                         args.split, args.trace)
                         except Exception as e:  # noqa: BLE001 - report and go on with the others
                             print(f"{client} {rate} {which}: failed: {e}", file=sys.stderr, flush=True)
                             results.setdefault(key, [])
@@ -534,6 +574,10 @@ def main():
     table = markdown(results, title, args.split)
     print()
     print(table)
+    if args.trace:
+        from _tail_trace import report
+        print()
+        print(report(args.trace))
     if args.table:
         with open(args.table, "w") as f:
             f.write(table + "\n")

@@ -1,0 +1,130 @@
+"""bench/_tail_trace.py, the instrument of ``bench_latency.py --trace``: the
+GC log it keeps and how it matches the slowest records against it (no network)."""
+import gc
+import importlib.util
+import json
+import os
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def _tail_trace():
+    spec = importlib.util.spec_from_file_location("_tail_trace", os.path.join(BENCH, "_tail_trace.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_trace_records_each_collection_with_its_generation_and_leaves_gc_callbacks_as_it_found_them(tmp_path):
+    tt = _tail_trace()
+    before = list(gc.callbacks)
+    trace = tt.Trace()
+    t0 = tt.now_us()
+    gc.collect(2)
+    gc.collect(0)
+    t1 = tt.now_us()
+    gens = [g for g, start, took, *_ in trace.gc if t0 <= start <= t1]
+    assert gens[-2:] == [2, 0]
+    assert all(took >= 0 for _, _, took, *_ in trace.gc)
+    trace.dump(str(tmp_path / "t-consume.json"), client="x", rate=1)
+    assert gc.callbacks == before
+
+
+def test_a_slow_call_is_recorded_and_a_quick_one_is_not(tmp_path):
+    import time
+    tt = _tail_trace()
+    trace = tt.Trace()
+    quick = trace.timed(lambda: None)
+    slow = trace.timed(lambda: time.sleep(tt.SLOW_CALL_US * 3 / 1e6))
+    quick()
+    slow()
+    path = tmp_path / "t-produce.json"
+    trace.dump(str(path), client="x", rate=1)
+    assert trace._on_gc not in gc.callbacks
+    kept = json.loads(path.read_text())["slow"]
+    assert len(kept) == 1 and kept[0][1] >= tt.SLOW_CALL_US * 3
+
+
+def _run(tmp_path, name, sent, lat, gc_events, slow=(), appended=None):
+    """A traced run's two files as bench_latency's children write them."""
+    prod = {"gc": gc_events, "slow": list(slow), "client": "p", "rate": 1000}
+    cons = {"gc": [], "slow": [], "client": "c", "rate": 1000, "sent": sent,
+            "arrived": [s + d for s, d in zip(sent, lat)], "appended": appended or []}
+    (tmp_path / f"{name}-produce.json").write_text(json.dumps(prod))
+    (tmp_path / f"{name}-consume.json").write_text(json.dumps(cons))
+
+
+def test_slow_records_sent_close_together_are_one_episode():
+    tt = _tail_trace()
+    sent = [0, 1_000, 2_000, 500_000, 501_000, 900_000]
+    lat = [30_000, 30_000, 4_000, 30_000, 30_000, 4_000]
+    eps = tt.episodes(sent, lat, 20_000)
+    assert eps == [[0, 1], [3, 4]]
+
+
+def test_the_summary_counts_episodes_per_minute_their_side_and_the_collections_inside_them(tmp_path):
+    tt = _tail_trace()
+    n = 6000
+    sent = [i * 10_000 for i in range(n)]                 # 100 records/s for 60 s
+    lat = [3_000] * n
+    lat[100] = lat[101] = 25_000                           # one episode, the producer's side
+    lat[3000] = 60_000                                     # another, the consumer's side, a GC inside
+    appended = [s + 1_000 for s in sent]
+    appended[100] += 20_000
+    appended[101] += 20_000
+    gc_events = [[2, sent[3000] + 5_000, 4_000, 0]]
+    _run(tmp_path, "r1", sent, lat, gc_events, appended=appended)
+    table = tt.episode_summary(str(tmp_path))
+    row = [line for line in table.splitlines() if line.startswith("| p → c")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    seconds = (sent[-1] + lat[-1] - sent[0]) / 1e6
+    per_min = 60 / seconds
+    # > 10 ms: two episodes, > 20 ms: two, > 50 ms: one
+    assert cells[3:6] == [f"{2 * per_min:.1f}", f"{2 * per_min:.1f}", f"{1 * per_min:.1f}"]
+    assert cells[6:] == ["1/2", "1/2", "0/2"]
+
+
+def test_a_consumer_side_episode_is_split_at_the_fetch_that_brought_it(tmp_path):
+    """One record lost 31 ms after its append: its Fetch was in flight (written
+    before the append), the answer became readable 30 ms after the append,
+    poll() had it 1 ms later; another lost 40 ms because its Fetch was written
+    25 ms after the append."""
+    tt = _tail_trace()
+    n = 2000
+    sent = [i * 10_000 for i in range(n)]
+    appended = [s + 1_000 for s in sent]
+    lat = [3_000] * n
+    first, second = 500, 1500
+    lat[first] = 1_000 + 31_000
+    lat[second] = 1_000 + 40_000
+    a1, a2 = appended[first], appended[second]
+    net = [["w", a1 - 2_000, 1], ["r", a1 + 30_000, 1],
+           ["w", a2 + 25_000, 1], ["r", a2 + 35_000, 1], ["r", a2 + 36_000, 1]]
+    _run(tmp_path, "r2", sent, lat, [], appended=appended)
+    cons_path = tmp_path / "r2-consume.json"
+    cons = json.loads(cons_path.read_text())
+    cons["net"] = net
+    cons_path.write_text(json.dumps(cons))
+    rows = [line for line in tt.consumer_side(str(tmp_path)).splitlines() if line.startswith("| r2")]
+    cells = [[c.strip() for c in row.strip("|").split("|")][3:] for row in rows]
+    assert cells == [["31.0", "0.0", "30.0", "1.0"], ["40.0", "25.0", "10.0", "5.0"]]
+
+
+def test_a_producer_side_episode_is_split_at_the_produce_write_that_carried_it(tmp_path):
+    """A record 30 ms from send() to the append: its batch was written 7 ms
+    after the send (linger.ms and the round), and the append came 23 ms after
+    the write."""
+    tt = _tail_trace()
+    n = 2000
+    sent = [i * 10_000 for i in range(n)]
+    appended = [s + 1_000 for s in sent]
+    slow = 700
+    appended[slow] = sent[slow] + 30_000
+    lat = [a - s + 1_000 for s, a in zip(sent, appended)]
+    _run(tmp_path, "r3", sent, lat, [], appended=appended)
+    prod_path = tmp_path / "r3-produce.json"
+    prod = json.loads(prod_path.read_text())
+    prod["net"] = [["w", sent[slow] - 3_000, 0], ["w", sent[slow] + 7_000, 0], ["r", sent[slow] + 8_000, 0]]
+    prod_path.write_text(json.dumps(prod))
+    rows = [line for line in tt.producer_side(str(tmp_path)).splitlines() if line.startswith("| r3")]
+    assert [[c.strip() for c in row.strip("|").split("|")][3:] for row in rows] == [["30.0", "7.0", "23.0"]]
