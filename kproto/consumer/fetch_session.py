@@ -81,6 +81,10 @@ class FetchSession:
         self.incremental_sent = 0
         self.full_sent = 0
 
+    def __repr__(self) -> str:
+        return (f"FetchSession(node={self.node}, id={self.session_id}, epoch={self.epoch}, "
+                f"partitions={len(self.offsets)}, full={self.full_sent}, incremental={self.incremental_sent})")
+
     # -- the state ---------------------------------------------------------------
     @property
     def is_full(self) -> bool:
