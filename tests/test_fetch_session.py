@@ -272,3 +272,18 @@ def test_the_session_requests_written_in_c_are_the_codecs_bytes(version):
         assert forgotten(req)
         runs.append(frames)
     assert runs[0] == runs[1]
+
+
+def test_a_request_built_but_not_sent_makes_the_next_one_full():
+    """The core builds a request and then finds its node gone: the session
+    counted the request's partitions as the broker's, so the next request
+    lists them all again (else the broker would never be asked for them)."""
+    pos, f = make()
+    req = fetch(f)
+    f.on_fetch_response(req, answer(req, {}))
+    pos.seek(T[0], 5)
+    req = fetch(f)
+    assert listed(req) == {("t", 0): 5}
+    f.on_fetch_unsent(req)
+    req = fetch(f)
+    assert meta(req) == (SESSION, 0) and len(listed(req)) == 5

@@ -900,7 +900,7 @@ class ConsumerCore(DriverIO):
                         callback=lambda r, lo=lo: self._on_reset_done(lo, r))
         for req in f.fetch_requests(leader_of, version_of, cluster.topic_ids.get, cluster.partitions.get):
             if not client.is_ready(req.node):
-                f._in_flight_nodes.discard(req.node)
+                f.on_fetch_unsent(req)
                 blocked.append(req.node)
                 continue
             client.send(req.node, "Fetch", req.wire_body, now, version=req.version,

@@ -296,6 +296,16 @@ class Fetcher:
         if session is not None and request.session_epoch is not None:
             session.on_failure()
 
+    def on_fetch_unsent(self, request: FetchRequest) -> None:
+        """A request built by fetch_requests was not sent after all (its
+        node went away meanwhile): fetch from that node again later. Its
+        session already counts the request's partitions as the broker's,
+        so the next request to that node is a full one."""
+        self._in_flight_nodes.discard(request.node)
+        session = self.sessions.get(request.node)
+        if session is not None and request.session_epoch is not None:
+            session.on_failure()
+
     def on_fetch_response(self, request: FetchRequest, body) -> None:
         """Digest a Fetch answer: ``body`` is the codec's dict (the reference
         path) or a :class:`~kproto.consumer._fetch.FetchAnswer` from
