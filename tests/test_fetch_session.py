@@ -287,3 +287,17 @@ def test_a_request_built_but_not_sent_makes_the_next_one_full():
     f.on_fetch_unsent(req)
     req = fetch(f)
     assert meta(req) == (SESSION, 0) and len(listed(req)) == 5
+
+
+def test_a_topic_without_id_leaves_the_session():
+    """Fetch v13+ names topics by id only: a topic whose id the metadata
+    lost is not fetched - it is forgotten by the session (by the id it was
+    sent with) and metadata is asked for."""
+    pos, f = make()
+    req = fetch(f)
+    f.on_fetch_response(req, answer(req, {}))
+    f.metadata_refresh_needed = False
+    (req,) = f.fetch_requests(lambda tp: 1, lambda n: 13, {"t": TOPIC_IDS["t"]}.get)
+    assert meta(req) == (SESSION, 1) and listed(req) == {}
+    assert req.body["forgotten_topics_data"] == [{"topic_id": TOPIC_IDS["u"], "partitions": [0]}]
+    assert f.metadata_refresh_needed and set(req.offsets) == set(T)

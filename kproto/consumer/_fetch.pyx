@@ -519,7 +519,8 @@ def select_fetchable(dict states, set buffered, leaders_of_topic, set in_flight)
 def fetch_partitions(list tps, max_bytes, dict known_offsets=None, dict known_epochs=None):
     """The per-partition part of a Fetch request for (tp, state) pairs:
     ({topic: [partition entry]}, {tp: fetch offset}, {topic: {partition: tp}},
-    {tp: leader epoch} or None without a session).
+    {tp: leader epoch} or None without a session, how many of the
+    partitions the session holds already).
 
     With a fetch session's ``known_offsets`` / ``known_epochs`` (what the
     broker's session holds, kproto.consumer.fetch_session) the entries list
@@ -533,6 +534,7 @@ def fetch_partitions(list tps, max_bytes, dict known_offsets=None, dict known_ep
     cdef dict by_partition = None
     cdef tuple pair, key
     cdef bint incremental = known_offsets is not None and len(known_offsets) > 0
+    cdef Py_ssize_t kept = 0
     for pair in tps:
         tp, st = pair[0], pair[1]
         key = <tuple>tp
@@ -552,8 +554,12 @@ def fetch_partitions(list tps, max_bytes, dict known_offsets=None, dict known_ep
             else:
                 by_partition = index[topic]
         by_partition[partition] = tp
-        if incremental and known_offsets.get(tp) == position and known_epochs.get(tp) == leader_epoch:
-            continue                         # the session holds it as is: not listed
+        if incremental:
+            known = known_offsets.get(tp)
+            if known is not None:
+                kept += 1                    # (all kept: nothing to forget, no walk for it)
+                if known == position and known_epochs.get(tp) == leader_epoch:
+                    continue                 # the session holds it as is: not listed
         # The partition's entry is kept on its state and reused by every
         # fetch (only the offset and the epoch change): a thousand dicts
         # fewer per round. An earlier request's body shares it, but that
@@ -569,4 +575,4 @@ def fetch_partitions(list tps, max_bytes, dict known_offsets=None, dict known_ep
             entry["current_leader_epoch"] = leader_epoch
             entry["partition_max_bytes"] = max_bytes
         parts.append(entry)
-    return topics, offsets, index, epochs
+    return topics, offsets, index, epochs, kept

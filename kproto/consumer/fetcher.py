@@ -212,7 +212,7 @@ class Fetcher:
         full, or with a fetch session incremental (only what changed)."""
         session = self._session(node, version)
         known_offsets, known_epochs = session.known() if session is not None else (None, None)
-        topics, offsets, index, epochs = fetch_partitions(
+        topics, offsets, index, epochs, kept = fetch_partitions(
             tps, self.max_partition_fetch_bytes, known_offsets, known_epochs)
         names, ids = {}, {}
         topic_entries = []
@@ -226,6 +226,7 @@ class Fetcher:
                         offsets.pop(tp, None)
                         if epochs is not None:
                             epochs.pop(tp, None)
+                            kept -= tp in known_offsets      # to be forgotten after all
                     continue
                 if session is not None and session.topic_id_changed(topic, topic_id):
                     # Deleted and made again: a new session, listing everything.
@@ -242,7 +243,8 @@ class Fetcher:
         session_id, epoch, forgotten = 0, -1, []
         if session is not None:
             session_id, epoch = session.session_id, session.epoch
-            forgotten = self._forgotten(session, offsets, version)
+            if kept < len(known_offsets):
+                forgotten = self._forgotten(session, offsets, version)
             session.sent(offsets, epochs, ids)
         body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms,
                 "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
