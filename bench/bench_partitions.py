@@ -126,6 +126,13 @@ def _read_all(make, read_round, close, n):
 
 
 def _kio_consumer(bootstrap, topic, partitions, group):
+    c = _kio_consumer_of(bootstrap, topic, partitions, group)
+    if os.environ.get("KIO_BENCH_NO_FETCH_SESSIONS") == "1":    # --no-fetch-sessions: the reference
+        c._core.fetcher.use_sessions = False
+    return c
+
+
+def _kio_consumer_of(bootstrap, topic, partitions, group):
     from kio import Consumer, TopicPartition
     if group:
         c = Consumer(bootstrap_servers=bootstrap, group_id="bench-" + os.urandom(4).hex(),
@@ -292,8 +299,12 @@ def main():
     ap.add_argument("--bootstrap", help="use this running broker instead of starting one")
     ap.add_argument("--plot", help="write the PNG plot here")
     ap.add_argument("--table", help="write the markdown tables here too")
+    ap.add_argument("--no-fetch-sessions", action="store_true",
+                    help="kio's consumers send full Fetch requests only (no KIP-227 sessions)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.no_fetch_sessions:
+        os.environ["KIO_BENCH_NO_FETCH_SESSIONS"] = "1"          # the children inherit it
     if args.child:
         return child(json.loads(args.child))
     counts = [int(x) for x in args.partitions.split(",")]

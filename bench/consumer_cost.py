@@ -79,8 +79,13 @@ class _Replay:
         return reply
 
 
-def _scenario(partitions: int, records: int, per_fetch: int, channel_for, replaying: bool = False):
-    """Consume ``records`` records spread over ``partitions`` partitions; returns (records, fetches)."""
+def _scenario(partitions: int, records: int, per_fetch: int, channel_for, replaying: bool = False,
+              busy: int = 0, sessions: bool = True):
+    """Consume ``records`` records spread over ``busy`` of ``partitions``
+    partitions (0: all); returns (records, fetches). The scripted broker
+    keeps KIP-227 fetch sessions when asked (session epoch 0), as Kafka:
+    an incremental answer lists only the partitions with records or a new
+    high watermark; ``sessions`` False: the consumer asks for none."""
     from kproto.consumer.core import ConsumerCore
     from kproto.records import BatchBuilder
     from test_consumer_core import FakeKafka, Sim
@@ -88,41 +93,64 @@ def _scenario(partitions: int, records: int, per_fetch: int, channel_for, replay
 
     kafka = FakeKafka(partitions={TOPIC: partitions})
     kafka.ids[TOPIC] = TOPIC_ID
-    per_partition = records // partitions
+    busy = busy or partitions
+    per_partition = records // busy
     if not replaying:                    # the replay never asks the broker: its logs would be counted
-        for p in range(partitions):
+        for p in range(busy):
             kafka.produce(TOPIC, p, per_partition)
+    held: dict = {}                      # the broker's fetch sessions: id -> {partition: [offset, hw sent]}
 
     def fetch(req):
-        # as FakeKafka._Fetch, but at most per_fetch records per partition and answer
-        out = []
-        for t in req.body["topics"]:
-            ps = []
-            for p in t["partitions"]:
-                log = kafka.logs[(TOPIC, p["partition"])]
-                start = p["fetch_offset"]
-                recs = None
-                if start < len(log):
-                    b = BatchBuilder("none", 1 << 20, base_offset=start)
-                    for k, v, ts in log[start:start + per_fetch]:
-                        b.append(ts, k, v)
-                    recs = b.build()
-                ps.append({"partition_index": p["partition"], "error_code": 0, "high_watermark": len(log),
-                           "last_stable_offset": len(log), "log_start_offset": 0,
-                           "aborted_transactions": None, "preferred_read_replica": -1, "records": recs})
-            out.append({"topic_id": t["topic_id"], "partitions": ps})
-        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": out}
+        # as FakeKafka._Fetch, but at most per_fetch records per partition
+        # and answer, and with fetch sessions
+        body = req.body
+        listed = {p["partition"]: p["fetch_offset"] for t in body["topics"] for p in t["partitions"]}
+        session_id, epoch = body.get("session_id", 0), body.get("session_epoch", -1)
+        if epoch > 0:
+            session = held[session_id]
+            for t in body["forgotten_topics_data"]:
+                for p in t["partitions"]:
+                    session.pop(p, None)
+        else:
+            session = {}
+            held.pop(session_id, None)
+            session_id = len(held) + 1 if epoch == 0 else 0
+            if session_id:
+                held[session_id] = session
+        for p, offset in listed.items():
+            session[p] = [offset, session.get(p, [0, None])[1]]
+        ps = []
+        for partition, entry in session.items():
+            log = kafka.logs[(TOPIC, partition)]
+            start = entry[0]
+            recs = None
+            if start < len(log):
+                b = BatchBuilder("none", 1 << 20, base_offset=start)
+                for k, v, ts in log[start:start + per_fetch]:
+                    b.append(ts, k, v)
+                recs = b.build()
+            if epoch > 0 and recs is None and entry[1] == len(log):
+                continue                 # incremental: nothing new for this partition
+            entry[1] = len(log)
+            ps.append({"partition_index": partition, "error_code": 0, "high_watermark": len(log),
+                       "last_stable_offset": len(log), "log_start_offset": 0,
+                       "aborted_transactions": None, "preferred_read_replica": -1, "records": recs})
+        if not session_id:
+            held.clear()
+        out = [{"topic_id": TOPIC_ID, "partitions": ps}] if ps else []
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": session_id, "responses": out}
 
     kafka.broker.on("Fetch", fetch)
     kafka.broker.channel = lambda original=kafka.broker.channel: channel_for(original)
     core = ConsumerCore({"bootstrap.servers": "b1:9092", "enable.auto.commit": False,
                          "client.id": "consumer-cost"}, rng=random.Random(27))
+    core.fetcher.use_sessions = sessions
     sim = Sim(kafka, core)
     tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
     core.assign(tps, 0)
     for tp in tps:
         core.seek(tp, 0)
-    total = per_partition * partitions
+    total = per_partition * busy
     got = 0
     steps = 0
     while got < total:
@@ -137,17 +165,17 @@ def _scenario(partitions: int, records: int, per_fetch: int, channel_for, replay
     return got, kafka.count("Fetch")
 
 
-def record(partitions: int, records: int, per_fetch: int) -> tuple[list, int]:
+def record(partitions: int, records: int, per_fetch: int, **kw) -> tuple[list, int]:
     """Run against the scripted broker; return its exchanges and the number of Fetch requests."""
     log: list = []
-    _, fetches = _scenario(partitions, records, per_fetch, lambda make: _Recording(make(), log))
+    _, fetches = _scenario(partitions, records, per_fetch, lambda make: _Recording(make(), log), **kw)
     return log, fetches
 
 
-def replay(log: list, partitions: int, records: int, per_fetch: int):
+def replay(log: list, partitions: int, records: int, per_fetch: int, **kw):
     """Run against the recorded answers: the measured part."""
     replayed = _Replay(log)
-    return _scenario(partitions, records, per_fetch, lambda make: replayed, replaying=True)
+    return _scenario(partitions, records, per_fetch, lambda make: replayed, replaying=True, **kw)
 
 
 def main() -> None:
@@ -155,9 +183,14 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--per-fetch", type=int, default=10, help="records per partition in a Fetch answer")
+    ap.add_argument("--busy", type=int, default=0,
+                    help="only this many partitions receive records (default: all)")
+    ap.add_argument("--no-sessions", action="store_true",
+                    help="full Fetch requests only (no KIP-227 fetch sessions): the reference")
     ap.add_argument("--replay", metavar="FILE", help="(internal) replay this recording")
     ap.add_argument("--callgrind", metavar="N0,N1", help="instructions per record: two runs under callgrind")
     args = ap.parse_args()
+    kw = {"busy": args.busy, "sessions": not args.no_sessions}
     if os.environ.get("PYTHONHASHSEED") != "0":
         # the order of partitions in a request follows set and dict iteration
         # over str-keyed TopicPartitions: the same order in every run needs the
@@ -166,11 +199,11 @@ def main() -> None:
     if args.replay:
         with open(args.replay, "rb") as f:
             log = pickle.load(f)
-        replay(log, args.partitions, args.records, args.per_fetch)
+        replay(log, args.partitions, args.records, args.per_fetch, **kw)
         return
     if not args.callgrind:
-        log, fetches = record(args.partitions, args.records, args.per_fetch)
-        got, _ = replay(log, args.partitions, args.records, args.per_fetch)
+        log, fetches = record(args.partitions, args.records, args.per_fetch, **kw)
+        got, _ = replay(log, args.partitions, args.records, args.per_fetch, **kw)
         print(f"{args.partitions} partitions, {got:,} records, {args.per_fetch} per partition and answer: "
               f"{fetches:,} Fetch requests")
         return
@@ -180,15 +213,17 @@ def main() -> None:
         for n in counts:
             rec = os.path.join(tmp, f"log.{n}")
             with open(rec, "wb") as f:
-                pickle.dump(record(args.partitions, n, args.per_fetch)[0], f)
+                pickle.dump(record(args.partitions, n, args.per_fetch, **kw)[0], f)
             out = os.path.join(tmp, f"cg.{n}")
             subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                             os.path.abspath(__file__), "--partitions", str(args.partitions), "--records", str(n),
-                            "--per-fetch", str(args.per_fetch), "--replay", rec], check=True,
+                            "--per-fetch", str(args.per_fetch), "--busy", str(args.busy),
+                            *(["--no-sessions"] if args.no_sessions else []), "--replay", rec], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             found.append(instructions(out))
     dn = counts[1] - counts[0]
-    print(f"{args.partitions} partitions, {args.per_fetch} records per partition and answer: "
+    print(f"{args.partitions} partitions ({args.busy or 'all'} with records, fetch sessions "
+          f"{'off' if args.no_sessions else 'on'}), {args.per_fetch} records per partition and answer: "
           f"{(found[1] - found[0]) / dn:,.0f} instructions per record (callgrind, whole process, "
           f"{counts[0]:,} vs {counts[1]:,} records, answers replayed)")
 

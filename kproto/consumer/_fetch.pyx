@@ -516,21 +516,35 @@ def select_fetchable(dict states, set buffered, leaders_of_topic, set in_flight)
     return by_node, refresh
 
 
-def fetch_partitions(list tps, max_bytes):
+def fetch_partitions(list tps, max_bytes, dict known_offsets=None, dict known_epochs=None):
     """The per-partition part of a Fetch request for (tp, state) pairs:
-    ({topic: [partition entry]}, {tp: fetch offset}, {topic: {partition: tp}})."""
+    ({topic: [partition entry]}, {tp: fetch offset}, {topic: {partition: tp}},
+    {tp: leader epoch} or None without a session, how many of the
+    partitions the session holds already).
+
+    With a fetch session's ``known_offsets`` / ``known_epochs`` (what the
+    broker's session holds, kproto.consumer.fetch_session) the entries list
+    only the partitions that are new to the session or whose fetch offset or
+    leader epoch changed (KIP-227's incremental request); the offsets, index
+    and epochs still cover every partition: the answer may name any of them."""
     cdef dict topics = {}, offsets = {}, index = {}
+    cdef dict epochs = {} if known_offsets is not None else None
     cdef object topic = None
     cdef list parts = None
     cdef dict by_partition = None
     cdef tuple pair, key
+    cdef bint incremental = known_offsets is not None and len(known_offsets) > 0
+    cdef Py_ssize_t kept = 0
     for pair in tps:
         tp, st = pair[0], pair[1]
         key = <tuple>tp
         t = key[0]
         partition = key[1]
         position = st.position
+        leader_epoch = st.leader_epoch
         offsets[tp] = position
+        if epochs is not None:
+            epochs[tp] = leader_epoch
         if t is not topic and t != topic:
             topic = t
             parts = topics.get(topic)
@@ -540,6 +554,12 @@ def fetch_partitions(list tps, max_bytes):
             else:
                 by_partition = index[topic]
         by_partition[partition] = tp
+        if incremental:
+            known = known_offsets.get(tp)
+            if known is not None:
+                kept += 1                    # (all kept: nothing to forget, no walk for it)
+                if known == position and known_epochs.get(tp) == leader_epoch:
+                    continue                 # the session holds it as is: not listed
         # The partition's entry is kept on its state and reused by every
         # fetch (only the offset and the epoch change): a thousand dicts
         # fewer per round. An earlier request's body shares it, but that
@@ -547,12 +567,12 @@ def fetch_partitions(list tps, max_bytes):
         entry = st.fetch_entry
         if entry is None:
             entry = st.fetch_entry = {
-                "partition": partition, "current_leader_epoch": st.leader_epoch,
+                "partition": partition, "current_leader_epoch": leader_epoch,
                 "fetch_offset": position, "last_fetched_epoch": -1, "log_start_offset": -1,
                 "partition_max_bytes": max_bytes}
         else:
             entry["fetch_offset"] = position
-            entry["current_leader_epoch"] = st.leader_epoch
+            entry["current_leader_epoch"] = leader_epoch
             entry["partition_max_bytes"] = max_bytes
         parts.append(entry)
-    return topics, offsets, index
+    return topics, offsets, index, epochs, kept

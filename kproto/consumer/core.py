@@ -900,7 +900,7 @@ class ConsumerCore(DriverIO):
                         callback=lambda r, lo=lo: self._on_reset_done(lo, r))
         for req in f.fetch_requests(leader_of, version_of, cluster.topic_ids.get, cluster.partitions.get):
             if not client.is_ready(req.node):
-                f._in_flight_nodes.discard(req.node)
+                f.on_fetch_unsent(req)
                 blocked.append(req.node)
                 continue
             client.send(req.node, "Fetch", req.wire_body, now, version=req.version,
@@ -949,6 +949,7 @@ class ConsumerCore(DriverIO):
         if self._close_step == "commit":
             if self._close_commit is None or self._close_commit.done or now >= self._close_deadline:
                 self._close_step = "leave"
+                self._close_fetch_sessions(now)
                 if self.membership is not None and self.mode in ("subscribe", "pattern"):
                     self.membership.close(now)
                     self._process_membership_events(now)
@@ -961,6 +962,20 @@ class ConsumerCore(DriverIO):
                 self._close_step = "telemetry"
         if self._close_step == "telemetry" and (self.client.telemetry_closed(now) or now >= self._close_deadline):
             self._close_step = "done"     # after the terminating telemetry push (KIP-714)
+
+    def _close_fetch_sessions(self, now) -> None:
+        """End every open fetch session with the final epoch, as Java's
+        consumer does on close: the broker frees the session's cache slot
+        now instead of at its expiry (a slot another consumer may need).
+        Best effort: a node not connected keeps the session until it expires."""
+        client = self.client
+
+        def version_of(node):
+            return client.api_version(node, "Fetch") if client.is_ready(node) else None
+
+        for req in self.fetcher.close_session_requests(version_of):
+            client.send(req.node, "Fetch", req.wire_body, now, version=req.version,
+                        timeout_ms=self.config.request_timeout_ms, decoder=decode_fetch_response)
 
     def close(self, now) -> list:
         """Close every connection; returns Close actions."""

@@ -34,6 +34,9 @@ from kproto.consumer._fetch import (
     Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns, fetch_partitions, select_fetchable,
 )
 from kproto.consumer._fetch_request import fetch_request_body
+from kproto.consumer.fetch_session import (
+    FETCH_SESSION_TOPIC_ID_ERROR, FIRST_SESSION_VERSION, SESSION_ERRORS, FetchSession,
+)
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
@@ -72,6 +75,9 @@ class FetchRequest(NamedTuple):
     # ``body`` written in C (kproto/consumer/_fetch_request.pyx), what is
     # sent; None: the generic codec encodes ``body`` (the reference path).
     encoded: Optional[EncodedBody] = None
+    # the fetch session epoch it was sent with (kproto.consumer.fetch_session);
+    # None: no session (sessions off, or Fetch below v7)
+    session_epoch: Optional[int] = None
 
     @property
     def wire_body(self):
@@ -122,6 +128,13 @@ class Fetcher:
         # leaves them to the generic codec, the reference the twin tests
         # compare with (tests/test_fetch_request_writer.py).
         self.write_in_c = True
+        #: KIP-227 fetch sessions (kproto.consumer.fetch_session): after a
+        #: full Fetch, a node is sent only the partitions that changed and
+        #: answers only the partitions that did. False: every Fetch is full
+        #: (session id 0, epoch -1), the reference the tests compare with.
+        self.use_sessions = True
+        #: node -> its FetchSession
+        self.sessions: Dict[int, FetchSession] = {}
         self._in_flight_nodes: set = set()
         self._buffered: "collections.deque[_Buffered]" = collections.deque()
         self._errors: List[Exception] = []       # raised to the application on the next drain
@@ -184,10 +197,24 @@ class Fetcher:
                 requests.append(req)
         return requests
 
+    def _session(self, node: int, version: int) -> Optional[FetchSession]:
+        """The fetch session with ``node``, None when requests to it are
+        full always (sessions off, or Fetch below v7)."""
+        if not self.use_sessions or version < FIRST_SESSION_VERSION:
+            return None
+        session = self.sessions.get(node)
+        if session is None:
+            session = self.sessions[node] = FetchSession(node)
+        return session
+
     def _build(self, node, version, tps, topic_id_of) -> Optional[FetchRequest]:
-        """The Fetch request to ``node`` for ``tps``, (partition, state) pairs."""
-        topics, offsets, index = fetch_partitions(tps, self.max_partition_fetch_bytes)
-        names = {}
+        """The Fetch request to ``node`` for ``tps``, (partition, state) pairs:
+        full, or with a fetch session incremental (only what changed)."""
+        session = self._session(node, version)
+        known_offsets, known_epochs = session.known() if session is not None else (None, None)
+        topics, offsets, index, epochs, kept = fetch_partitions(
+            tps, self.max_partition_fetch_bytes, known_offsets, known_epochs)
+        names, ids = {}, {}
         topic_entries = []
         for topic, parts in topics.items():
             if version >= 13:
@@ -195,29 +222,91 @@ class Fetcher:
                 if topic_id is None:
                     # v13+ fetches by id only; without one we need fresh metadata.
                     self.metadata_refresh_needed = True
-                    for p in parts:
-                        offsets.pop(TopicPartition(topic, p["partition"]), None)
-                    del index[topic]
+                    for tp in index.pop(topic).values():
+                        offsets.pop(tp, None)
+                        if epochs is not None:
+                            epochs.pop(tp, None)
+                            kept -= tp in known_offsets      # to be forgotten after all
                     continue
+                if session is not None and session.topic_id_changed(topic, topic_id):
+                    # Deleted and made again: a new session, listing everything.
+                    session.on_failure()
+                    return self._build(node, version, tps, topic_id_of)
                 names[topic_id] = topic
-                topic_entries.append({"topic_id": topic_id, "partitions": parts})
-            else:
+                ids[topic] = topic_id
+                if parts:
+                    topic_entries.append({"topic_id": topic_id, "partitions": parts})
+            elif parts:
                 topic_entries.append({"topic": topic, "partitions": parts})
-        if not topic_entries:
+        if not offsets:
             return None
+        session_id, epoch, forgotten = 0, -1, []
+        if session is not None:
+            session_id, epoch = session.session_id, session.epoch
+            if kept < len(known_offsets):
+                forgotten = self._forgotten(session, offsets, version)
+            session.sent(offsets, epochs, ids)
         body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms,
                 "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
-                "isolation_level": self.isolation, "session_id": 0, "session_epoch": -1,
-                "topics": topic_entries, "forgotten_topics_data": [], "rack_id": self.client_rack}
+                "isolation_level": self.isolation, "session_id": session_id, "session_epoch": epoch,
+                "topics": topic_entries, "forgotten_topics_data": forgotten, "rack_id": self.client_rack}
         data = fetch_request_body(version, body) if self.write_in_c else None
         encoded = None if data is None else EncodedBody(FETCH_API_KEY, version, data)
-        return FetchRequest(node, version, body, offsets, names, index, encoded)
+        return FetchRequest(node, version, body, offsets, names, index, encoded,
+                            None if session is None else epoch)
+
+    @staticmethod
+    def _forgotten(session: FetchSession, offsets, version) -> list:
+        """forgotten_topics_data: the session's partitions not in ``offsets``
+        (moved to another leader, paused, revoked, or with buffered data:
+        as in Java, a partition is in the session while it is fetched)."""
+        out = []
+        for topic, partitions in session.forgotten(offsets).items():
+            if version >= 13:
+                out.append({"topic_id": session.topic_ids[topic], "partitions": partitions})
+            else:
+                out.append({"topic": topic, "partitions": partitions})
+        return out
+
+    def close_session_requests(self, version_of: Callable[[int], Optional[int]]) -> List[FetchRequest]:
+        """Fetch requests that end every open fetch session (the final
+        epoch, no partitions), as Java's consumer sends on close so that
+        the brokers free the sessions' cache slots at once; the sessions are
+        dropped. ``version_of(node)`` as for fetch_requests (None: that
+        node's session is left to expire on the broker)."""
+        out = []
+        for node, session in list(self.sessions.items()):
+            final = session.final_metadata()
+            version = version_of(node)
+            del self.sessions[node]
+            if final is None or version is None or version < FIRST_SESSION_VERSION:
+                continue
+            body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": self.fetch_max_bytes,
+                    "isolation_level": self.isolation, "session_id": final[0], "session_epoch": final[1],
+                    "topics": [], "forgotten_topics_data": [], "rack_id": self.client_rack}
+            data = fetch_request_body(version, body) if self.write_in_c else None
+            encoded = None if data is None else EncodedBody(FETCH_API_KEY, version, data)
+            out.append(FetchRequest(node, version, body, {}, {}, {}, encoded, final[1]))
+        return out
 
     # -- handling fetch responses ---------------------------------------------
     def on_fetch_failure(self, request: FetchRequest, error: Exception) -> None:
         """The request failed (connection lost, timeout): fetch again later."""
         self._in_flight_nodes.discard(request.node)
         self.metadata_refresh_needed = True
+        session = self.sessions.get(request.node)
+        if session is not None and request.session_epoch is not None:
+            session.on_failure()
+
+    def on_fetch_unsent(self, request: FetchRequest) -> None:
+        """A request built by fetch_requests was not sent after all (its
+        node went away meanwhile): fetch from that node again later. Its
+        session already counts the request's partitions as the broker's,
+        so the next request to that node is a full one."""
+        self._in_flight_nodes.discard(request.node)
+        session = self.sessions.get(request.node)
+        if session is not None and request.session_epoch is not None:
+            session.on_failure()
 
     def on_fetch_response(self, request: FetchRequest, body) -> None:
         """Digest a Fetch answer: ``body`` is the codec's dict (the reference
@@ -227,9 +316,19 @@ class Fetcher:
         self._in_flight_nodes.discard(request.node)
         answer = isinstance(body, FetchAnswer)
         top = body.error_code if answer else body.get("error_code", 0)
+        session = self.sessions.get(request.node) if request.session_epoch is not None else None
+        if session is not None:
+            session_id = body.session_id if answer else body.get("session_id", 0)
+            session.on_response(request.session_epoch, top, session_id)
+            if top in SESSION_ERRORS:
+                # Evicted, restarted broker, epoch or topic id mismatch: the
+                # session starts again with a full request (Java logs these;
+                # nothing for the application).
+                if top == FETCH_SESSION_TOPIC_ID_ERROR:
+                    self.metadata_refresh_needed = True
+                return
         if top:
-            # Session errors cannot happen without fetch sessions (session_id 0);
-            # anything else at the top level fails every partition in the request.
+            # Anything else at the top level fails every partition in the request.
             self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
             return
         if answer:
