@@ -238,6 +238,10 @@ class AsyncProducer(SteppedClient, ProducerOps):
         core = ProducerCore(config, **kwargs)
         self._init_ops(core)
         self._setup(core, nursery, 1 << 18)
+        # send()'s wake-ups for a batch it opened (_kick_deadline) only lower
+        # the accumulator's next round: the engine sleeps again towards it
+        # without asking the network client (as the threading driver does).
+        self._engine.deadline_after_kick = core.next_deadline_after_appends
         # One task runs the core and the application's calls: the lock is never
         # contended; a Lock's C acquire/release is the cheapest no-op per record.
         self._lock = threading.Lock()

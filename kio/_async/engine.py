@@ -57,6 +57,13 @@ class Engine:
         self._recv = RecvBuffer(recv_size).recv
         self.after_poll = after_poll
         self.on_failure = on_failure
+        # deadline_after_kick(planned): the core's deadline after kicks that
+        # asked for no round, given the one planned at the last round; None:
+        # ask the core's full next_deadline again. The producer's
+        # (ProducerCore.next_deadline_after_appends) does not ask the network
+        # client: only appends happened since, and they move only the
+        # accumulator's next round (a wake-up per batch at low rates).
+        self.deadline_after_kick = None
         self.conns: dict = {}
         self.kicked = backend.event()
         # A kick since the last round asked for a round (kick()); one that
@@ -142,7 +149,8 @@ class Engine:
                     # the core's new deadline (a round each was a third per
                     # batch of a quiet producer, issue 27).
                     self.kicked = self.io.event()
-                    deadline = core.next_deadline(now_ms())
+                    after_kick = self.deadline_after_kick
+                    deadline = after_kick(deadline) if after_kick is not None else core.next_deadline(now_ms())
                 self.kicked = self.io.event()
         except BaseException as e:  # noqa: BLE001 - fail the waiters loudly, never hang them
             if not isinstance(e, Exception):
