@@ -57,6 +57,8 @@ class Close(NamedTuple):
 
 
 _READY, _DISCONNECTED, _CONNECTING = ConnectionState.READY, ConnectionState.DISCONNECTED, ConnectionState.CONNECTING
+#: nodes_with_output() when no connection has bytes to write (shared, never filled)
+_NO_NODES = ()
 
 
 class NetworkClient:
@@ -165,9 +167,14 @@ class NetworkClient:
         when the reconnect backoff allows (Java ``NetworkClient.ready``)."""
         if self.closing:
             return False
-        c = self._conn(node)
-        if c is None:
-            return False
+        c = self.connections.get(node)
+        if c is None or c.state is _DISCONNECTED:
+            # (a connection that exists and is not DISCONNECTED is what
+            # _conn would give: it looks the node's address up only to
+            # replace a disconnected one whose node moved)
+            c = self._conn(node)
+            if c is None:
+                return False
         if c.can_send(now):
             return True
         if c.can_connect(now):
@@ -360,9 +367,7 @@ class NetworkClient:
     def _maybe_update_metadata(self, now):
         if self._reconnect_bootstrap:
             self._close_bootstrap_connections(now)
-        if self._metadata_in_flight is not None or self.closing:
-            return
-        if self.cluster.time_to_next_update(now) > 0:
+        if not self._metadata_due(now):
             return
         cluster = self.cluster
         if cluster.rebootstrap_due(now):
@@ -478,7 +483,16 @@ class NetworkClient:
             self._handle(c.connection_lost(now, exc), now, from_driver=True)
 
     def nodes_with_output(self):
-        return [n for n, c in self.connections.items() if c.pending_output]
+        """The nodes whose connection has bytes to write (a shared empty
+        tuple when none: asked twice a round by the drivers)."""
+        out = None
+        for n, c in self.connections.items():
+            if c._out_pending:          # (Connection.pending_output, without the property's call)
+                if out is None:
+                    out = [n]
+                else:
+                    out.append(n)
+        return _NO_NODES if out is None else out
 
     def output(self, node):
         c = self.connections.get(node)
@@ -487,7 +501,9 @@ class NetworkClient:
     def sent(self, node, n, now):
         c = self.connections.get(node)
         if c is not None:
-            self._handle(c.bytes_sent(n, now), now)
+            events = c.bytes_sent(n, now)
+            if events:                  # (mostly none: a request that expects an answer)
+                self._handle(events, now)
 
     def _handle(self, events, now=None, from_driver=False):
         if events:
@@ -574,18 +590,37 @@ class NetworkClient:
                     self._handle(c.check_timeouts(now), now)
                     if c.is_idle(now):
                         self._handle(c.close("idle", now), now)
-        self._maybe_update_metadata(now)
+        # (the refresh time read here, not in a call: most rounds nothing is due)
+        due = self.cluster.update_due_ms
+        if self._reconnect_bootstrap or due is None or due <= now:
+            self._maybe_update_metadata(now)
         tel = self.telemetry
         if tel is not None and not self.closing:
-            sent_before = self.stats["requests"]
-            tel.poll(self, now)
-            # Due but not sent: it waits for a connection, whose readiness
-            # (progress) or backoff (_wanted) wakes the driver - not a timer.
-            self._telemetry_waits = (tel.next_deadline(now) is not None and tel.next_deadline(now) <= now
-                                     and self.stats["requests"] == sent_before)
+            at = tel.send_at
+            if at is not None and at <= now:
+                sent_before = self.stats["requests"]
+                tel.poll(self, now)
+                # Due but not sent: it waits for a connection, whose readiness
+                # (progress) or backoff (_wanted) wakes the driver - not a timer.
+                at = tel.send_at
+                self._telemetry_waits = at is not None and at <= now and self.stats["requests"] == sent_before
+            else:
+                self._telemetry_waits = False
         actions, self._actions = self._actions, []
         self._polled_progress = self.progress
         return actions
+
+    def _metadata_due(self, now) -> bool:
+        """Whether a Metadata request should go now and may (none in flight,
+        not closing). (:meth:`poll` and :meth:`poll_requests` read the
+        cache's ``update_due_ms`` before calling in: most rounds nothing is due.)"""
+        if self._metadata_in_flight is not None or self.closing:
+            return False
+        cluster = self.cluster
+        due = cluster.update_due_ms
+        if due is None:
+            due = cluster.next_update_at()
+        return due <= now
 
     def poll_requests(self, now) -> list:
         """A second :meth:`poll` at the same ``now``, after the caller queued
@@ -593,10 +628,11 @@ class NetworkClient:
         the metadata update they asked for and their Connect actions. The
         timeouts, idle connections and telemetry that :meth:`poll` checked at
         this ``now`` cannot have changed; checking them again cost every
-        round of a quiet producer a second walk of its connections. Nor can
-        the metadata's refresh time: only an update asked since (``need_update``)
-        or a rebootstrap makes it due."""
-        if self.cluster.need_update or self._reconnect_bootstrap:
+        round of a quiet producer a second walk of its connections. The
+        metadata's refresh time is read again: an update asked since
+        (``need_update``) or a rebootstrap makes it due."""
+        due = self.cluster.update_due_ms
+        if self._reconnect_bootstrap or due is None or due <= now:
             self._maybe_update_metadata(now)
         actions, self._actions = self._actions, []
         self._polled_progress = self.progress
@@ -612,28 +648,35 @@ class NetworkClient:
         best = self._conn_due
         if best is None or now >= best:
             best = self._walk_deadlines(now)
-        if self._metadata_in_flight is None and not self.closing and (self.cluster.need_update
-                                                                      or self.cluster.topics):
-            d = self.cluster.time_to_next_update(now)
+        closing = self.closing
+        cluster = self.cluster
+        if self._metadata_in_flight is None and not closing and (cluster.topics or cluster.need_update):
+            due = cluster.update_due_ms
+            if due is None:
+                due = cluster.next_update_at()
             # Due now but not sent: no node could take it. Then the node it
             # waits for is in _wanted (or connecting), and returning ``now``
             # here would only make the drivers spin through the reconnect
             # backoff (Java's metadata updater waits for the connection too).
-            if d > 0 and (best is None or now + d < best):
-                best = now + d
+            if due > now and (best is None or due < best):
+                best = due
         tel = self.telemetry
-        if tel is not None and not self.closing and not self._telemetry_waits:
-            d = tel.next_deadline(now)
-            if d is not None and (best is None or d < best):
-                best = d
-        for node in list(self._wanted):
-            t = self.ready_at(node, now) if not self.closing else None
-            if t is None or t <= now:
-                # Usable now, connecting, or gone: whoever still needs it asks
-                # again at the next poll (I/O events run one); no timer needed.
-                self._wanted.discard(node)
-            elif best is None or t < best:
-                best = t
+        if tel is not None and not closing and not self._telemetry_waits:
+            d = tel.send_at
+            if d is not None:
+                if d < now:
+                    d = now             # (ClientTelemetry.next_deadline: max(now, due))
+                if best is None or d < best:
+                    best = d
+        if self._wanted:
+            for node in list(self._wanted):
+                t = self.ready_at(node, now) if not closing else None
+                if t is None or t <= now:
+                    # Usable now, connecting, or gone: whoever still needs it asks
+                    # again at the next poll (I/O events run one); no timer needed.
+                    self._wanted.discard(node)
+                elif best is None or t < best:
+                    best = t
         return best
 
     def _walk_deadlines(self, now) -> Optional[float]:
@@ -670,7 +713,18 @@ class DriverIO:
     """The byte-moving half of the driver contract, shared by every core
     (producer, consumer, admin): the driver reports socket events and takes
     output through these, and they go straight to the core's NetworkClient
-    (``self.client``)."""
+    (``self.client``). A core that calls :meth:`_bind_io` once its client
+    exists has them as the client's own bound methods instead."""
+
+    def _bind_io(self) -> None:
+        """Make each method of this contract the network client's own
+        bound method, as instance attributes: a driver's call then goes
+        straight to the client, not through a method here that calls it
+        (a quiet producer's drivers make about eight a batch). The client
+        must not be replaced afterwards."""
+        client = self.client
+        for name in ("connected", "received", "disconnected", "nodes_with_output", "output", "sent"):
+            setattr(self, name, getattr(client, name))
 
     def connected(self, node, now):
         self.client.connected(node, now)

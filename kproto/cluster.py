@@ -78,6 +78,25 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+#: ``update_due_ms`` when a refresh may go at once
+_AT_ONCE = float("-inf")
+
+
+def _refresh_input(name: str, doc: str) -> property:
+    """A field of :class:`ClusterMetadata` the refresh time depends on: kept
+    as ``_f_<name>``, and a write forgets the cached ``update_due_ms``
+    (tests and subclasses write these fields directly too)."""
+    attr = "_f_" + name
+
+    def get(self):
+        return getattr(self, attr)
+
+    def set_(self, value):
+        setattr(self, attr, value)
+        self.update_due_ms = None
+    return property(get, set_, doc=doc)
+
+
 class ClusterMetadata:
     #: The request NetworkClient refreshes this cache with (an admin
     #: bootstrapped from the controllers: kproto.controller_metadata).
@@ -124,8 +143,13 @@ class ClusterMetadata:
         #: The last metadata answer's top-level error (None once one succeeds).
         self.refusal: Optional[Exception] = None
         self.version = 0                                    # bumped on every update
-        self.last_refresh_ms: Optional[float] = None
-        self.last_attempt_ms: Optional[float] = None
+        # When the next Metadata request may go (absolute ms; -inf: at
+        # once), kept until a field it depends on changes (the properties
+        # below forget it): the network client reads it twice a round, and
+        # working it out (time_to_next_update) was a Python call each time.
+        self.update_due_ms: Optional[float] = None
+        self.last_refresh_ms = None
+        self.last_attempt_ms = None
         self._failed_attempts = 0
         self.need_update = True
         self._urgent = False
@@ -154,24 +178,40 @@ class ClusterMetadata:
         self.need_update = True
 
     # -- when to refresh ----------------------------------------------------------
+    # What the refresh time depends on: each write forgets update_due_ms.
+    need_update = _refresh_input("need_update", "a refresh was asked for (an unknown topic or leader, an error)")
+    last_refresh_ms = _refresh_input("last_refresh_ms", "when the last answer came (None: none yet)")
+    last_attempt_ms = _refresh_input("last_attempt_ms", "when the last request went (None: none yet)")
+    _failed_attempts = _refresh_input("_failed_attempts", "refreshes failed in a row (the backoff grows)")
+    _urgent = _refresh_input("_urgent", "a new topic: the next refresh does not wait out the backoff")
+
     def _backoff(self):
         if self._failed_attempts == 0:
             return self.retry_backoff_ms
         return min(self.retry_backoff_max_ms, self.retry_backoff_ms * 2 ** (self._failed_attempts - 1))
 
+    def next_update_at(self) -> float:
+        """When a Metadata request should go out (absolute ms; ``-inf``: at
+        once): Java's max(time to expiry, time the refresh backoff allows).
+        Kept in :attr:`update_due_ms` until something it depends on changes."""
+        due = self.update_due_ms
+        if due is None:
+            if self.need_update or self.last_refresh_ms is None:
+                due = _AT_ONCE
+            else:
+                due = self.last_refresh_ms + self.metadata_max_age_ms
+            if self.last_attempt_ms is not None and not self._urgent:
+                allowed = self.last_attempt_ms + self._backoff()
+                if allowed > due:
+                    due = allowed
+            self.update_due_ms = due
+        return due
+
     def time_to_next_update(self, now) -> float:
-        """0 when a Metadata request should go out now, else ms to wait
-        (Java: max(time to expiry, time the refresh backoff allows))."""
-        # Asked twice a round by the network client (poll, next_deadline):
-        # comparisons, not max(), whose call was most of its cost.
-        if self.need_update or self.last_refresh_ms is None:
-            due = now
-        else:
-            due = self.last_refresh_ms + self.metadata_max_age_ms
-        if self.last_attempt_ms is not None and not self._urgent:
-            allowed = self.last_attempt_ms + self._backoff()
-            if allowed > due:
-                due = allowed
+        """0 when a Metadata request should go out now, else ms to wait."""
+        due = self.update_due_ms
+        if due is None:
+            due = self.next_update_at()
         return due - now if due > now else 0
 
     def request_body(self, now) -> dict:

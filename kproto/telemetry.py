@@ -189,6 +189,12 @@ class ClientTelemetry:
         self.retry_backoff_ms = retry_backoff_ms
         self.rng = rng
         self.wall_ns = wall_ns
+        #: When a request is to go (absolute ms; None: none to send in this
+        #: state): ``_due`` while the state is one of _SENDING. Kept by the
+        #: ``state`` and ``_due`` setters: the network client reads it every
+        #: round instead of calling :meth:`next_deadline`.
+        self.send_at: Optional[float] = None
+        self._due_ms = 0.0
         self.state = _S.SUBSCRIPTION_NEEDED
         self.client_instance_id = ZERO_UUID
         self.subscription_id = 0
@@ -197,7 +203,6 @@ class ClientTelemetry:
         self.compression_type = compression.NONE
         self.delta = False
         self.max_bytes = 0
-        self._due = 0.0                        # when the next request may go
         self._started_ns = wall_ns()
         self._last_push_ns = self._started_ns
         self._last_sums: dict = {}             # for delta temporality: (name, attributes) -> value
@@ -205,6 +210,27 @@ class ClientTelemetry:
         self.last_error: Optional[int] = None
 
     # -- the driver loop (through NetworkClient.poll / next_deadline) ------------------------------
+    @property
+    def state(self) -> TelemetryState:
+        """Where the KIP-714 exchange stands (a write updates ``send_at``)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: TelemetryState) -> None:
+        self._state = value
+        self.send_at = self._due_ms if value in _SENDING else None
+
+    @property
+    def _due(self) -> float:
+        """When the next request may go (a write updates ``send_at``)."""
+        return self._due_ms
+
+    @_due.setter
+    def _due(self, value: float) -> None:
+        self._due_ms = value
+        if self._state in _SENDING:
+            self.send_at = value
+
     @property
     def done(self) -> bool:
         """Nothing more to send: terminated, or off."""

@@ -311,6 +311,7 @@ class ProducerCore(DriverIO):
                          "request_latency_ms_total": 0.0, "errors": {}}
         self.sender = Sender(cfg, self.client, self.cluster, self.accumulator, self.idempotence,
                              self.partitioner, self._metrics, self.rng)
+        self._bind_io()           # the driver's socket calls go straight to the network client
         if self.client.telemetry is not None:
             self.client.telemetry.extra_metrics = self._telemetry_metrics
         self.transactions = None

@@ -41,6 +41,9 @@ PRODUCE_API_KEY = 0
 _NO_NODES: frozenset = frozenset()
 #: A round's drained batches when no leader was ready (shared, never filled)
 _NOTHING_DRAINED: dict = {}
+#: PidState.READY, looked up once: run_once compares it every round, and a
+#: member read on the class goes through Python 3.11's EnumMeta.__getattr__
+_PID_READY = PidState.READY
 
 
 class DeliveryTimeoutError(KafkaTimeoutError):
@@ -82,6 +85,7 @@ class Sender:
                                                                         cfg.retry_backoff_ms), rng=rng)
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
         self._muted: set = set()
+        self._produce_versions: dict = {}       # node -> (its connection's VersionTable, Produce version)
         self._init_in_flight = False
         # A round by this time (None: none) is promised to batches opened while
         # a Produce is in flight, so they need not wake the driver: see
@@ -133,59 +137,88 @@ class Sender:
     # -- the loop -----------------------------------------------------------------------
     def run_once(self, now) -> Optional[float]:
         """Do everything due now; returns the next time something is due (or None)."""
+        # At a low rate every batch costs two of these (its linger timer's and
+        # its answer's), mostly with nothing to do: what is not due is told
+        # by reading a field, not by a call (issue 27, branch psend).
         next_at = None
         txn = self.txn
+        acc = self.acc
         if txn is not None:
             if txn.aborting:
                 self._abort_undrained()
-            next_at = txn.poll(self.client, self.cluster, now, len(self.acc.incomplete))
+            next_at = txn.poll(self.client, self.cluster, now, len(acc.incomplete))
             if txn.state.name == "FATAL_ERROR" and self.fatal_error is None:
                 self._fatal(txn.error)
-        elif self.idem is not None and not self._maybe_init_producer_id(now):
+        elif self.idem is not None and self.idem.state is not _PID_READY and not self._maybe_init_producer_id(now):
             # No producer id yet: nothing may be drained, but deadlines still run.
-            self.acc.next_round_ms = None           # every new batch wakes the driver
+            acc.next_round_ms = None                # every new batch wakes the driver
             self._expire(now)
             exp = self._next_expiry()
             if self._init_retry_at > now and (exp is None or self._init_retry_at < exp):
                 exp = self._init_retry_at
             return exp
-        nodes, delay, unknown = self.acc.ready(self.cluster, now, self._muted)
-        if unknown:
-            self.cluster.request_update()
-        if delay is not None and (next_at is None or now + delay < next_at):
-            next_at = now + delay
+        drained = _NOTHING_DRAINED
+        awaited = ()
+        if _holds_a_batch(acc.nonempty):            # (ready over empty queues finds nothing)
+            nodes, delay, unknown = acc.ready(self.cluster, now, self._muted)
+            if unknown:
+                self.cluster.request_update()
+            if delay is not None and (next_at is None or now + delay < next_at):
+                next_at = now + delay
+            if nodes:
+                drained, awaited = self._drain_ready(nodes, now, txn)
+        # Batches past delivery.timeout.ms: only once the earliest deadline
+        # of a queued or an in-flight batch has come (floors of both).
+        exp = acc.next_expiry()
+        floor = self._in_flight_floor
+        if (exp is not None and now >= exp) or (floor is not None and now >= floor):
+            self._expire(now)
+            exp = acc.next_expiry()
+        if drained:
+            for node, batches in drained.items():
+                self._send_produce(node, batches, now)
+            exp = acc.next_expiry()
+        floor = self._in_flight_floor                # (lowered by what was sent)
+        if floor is not None and (exp is None or floor < exp):
+            exp = floor
+        if exp is not None and (next_at is None or exp < next_at):
+            next_at = exp
+        if drained or self._answer_round_by is not None:
+            by = self._answer_round(now, drained)
+            if by is not None and (next_at is None or by < next_at):
+                next_at = by
+        # What the accumulator needs to tell whether a new batch must wake the driver.
+        acc.next_round_ms = next_at
+        acc.awaited_nodes = frozenset(awaited) if awaited else _NO_NODES
+        return next_at
+
+    def _drain_ready(self, nodes, now, txn):
+        """Drain the batches of ``nodes`` (the leaders ``ready`` found with a
+        batch due) whose connection can take a request: ({node: batches},
+        the nodes a response in flight brings the next round for)."""
         ready_nodes = []
         awaited = ()
+        client = self.client
         for node in nodes:
-            if self.client.ready(node, now):
+            if client.ready(node, now):
                 ready_nodes.append(node)
-            elif self.client.in_flight(node):
+            elif client.in_flight(node):
                 # at its limit of requests in flight: its next response brings a round
                 awaited = awaited + (node,)
+        if not ready_nodes:
+            return _NOTHING_DRAINED, awaited
         can_drain = self.can_drain
         if txn is not None:
             idem_can_drain = self.can_drain
             can_drain = lambda b: txn.can_drain(b) and idem_can_drain(b)  # noqa: E731
-        drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain) if ready_nodes else _NOTHING_DRAINED
+        drained = self.acc.drain(self.cluster, ready_nodes, now, can_drain)
         for node in ready_nodes:
-            if node not in drained and self.client.in_flight():
+            if node not in drained and client.in_flight():
                 # every head held back (can_drain: an idempotent partition's
                 # first batch of an epoch goes alone; a transaction's partition
                 # not added yet) until an answer in flight comes: it brings a round
                 awaited = awaited + (node,)
-        self._expire(now)
-        for node, batches in drained.items():
-            self._send_produce(node, batches, now)
-        exp = self._next_expiry()
-        if exp is not None and (next_at is None or exp < next_at):
-            next_at = exp
-        by = self._answer_round(now, drained)
-        if by is not None and (next_at is None or by < next_at):
-            next_at = by
-        # What the accumulator needs to tell whether a new batch must wake the driver.
-        self.acc.next_round_ms = next_at
-        self.acc.awaited_nodes = frozenset(awaited) if awaited else _NO_NODES
-        return next_at
+        return drained, awaited
 
     def _answer_round(self, now, drained):
         """The round promised to batches opened while Produce answers are
@@ -267,7 +300,7 @@ class Sender:
         acc = self.acc
         # Produce v13 (KIP-516) names topics by id only: used when the broker
         # offers it and every topic's id is known, else v12 and names.
-        version = self.client.api_version(node, "Produce")
+        version = self._produce_version(node)
         ids = self.cluster.topic_ids
         by_id = None
         if version is not None and version >= 13:
@@ -295,6 +328,20 @@ class Sender:
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
                          callback=lambda req: self._on_produce(req, by_tp, by_id),
                          decoder=partial(read, by_tp, by_id) if read is not None else None)
+
+    def _produce_version(self, node):
+        """The Produce version of ``node``'s connection (None: not known),
+        kept per node with the connection's version table it came from: a
+        new connection (a new table) asks again. Asked for every request;
+        the table's lookup is Python (kproto.versions)."""
+        c = self.client.connections.get(node)
+        table = c.versions if c is not None else None
+        known = self._produce_versions.get(node)
+        if known is not None and known[0] is table:
+            return known[1]
+        version = self.client.api_version(node, "Produce")
+        self._produce_versions[node] = (table, version)
+        return version
 
     def gather_in_python(self, batches, topics, by_tp, now):
         """Each batch of a request, in drain order: its sequence, its place
@@ -599,6 +646,16 @@ class Sender:
             if not b.done:
                 self._finish(b, err, -1, -1)
         self.in_flight.clear()
+
+
+def _holds_a_batch(queues) -> bool:
+    """Whether one of the accumulator's ``nonempty`` queues holds a batch
+    (it keeps a queue a drain emptied until its next ``ready``: the round
+    after a batch left, most rounds at a low rate, finds only that one)."""
+    for dq in queues.values():
+        if dq:
+            return True
+    return False
 
 
 def _holds_many(drained) -> bool:
