@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
 from kproto.cluster import ClusterMetadata
 from kproto.connection import Connection, ConnectionClosed, ConnectionReady, ConnectionState, RequestCompleted
@@ -57,7 +57,8 @@ class Close(NamedTuple):
 
 
 _READY, _DISCONNECTED, _CONNECTING = ConnectionState.READY, ConnectionState.DISCONNECTED, ConnectionState.CONNECTING
-#: nodes_with_output() when no connection has bytes to write (shared, never filled)
+#: nodes_with_output() when no connection has bytes to write, poll_requests()
+#: when there is nothing to do (shared, never filled)
 _NO_NODES = ()
 
 
@@ -622,7 +623,7 @@ class NetworkClient:
             due = cluster.next_update_at()
         return due <= now
 
-    def poll_requests(self, now) -> list:
+    def poll_requests(self, now) -> Sequence:
         """A second :meth:`poll` at the same ``now``, after the caller queued
         requests (a producer's sender): only what those can have made due -
         the metadata update they asked for and their Connect actions. The
@@ -634,8 +635,11 @@ class NetworkClient:
         due = self.cluster.update_due_ms
         if self._reconnect_bootstrap or due is None or due <= now:
             self._maybe_update_metadata(now)
-        actions, self._actions = self._actions, []
         self._polled_progress = self.progress
+        actions = self._actions
+        if not actions:
+            return _NO_NODES            # (a shared empty: no new list a round)
+        self._actions = []
         return actions
 
     def next_deadline(self, now) -> Optional[float]:

@@ -409,9 +409,16 @@ class Sender:
 
     def _on_produce(self, req, by_tp, by_id=None):
         now = req.completed_at
-        self._answer_rtt_ms = now - req.sent_at
-        self.metrics["request_latency_ms_total"] += self._answer_rtt_ms
-        self.metrics["responses"] += 1
+        rtt = self._answer_rtt_ms = now - req.sent_at
+        m = self.metrics
+        m["request_latency_ms_total"] += rtt
+        m["responses"] += 1
+        result = req.result
+        if result is not None and req.error is None:
+            acked = result.get(ACKNOWLEDGED)
+            if acked is not None:        # every batch acknowledged, read in C (read_answer): most answers
+                acknowledge_all(self, BatchResult, acked)
+                return
         if req.error is not None:
             # Disconnect/timeout: every batch gets the same (retriable) error.
             self.cluster.request_update()
@@ -419,13 +426,9 @@ class Sender:
                 b.maybe_written = True   # the broker may have written it before the failure
                 self._complete(b, req.error, -1, -1, now)
             return
-        if req.result is None:           # acks=0: done once written
+        if result is None:               # acks=0: done once written
             for b in by_tp.values():
                 self._complete(b, None, -1, -1, now)
-            return
-        acked = req.result.get(ACKNOWLEDGED)
-        if acked is not None:            # every batch acknowledged, read in C (read_answer)
-            acknowledge_all(self, BatchResult, acked)
             return
         seen = set()
         endpoints = req.result.get("node_endpoints")
