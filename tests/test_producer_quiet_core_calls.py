@@ -180,3 +180,21 @@ def test_the_telemetry_send_time_follows_every_state_and_due_change():
         want = tel.next_deadline(now)
         at = tel.send_at
         assert (None if at is None else max(now, at)) == want
+
+
+def test_the_sticky_partition_of_a_topic_is_what_current_gave():
+    from kproto.producer.partitioner import StickyPartitioner
+    rng = random.Random(480)
+    part = StickyPartitioner(random.Random(1))
+    cluster = ClusterMetadata([("h", 1)])
+    for _ in range(2000):
+        topic = f"t{rng.randrange(3)}"
+        n = rng.choice([0, 1, 3, 8])
+        if n:
+            cluster.partitions[topic] = {p: 0 for p in range(n)}
+        else:
+            cluster.partitions.pop(topic, None)
+        if rng.random() < 0.5:
+            part.partition(topic, None, rng.choice([1, 3, 8]))       # a keyless record picks one
+        count = cluster.partition_count(topic)
+        assert part.current_of(topic, cluster) == (part.current(topic, count) if count else None)

@@ -53,6 +53,17 @@ class StickyPartitioner:
         p = self._sticky.get(topic)
         return p if p is not None and p < num_partitions else None
 
+    def current_of(self, topic, cluster):
+        """:meth:`current` with the partition count from ``cluster`` (a
+        ClusterMetadata), looked up only when the topic has a sticky choice:
+        the sender asks once per topic of every request, and records sent
+        with a key or a partition never make one."""
+        p = self._sticky.get(topic)
+        if p is None:
+            return None
+        n = cluster.partition_count(topic)
+        return p if n and p < n else None
+
     def _pick(self, num_partitions, available, previous):
         choices = list(available) if available else list(range(num_partitions))
         if len(choices) > 1 and previous in choices:

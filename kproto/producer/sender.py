@@ -380,8 +380,9 @@ class Sender:
     def first_attempt_of_topic(self, topic, now):
         """A request carries first attempts of ``topic``: its
         metadata.max.idle.ms bookkeeping; returns its sticky partition (None: none)."""
-        self.cluster.touch(topic, now)
-        return self._sticky_partition(topic)
+        cluster = self.cluster
+        cluster.touch(topic, now)
+        return self.partitioner.current_of(topic, cluster)
 
     def sticky_batch_sent(self, topic, partition):
         """The first attempt of a batch of ``topic``'s sticky partition goes
@@ -404,8 +405,7 @@ class Sender:
                 "timeout_ms": self.cfg.request_timeout_ms, "topic_data": topic_data}
 
     def _sticky_partition(self, topic):
-        n = self.cluster.partition_count(topic)
-        return self.partitioner.current(topic, n) if n else None
+        return self.partitioner.current_of(topic, self.cluster)
 
     def _on_produce(self, req, by_tp, by_id=None):
         now = req.completed_at
