@@ -49,11 +49,11 @@ class RetryClock:
             update(body, now)
             self._leaders_seen(cluster, now)
 
-        def watched_complete(b, err, base_offset, log_append_time, now, *rest):
+        def watched_complete(b, err, base_offset, log_append_time, now, *rest, **kw):
             if err is not None and b.topic == topic:
                 with self._lock:
                     self.failed[id(b)] = (now, self.sent_to.get(id(b)))
-            return complete(b, err, base_offset, log_append_time, now, *rest)
+            return complete(b, err, base_offset, log_append_time, now, *rest, **kw)
 
         def watched_send(node, batches, now):
             with self._lock:
