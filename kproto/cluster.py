@@ -123,9 +123,10 @@ class ClusterMetadata:
         self.leader_moves = 0
         self.leader_moved_at: dict = {}
         #: Called with (topic, partition, now) when that partition's leader
-        #: epoch rises (None: nobody listens; ``now`` None when not known): the producer lifts the retry back-off
-        #: of its batches waiting for that partition (Java skips the back-off
-        #: when the leader changed for the ongoing retry).
+        #: epoch rises (None: nobody listens; ``now`` None when not known):
+        #: the producer lifts the retry back-off of its batches waiting for
+        #: that partition (Java skips the back-off when the leader changed
+        #: for the ongoing retry).
         self.on_leader_moved = None
         #: topic -> its topic id (Metadata v10+), for requests that name topics by
         #: id only (Produce v13); a topic recreated under the same name gets a new one.
@@ -443,9 +444,8 @@ class ClusterMetadata:
         ``sent_to``: the node that refused the request, when known; ``now``
         the time of the answer (for ``on_leader_moved``), when known.
 
-        Returns True when the leader changed (then no refresh is needed for
-        this partition, and a producer retries at once: Java's
-        ``hasLeaderChangedForTheOngoingRetry``); False when the hint tells
+        Returns True when the leader changed (a producer then retries at
+        once: Java's ``hasLeaderChangedForTheOngoingRetry``); False when the hint tells
         nothing new - an epoch not newer than the cache's, or, when the cache
         has no epoch (a Metadata answer without one), the very node that
         refused: a broker still taking the leadership of a new partition
