@@ -10,7 +10,8 @@ broker.session.timeout.ms (3 s here) and names new leaders with a newer
 epoch; the producer learns them from Metadata (metadata.max.age.ms 500) while
 its requests to the frozen node are still in flight; request.timeout.ms
 (10 s) then fails them. With retry.backoff.ms = retry.backoff.max.ms = 2,000
-the retry went 1.6-2.4 s after that failure before this change; now it goes
+the retry went 2.0-2.1 s after that failure before this change (no jitter when
+the two are equal); now it goes
 at once, to the new leader. Then the node is killed and started again."""
 import os
 import signal
@@ -130,7 +131,7 @@ def test_a_retry_after_the_leader_moved_goes_to_the_new_leader_without_the_backo
     assert set(clock.learnt) == clock.victim_partitions, (clock.learnt, clock.victim_partitions)
     assert gaps, (clock.gaps, clock.learnt)      # requests in flight to the frozen node failed after that
     assert all(node != victim for _, _, node in gaps), gaps
-    # sent without the back-off (which is 1,600-2,400 ms): the next round, or
+    # sent without the back-off (2,000 ms, no jitter here): the next round, or
     # as soon as the idempotent partition's batches in flight to the new
     # leader allow (a few to a few hundred ms on this loaded machine)
     assert max(gap for _, gap, _ in gaps) < 1000, gaps
