@@ -134,6 +134,19 @@ class ClusterMetadata:
         #: Leaders learnt from KIP-951 hints in Produce/Fetch errors (a counter
         #: for metrics and tests: each one is a Metadata round trip saved).
         self.leader_hints_applied = 0
+        #: How many times a known partition's leader epoch rose, from a
+        #: Metadata answer or a KIP-951 hint (a clock of leader moves), and
+        #: (topic, partition) -> that clock's value at its last move: a
+        #: producer compares it with the clock when a batch went out to tell
+        #: whether its retry goes to a newer leader (see leader_moved_since).
+        self.leader_moves = 0
+        self.leader_moved_at: dict = {}
+        #: Called with (topic, partition, now) when that partition's leader
+        #: epoch rises (None: nobody listens; ``now`` None when not known):
+        #: the producer lifts the retry back-off of its batches waiting for
+        #: that partition (Java skips the back-off when the leader changed
+        #: for the ongoing retry).
+        self.on_leader_moved = None
         #: topic -> its topic id (Metadata v10+), for requests that name topics by
         #: id only (Produce v13); a topic recreated under the same name gets a new one.
         self.topic_ids: dict = {}
@@ -343,6 +356,7 @@ class ClusterMetadata:
             parts = {}
             known_epochs = self.leader_epochs.get(name) or {}
             epochs = {}
+            moved = None
             for p in t.get("partitions") or []:
                 leader = p["leader_id"]
                 index = p["partition_index"]
@@ -359,10 +373,19 @@ class ClusterMetadata:
                     leader = -1
                 parts[index] = leader
                 epochs[index] = epoch
+                if known_epochs and epoch > known_epochs.get(index, -1):
+                    # a newer leader of a partition already known (a topic's
+                    # first answer is no move: nothing was sent to it before)
+                    if moved is None:
+                        moved = []
+                    moved.append(index)
             self.leader_epochs[name] = epochs
             if any(v < 0 for v in parts.values()):
                 retry_soon = True
             self.partitions[name] = parts
+            if moved is not None:
+                for index in moved:
+                    self._leader_moved(name, index, now)
         self._changed()
         self.version += 1
         self.last_refresh_ms = now
@@ -425,26 +448,44 @@ class ClusterMetadata:
         return self._by_node
 
     def mark_leader_unknown(self, topic, partition):
-        """A produce error said the leader moved: forget it until the refresh."""
+        """Forget a partition's leader until the next refresh (and ask for
+        one). The producer no longer does this on NOT_LEADER_OR_FOLLOWER:
+        Java only asks for a refresh and keeps the leader it knows."""
         parts = self.partitions.get(topic)
         if parts is not None and partition in parts:
             parts[partition] = -1
             self._changed()
         self.need_update = True
 
+    def _leader_moved(self, topic, partition, now):
+        """The leader epoch of a known partition rose (learnt at ``now``,
+        None: not known): tick the clock of leader moves, tell the listener."""
+        self.leader_moves += 1
+        self.leader_moved_at[(topic, partition)] = self.leader_moves
+        listener = self.on_leader_moved
+        if listener is not None:
+            listener(topic, partition, now)
+
+    def leader_moved_since(self, topic, partition, mark: int) -> bool:
+        """Whether the leader of ``topic``/``partition`` moved (its epoch
+        rose) after the clock of leader moves read ``mark``
+        (``leader_moves`` then): a batch sent at ``mark`` and refused is
+        retried to a newer leader - Java's ``hasLeaderChangedForTheOngoingRetry``."""
+        return self.leader_moved_at.get((topic, partition), 0) > mark
+
     def update_leader(self, topic, partition, leader_id, leader_epoch, endpoints=(),
-                      sent_to: Optional[int] = None) -> bool:
+                      sent_to: Optional[int] = None, now=None) -> bool:
         """KIP-951: a Produce or Fetch error (NOT_LEADER_OR_FOLLOWER,
         FENCED_LEADER_EPOCH) named the partition's current leader
         (``CurrentLeader``) and, where the client may not know it, its address
         (``NodeEndpoints``: dicts with node_id, host, port). Take the new
         leader at once instead of waiting for a Metadata round trip, if the
         hint is newer than what the cache has and its node's address is known.
-        ``sent_to``: the node that refused the request, when known.
+        ``sent_to``: the node that refused the request, when known; ``now``
+        the time of the answer (for ``on_leader_moved``), when known.
 
-        Returns True when the leader changed (then no refresh is needed for
-        this partition, and a producer retries at once: Java's
-        ``hasLeaderChangedForTheOngoingRetry``); False when the hint tells
+        Returns True when the leader changed (a producer then retries at
+        once: Java's ``hasLeaderChangedForTheOngoingRetry``); False when the hint tells
         nothing new - an epoch not newer than the cache's, or, when the cache
         has no epoch (a Metadata answer without one), the very node that
         refused: a broker still taking the leadership of a new partition
@@ -467,20 +508,21 @@ class ClusterMetadata:
         epochs[partition] = leader_epoch
         self._by_node = None
         self.leader_hints_applied += 1
+        self._leader_moved(topic, partition, now)
         return True
 
     def apply_leader_hint(self, topic, partition, answer: dict, endpoints=(),
-                          sent_to: Optional[int] = None) -> bool:
+                          sent_to: Optional[int] = None, now=None) -> bool:
         """:meth:`update_leader` from one partition of a Produce (v10+) or
         Fetch (v12+) response: ``answer`` is the partition's entry (its
         ``error_code`` and tagged ``current_leader``), ``endpoints`` the
         response's ``node_endpoints``. False (nothing learnt) for other
         errors or when the broker sent no hint (an older version, or it does
-        not know the leader either). ``sent_to`` as in :meth:`update_leader`."""
+        not know the leader either). ``sent_to``, ``now`` as in :meth:`update_leader`."""
         if answer.get("error_code", 0) not in LEADER_HINT_CODES:
             return False
         hint = answer.get("current_leader")
         if not hint:
             return False
         return self.update_leader(topic, partition, hint.get("leader_id", -1),
-                                  hint.get("leader_epoch", -1), endpoints, sent_to)
+                                  hint.get("leader_epoch", -1), endpoints, sent_to, now)

@@ -215,3 +215,66 @@ def test_a_broker_restart_under_an_open_session_loses_no_record(own_kafka):
         produce(bootstrap, topic, busy, 40, 20)
         assert read(c, {p: 20 for p in busy}) == expected(busy, 40, 20)
         assert settle(c, lambda: counts(c)[1] > incremental)
+
+
+def _raw_incremental_fetch(bootstrap, node, session_id, epoch):
+    """One incremental Fetch of no partitions in session ``session_id`` at
+    ``epoch``, sent by a client of its own: the broker's error code (0: it
+    holds the session at that epoch; 70 FETCH_SESSION_ID_NOT_FOUND: it holds
+    no such session; 71: it holds it at another epoch)."""
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+            "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+    with BlockingClient(bootstrap, client_id="fsess-probe") as client:
+        return client.request("Fetch", body, node_id=node)["error_code"]
+
+
+def test_close_ends_the_sessions_on_the_broker_and_the_group_reads_on(bootstrap, make_topic, broker_kind):
+    """A group consumer's close() sends the final epoch (-1) for each open
+    session and waits for the answers, as Java's consumer does: counted by
+    the consumer's own metrics, and checked on the broker - the closed
+    session's id is unknown to it afterwards (70), where a consumer closed
+    without the final epoch leaves its session open (0 or 71). A second consumer
+    of the group then reads on from the committed offsets, nothing lost or
+    read twice."""
+    import uuid
+    topic = make_topic(PARTITIONS)
+    group = f"fs-close-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap, topic, BUSY, 0, 30)
+
+    # the control: a consumer closed without the final epoch keeps its session
+    kept = consumer_on(bootstrap, topic, range(PARTITIONS))
+    assert read(kept, {p: 30 for p in BUSY}) == expected(BUSY, 0, 30)
+    settle(kept, lambda: counts(kept)[1] >= 1)
+    kept._core.fetcher.close_session_requests = lambda version_of: []
+    # read before close(): the Fetch in flight then fails and resets the handler
+    left_open = {n: (s.session_id, s.epoch) for n, s in sessions(kept).items() if s.state == "open"}
+    kept.close()
+
+    c1 = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                  enable_auto_commit=False, fetch_max_wait_ms=100)
+    c1.subscribe([topic])
+    assert read(c1, {p: 30 for p in BUSY}) == expected(BUSY, 0, 30)
+    c1.commit()
+    settle(c1, lambda: counts(c1)[1] >= 1)
+    opened = {n: (s.session_id, s.epoch) for n, s in sessions(c1).items() if s.state == "open"}
+    c1.close()
+    m = c1._core.metrics()
+    assert m["fetch_sessions_closed_sent"] == len(opened)
+    assert m["fetch_sessions_closed_answered"] == len(opened)
+    if broker_kind == "kafka":
+        assert opened and left_open                   # Kafka keeps sessions; Tansu none
+        for node, (session_id, epoch) in left_open.items():
+            # the broker holds it (0, or 71 if a Fetch in flight at close moved its epoch on)
+            assert _raw_incremental_fetch(bootstrap, node, session_id, epoch) in (0, 71)
+        for node, (session_id, epoch) in opened.items():
+            assert _raw_incremental_fetch(bootstrap, node, session_id, epoch) == 70
+    else:
+        assert not opened and m["fetch_sessions_closed_sent"] == 0
+
+    produce(bootstrap, topic, BUSY, 30, 30)
+    with Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                  enable_auto_commit=False, fetch_max_wait_ms=100) as c2:
+        c2.subscribe([topic])
+        assert read(c2, {p: 30 for p in BUSY}) == expected(BUSY, 30, 30)
+        assert settle(c2, lambda: True) and c2.poll(0.5) == []

@@ -47,7 +47,7 @@ from kproto.consumer import ANY, COORDINATOR_NODE, OffsetAndMetadata
 from kproto.consumer.commits import OffsetCommitter
 from kproto.consumer.config import parse_consumer_config
 from kproto.consumer.coordinator import CoordinatorFound, CoordinatorLost, GroupCoordinator
-from kproto.consumer._fetch import decode_fetch_response
+from kproto.consumer._fetch import FetchAnswer, decode_fetch_response
 from kproto.consumer.fetcher import Fetcher
 from kproto.consumer.membership import (
     GroupError, GroupFatalError, GroupMembership, MetadataNeeded, PartitionsAssigned, PartitionsLost,
@@ -256,6 +256,12 @@ class ConsumerCore(DriverIO):
         self._close_step = None
         self._close_commit = None
         self._close_deadline = None
+        # Fetch requests with the final epoch sent by close and not answered
+        # yet; the counts of those sent and of those the broker answered
+        # without error (metrics(): fetch_sessions_closed_*)
+        self._fetch_closes_pending = 0
+        self._fetch_closes_sent = 0
+        self._fetch_closes_answered = 0
         self._now = 0
 
     # == subscriptions ===================================================================
@@ -352,6 +358,8 @@ class ConsumerCore(DriverIO):
         m = network_metrics(self.client)
         m["assigned_partitions"] = len(self.positions.assigned())
         m["records_buffered"] = self.fetcher.has_buffered()
+        m["fetch_sessions_closed_sent"] = self._fetch_closes_sent
+        m["fetch_sessions_closed_answered"] = self._fetch_closes_answered
         return m
 
     def assignment(self) -> set:
@@ -957,8 +965,12 @@ class ConsumerCore(DriverIO):
                 self._drop_buffered(lambda tp: True)
         if self._close_step == "leave":
             m = self.membership
-            if (m is None or self.mode not in ("subscribe", "pattern") or m.closed
-                    or now >= self._close_deadline):
+            # the final-epoch Fetch requests are awaited too, as Java's
+            # consumer does (AbstractFetch's close: until answered or the
+            # close timeout): else a consumer without a group could close its
+            # connections before they were written
+            if ((m is None or self.mode not in ("subscribe", "pattern") or m.closed)
+                    and self._fetch_closes_pending == 0) or now >= self._close_deadline:
                 self._close_step = "telemetry"
         if self._close_step == "telemetry" and (self.client.telemetry_closed(now) or now >= self._close_deadline):
             self._close_step = "done"     # after the terminating telemetry push (KIP-714)
@@ -967,15 +979,30 @@ class ConsumerCore(DriverIO):
         """End every open fetch session with the final epoch, as Java's
         consumer does on close: the broker frees the session's cache slot
         now instead of at its expiry (a slot another consumer may need).
-        Best effort: a node not connected keeps the session until it expires."""
+        A node not connected keeps the session until it expires; the answers
+        are awaited until the close deadline (``_poll_close``)."""
         client = self.client
 
         def version_of(node):
             return client.api_version(node, "Fetch") if client.is_ready(node) else None
 
         for req in self.fetcher.close_session_requests(version_of):
+            self._fetch_closes_pending += 1
+            self._fetch_closes_sent += 1
             client.send(req.node, "Fetch", req.wire_body, now, version=req.version,
-                        timeout_ms=self.config.request_timeout_ms, decoder=decode_fetch_response)
+                        timeout_ms=self.config.request_timeout_ms, decoder=decode_fetch_response,
+                        callback=self._on_fetch_close_done)
+
+    def _on_fetch_close_done(self, r) -> None:
+        """A final-epoch Fetch came back (or failed): one close less to wait for."""
+        self._fetch_closes_pending -= 1
+        body = r.result if r.error is None else None
+        if body is None:
+            return
+        # the C decoder's FetchAnswer, or the codec's dict
+        code = body.error_code if isinstance(body, FetchAnswer) else body.get("error_code", 0)
+        if code == 0:
+            self._fetch_closes_answered += 1
 
     def close(self, now) -> list:
         """Close every connection; returns Close actions."""

@@ -65,7 +65,7 @@ class FetchSession:
     """The fetch session with one node (see the module docstring)."""
 
     __slots__ = ("node", "session_id", "epoch", "offsets", "epochs", "topic_ids",
-                 "incremental_sent", "full_sent")
+                 "incremental_sent", "full_sent", "errors")
 
     def __init__(self, node: int):
         self.node = node
@@ -80,6 +80,8 @@ class FetchSession:
         #: requests built so far, by kind (tests and benchmarks count them)
         self.incremental_sent = 0
         self.full_sent = 0
+        #: the session errors the broker answered, by code (70, 71, 106)
+        self.errors: Dict[int, int] = {}
 
     def __repr__(self) -> str:
         return (f"FetchSession(node={self.node}, id={self.session_id}, epoch={self.epoch}, "
@@ -165,6 +167,7 @@ class FetchSession:
         if sent_epoch != self.epoch:
             return error_code == 0               # an answer to an older session: no state change
         if error_code:
+            self.errors[error_code] = self.errors.get(error_code, 0) + 1
             # FETCH_SESSION_ID_NOT_FOUND: the broker has no such session (a
             # restart, or evicted from its cache): ask for a new one. Any
             # other error: close this one and ask for a new one.

@@ -308,6 +308,7 @@ class ProducerCore(DriverIO):
         self.value_serializer = cfg.value_serializer
         self._metrics = {"records_sent": 0, "records_failed": 0, "batches_sent": 0,
                          "requests": 0, "responses": 0, "retries": 0, "splits": 0,
+                         "retries_to_new_leader": 0, "backoffs_cut_by_new_leader": 0,
                          "request_latency_ms_total": 0.0, "errors": {}}
         self.sender = Sender(cfg, self.client, self.cluster, self.accumulator, self.idempotence,
                              self.partitioner, self._metrics, self.rng)

@@ -119,6 +119,8 @@ class Sender:
         # gather(batches, topics, by_tp, now): the per-batch bookkeeping of a
         # request, in C (gather_batches); gather_in_python is its reference
         self.gather = partial(gather_batches, self)
+        # a partition's leader epoch rose: its retries waiting out a back-off go now
+        cluster.on_leader_moved = self._leader_moved
 
     def use_python_reference(self):
         """Complete and sequence batches with the Python code the C functions
@@ -250,6 +252,25 @@ class Sender:
             best = floor
         return best
 
+    def _leader_moved(self, topic, partition, now=None):
+        """The cache learnt a newer leader of ``topic``/``partition`` (a
+        Metadata answer or a KIP-951 hint) at ``now`` (None: not told):
+        every batch of it waiting out a retry back-off was refused by an
+        older leader, so its retry goes to the new one now (Java:
+        ``ProducerBatch.maybeUpdateLeaderEpoch`` in ``RecordAccumulator.ready``
+        and ``drain``, which then skip the back-off). Queued batches only: one
+        in flight is judged when its answer comes (``_complete``'s mark).
+        Rare (a leader move), so a walk of one queue."""
+        dq = self.acc.queues.get((topic, partition))
+        if not dq:
+            return
+        for b in dq:
+            if b.attempts > 0 and not b.in_flight:
+                due = b.drained_ms if now is None else now     # a time not after the next round's
+                if b.retry_after_ms > due:
+                    b.retry_after_ms = due
+                    self.metrics["backoffs_cut_by_new_leader"] += 1
+
     # -- producer id ---------------------------------------------------------------------
     def _maybe_init_producer_id(self, now) -> bool:
         idem = self.idem
@@ -325,8 +346,11 @@ class Sender:
         m["requests"] += 1
         m["batches_sent"] += len(batches)
         read = self.read_answer
+        # the clock of leader moves as this attempt goes out: a refused batch
+        # whose leader moved since is retried without the back-off (_complete)
+        mark = self.cluster.leader_moves
         self.client.send(node, "Produce", body, now, expect_response=self.acks != 0, version=version,
-                         callback=lambda req: self._on_produce(req, by_tp, by_id),
+                         callback=lambda req: self._on_produce(req, by_tp, by_id, mark),
                          decoder=partial(read, by_tp, by_id) if read is not None else None)
 
     def _produce_version(self, node):
@@ -407,7 +431,7 @@ class Sender:
     def _sticky_partition(self, topic):
         return self.partitioner.current_of(topic, self.cluster)
 
-    def _on_produce(self, req, by_tp, by_id=None):
+    def _on_produce(self, req, by_tp, by_id=None, mark=None):
         now = req.completed_at
         rtt = self._answer_rtt_ms = now - req.sent_at
         m = self.metrics
@@ -424,7 +448,7 @@ class Sender:
             self.cluster.request_update()
             for b in by_tp.values():
                 b.maybe_written = True   # the broker may have written it before the failure
-                self._complete(b, req.error, -1, -1, now)
+                self._complete(b, req.error, -1, -1, now, mark)
             return
         if result is None:               # acks=0: done once written
             for b in by_tp.values():
@@ -446,9 +470,9 @@ class Sender:
                 err = error_codes.error_for_code(
                     code, p.get("error_message"),
                     context=f"producing to {b.topic}-{b.partition}")
-                hinted = self.cluster.apply_leader_hint(b.topic, b.partition, p, endpoints, req.node_id)
-                self._complete(b, err, p.get("base_offset", -1), p.get("log_append_time_ms", -1), now,
-                               leader_hinted=hinted)
+                # a hint naming a newer leader moves it in the cache now (KIP-951)
+                self.cluster.apply_leader_hint(b.topic, b.partition, p, endpoints, req.node_id, now)
+                self._complete(b, err, p.get("base_offset", -1), p.get("log_append_time_ms", -1), now, mark)
         for b in by_tp.values():
             if id(b) not in seen:
                 self._complete(b, KafkaError(f"the Produce response has no result for "
@@ -459,15 +483,17 @@ class Sender:
         """What ``acknowledged`` does in C: the reference the twin tests check it against."""
         self._complete(b, None, base_offset, log_append_time, None)
 
-    def _complete(self, b, err, base_offset, log_append_time, now, leader_hinted=False):
-        """One batch's answer. ``leader_hinted``: the error named a new
-        leader (KIP-951: a newer epoch, or another node than the one that
-        refused) and the metadata cache took it, so the retry goes there at
-        once, without a refresh or a backoff (Java skips the back-off only
-        when the leader changed for the ongoing retry). A hint that names
-        the refusing leader again (a broker still taking the leadership of a
-        new partition) is not one: that retry waits retry.backoff.ms,
-        growing, like any other."""
+    def _complete(self, b, err, base_offset, log_append_time, now, mark=None):
+        """One batch's answer. ``mark``: the cluster's clock of leader moves
+        when this attempt went out (None: unknown). A retriable error is
+        retried at once when the partition's leader moved since (its epoch
+        rose: a KIP-951 hint in this very answer, or a Metadata answer that
+        came while the batch was in flight), else after retry.backoff.ms,
+        growing - and if the leader moves while the batch waits, the wait
+        ends then (``_leader_moved``): Java's ``shouldBackoff`` /
+        ``hasLeaderChangedForTheOngoingRetry``. A hint that names the
+        refusing leader again (a broker still taking the leadership of a new
+        partition) moves nothing: that retry waits like any other."""
         self.in_flight.pop(id(b), None)
         b.in_flight = False
         self._muted.discard(b.tp)
@@ -512,11 +538,17 @@ class Sender:
             elif code == UNKNOWN_PRODUCER_ID:
                 idem.request_epoch_bump()
                 retriable = True
-        if getattr(err, "invalid_metadata", False) and not leader_hinted:
-            self.cluster.mark_leader_unknown(b.topic, b.partition)
+        if getattr(err, "invalid_metadata", False):
+            # Java (Sender.completeBatch): ask for a refresh, hint or not, and
+            # keep the leader the cache has - forgetting it took the partition
+            # from the partitioner and remade the drain's node lists
+            self.cluster.request_update()
         if retriable and b.attempts < self.cfg.retries and now < b.deadline_ms and self.fatal_error is None:
             self.metrics["retries"] += 1
-            self.acc.reenqueue(b, now, 0 if leader_hinted else self.retry_backoff.backoff(b.attempts))
+            moved = mark is not None and self.cluster.leader_moved_since(b.topic, b.partition, mark)
+            if moved:
+                self.metrics["retries_to_new_leader"] += 1
+            self.acc.reenqueue(b, now, 0 if moved else self.retry_backoff.backoff(b.attempts))
             return
         if idem is not None:
             idem.on_failure(b)
