@@ -3,9 +3,10 @@
 With keys over many partitions nearly every record opens a batch, and each
 batch waits for a linger and a Produce round trip: every GC-tracked object it
 holds is walked by each collection meanwhile (bench/batch_objects.py counts
-them). A batch keeps its ProducerBatch and BatchOutcome; the builder is not
-tracked (it can be in no cycle), and the lists of told handles and of
-callbacks are made only when something goes in them."""
+them). A batch keeps its ProducerBatch, and its BatchOutcome once a handle
+is attached to it; the builder is not tracked (it can be in no cycle), and
+the outcome and the lists of told handles and of callbacks are made only
+when something needs them."""
 import collections
 import gc
 
@@ -59,10 +60,58 @@ def test_a_batch_with_an_attached_handle_keeps_two_tracked_objects():
     assert all(b.parts == () and b.callbacks == () for b in batches)
 
 
-def test_a_batch_with_a_told_handle_keeps_its_list_of_parts_too():
+def test_a_batch_with_a_told_handle_keeps_its_list_of_parts_and_no_outcome():
     per_batch, batches = _open_batches(DeliveryHandle)
-    assert per_batch == {"ProducerBatch": 1.0, "BatchOutcome": 1.0, "list": 1.0}
+    assert per_batch == {"ProducerBatch": 1.0, "list": 1.0}
     assert all(type(b.parts) is list and len(b.parts) == 1 and b.callbacks == () for b in batches)
+    assert all(b.outcome_if_made is None for b in batches)
+
+
+def test_a_batch_outcome_is_made_on_first_use_and_kept():
+    """A batch of told handles makes no BatchOutcome; asking for it (a
+    handle attached later, a split) makes it once, and the completed
+    batch's result carries it (None when never made, which completing takes)."""
+    from kio.producer import DeliveryFuture
+    from kproto.producer.core import complete_results
+    from kproto.producer.outcome import BatchOutcome
+    core, kafka, sim = make(FakeKafka(partitions={"t": 3}))
+    sim.send(b"first", key=b"k", partition=2)           # metadata and producer id first
+    sim.run_until(lambda: not core.pending)
+    sim.collect_events = False          # the results stay in the core, to look at
+    core.sender.results.clear()
+    told = DeliveryHandle()
+    core.send("t", b"v", key=b"k", partition=0, now=sim.now, handle=told)
+    (batch,) = core.accumulator.queues[("t", 0)]
+    assert batch.outcome_if_made is None
+    attached = DeliveryFuture()
+    core.send("t", b"w", key=b"k", partition=0, now=sim.now, handle=attached)
+    made = batch.outcome_if_made
+    assert type(made) is BatchOutcome and batch.outcome is made and attached._outcome is made
+    assert (made.topic, made.partition, made.done) == ("t", 0, False)
+    core.send("t", b"v", key=b"k", partition=1, now=sim.now, handle=DeliveryHandle())
+    (alone,) = core.accumulator.queues[("t", 1)]
+    sim.run_until(lambda: not core.accumulator.has_incomplete)
+    results = {r.partition: r for r in core.sender.results}
+    assert results[0].outcome is made and results[1].outcome is None and alone.outcome_if_made is None
+    complete_results(core.sender.results)
+    assert made.done and made.base_offset == 0 and attached.result().offset == 1
+    assert told.done and told.offset == 0
+
+
+def test_a_batch_key_is_made_once_per_partition():
+    """Every batch of a partition opened by the fast path carries the same
+    (topic, partition) tuple, the accumulator's key of its queue."""
+    core, kafka, sim = make(FakeKafka(partitions={"t": 4}))
+    sim.send(b"first", key=b"k", partition=3)
+    sim.run_until(lambda: not core.pending)
+    keys = []
+    for _ in range(3):
+        core.send("t", b"v", key=b"k", partition=2, now=sim.now)
+        (batch,) = core.accumulator.queues[("t", 2)]
+        keys.append(batch.tp)
+        sim.run_until(lambda: not core.pending)
+    assert keys[0] == ("t", 2) and keys[0] is keys[1] is keys[2]
+    assert [k for k in core.accumulator.queues if k == ("t", 2)][0] is keys[0]
 
 
 def test_a_callback_makes_the_list_of_callbacks():

@@ -14,3 +14,8 @@ cdef class PartitionSequences:
 
 
 cdef bint _can_drain(object idem, object ready_state, ProducerBatch b) except -1
+
+# assign_sequence with the idempotence manager's state read once per request
+# (kproto/producer/_produce_request.pyx)
+cdef int _assign_sequence(object pid, object epoch, dict partitions, bint transactional,
+                          ProducerBatch b) except -1

@@ -20,9 +20,17 @@ queue a drain looks at.
 """
 cimport cython
 from cpython.dict cimport PyDict_GetItemWithError
-from cpython.object cimport PyObject
+from cpython.long cimport PyLong_FromVoidPtr
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM
 
 from kproto.producer._append cimport ProducerBatch
+
+cdef extern from "Python.h":
+    ctypedef PyObject* (*allocfunc)(PyTypeObject*, Py_ssize_t)
+    ctypedef struct _AllocType "PyTypeObject":
+        allocfunc tp_alloc
 
 __all__ = ["acknowledge", "acknowledge_all", "assign_sequence", "can_drain", "PartitionSequences"]
 
@@ -55,7 +63,33 @@ cdef class PartitionSequences:
 # the sequence space of a partition (kproto.producer.idempotence)
 cdef long long MAX_SEQUENCE = 2147483647
 
-cdef object _tuple_new = tuple.__new__
+
+
+cdef inline int _put(object t, Py_ssize_t i, object value) except -1:
+    Py_INCREF(value)                 # PyTuple_SET_ITEM steals a reference
+    PyTuple_SET_ITEM(t, i, value)
+    return 0
+
+
+cdef object _batch_result(object result_type, ProducerBatch b, object base_offset, object log_append_time):
+    """``BatchResult(b.topic, b.partition, base_offset, log_append_time,
+    None, b.parts, outcome, b.callbacks)``: what ``tuple.__new__(BatchResult,
+    fields)`` makes (BatchResult is a named tuple), allocated by the type and
+    filled in place, without the Python call and the tuple of fields it copies."""
+    cdef PyObject* made = (<_AllocType*>result_type).tp_alloc(<PyTypeObject*>result_type, 8)
+    if made == NULL:
+        raise MemoryError()
+    cdef object r = <object>made
+    Py_DECREF(r)                     # <object> took a reference of its own
+    _put(r, 0, b.topic)
+    _put(r, 1, b.partition)
+    _put(r, 2, base_offset)
+    _put(r, 3, log_append_time)
+    _put(r, 4, None)
+    _put(r, 5, b.parts)
+    _put(r, 6, b._outcome)
+    _put(r, 7, b.callbacks)
+    return r
 
 
 cdef inline long long _increment_sequence(long long seq, long long inc) noexcept:
@@ -80,6 +114,7 @@ cdef class _Sender:
     cdef dict in_flight
     cdef set muted
     cdef object idem
+    cdef object pid, epoch           # the idempotence manager's, unchanged while an answer is read
     cdef dict idem_partitions
     cdef set incomplete
     cdef list results
@@ -92,6 +127,12 @@ cdef class _Sender:
         self.muted = <set?>sender._muted
         self.idem = sender.idem
         self.idem_partitions = <dict?>self.idem.partitions if self.idem is not None else None
+        if self.idem is not None:
+            self.pid = self.idem.producer_id
+            self.epoch = self.idem.epoch
+        if not isinstance(result_type, type) or not issubclass(result_type, tuple) \
+                or (<type>result_type).__basicsize__ != (<type>tuple).__basicsize__:
+            raise TypeError(f"result_type must be a named tuple type, not {result_type!r}")
         self.incomplete = <set?>sender.acc.incomplete
         self.results = <list?>sender.results
         self.result_type = result_type
@@ -106,9 +147,9 @@ cdef class _Sender:
         cdef list unacked
         cdef PyObject* found
         cdef long long last
-        self.in_flight.pop(id(b), None)
+        self.in_flight.pop(PyLong_FromVoidPtr(<void*>b), None)      # id(b)
         b.in_flight = False
-        tp = (b.topic, b.partition)
+        tp = b.tp
         self.muted.discard(tp)
         if b.done:                       # expired while in flight; the answer is too late
             return 0
@@ -126,7 +167,7 @@ cdef class _Sender:
                         unacked.remove(b)
                     except ValueError:
                         pass
-                if b.producer_id == idem.producer_id and b.epoch == idem.epoch:
+                if b.producer_id == self.pid and b.epoch == self.epoch:
                     last = _increment_sequence(b.base_sequence, b.builder.record_count - 1)
                     last_acked = p.last_acked
                     if last_acked < 0 or _seq_after(last, last_acked):
@@ -137,8 +178,7 @@ cdef class _Sender:
             self.incomplete.discard(b)
             self.released = self.released + b.reserved
         self.records += b.builder.record_count
-        self.results.append(_tuple_new(self.result_type, (
-            b.topic, b.partition, base_offset, log_append_time, None, b.parts, b.outcome, b.callbacks)))
+        self.results.append(_batch_result(self.result_type, b, base_offset, log_append_time))
         return 0
 
     cdef int finish(self, sender) except -1:
@@ -179,13 +219,18 @@ def assign_sequence(idem, ProducerBatch b):
     """``idem.assign(b)`` (IdempotenceManager): at drain, a batch without a
     sequence of the current producer id and epoch takes its partition's
     next one (a retry keeps its own); the builder gets the producer state."""
-    cdef object pid = idem.producer_id, epoch = idem.epoch, tp
-    cdef dict partitions
+    _assign_sequence(idem.producer_id, idem.epoch, <dict?>idem.partitions, idem.transactional_id is not None, b)
+
+
+cdef int _assign_sequence(object pid, object epoch, dict partitions, bint transactional,
+                          ProducerBatch b) except -1:
+    """``assign_sequence`` with the manager's state read by the caller (a
+    request's batches all see the same: kproto/producer/_produce_request.pyx)."""
+    cdef object tp
     cdef PartitionSequences p
     cdef PyObject* found
     if not b.base_sequence >= 0 or b.producer_id != pid or b.epoch != epoch:
-        partitions = <dict?>idem.partitions
-        tp = (b.topic, b.partition)
+        tp = b.tp
         found = PyDict_GetItemWithError(partitions, tp)
         if found != NULL:
             p = <PartitionSequences?>found
@@ -197,7 +242,8 @@ def assign_sequence(idem, ProducerBatch b):
         b.epoch = epoch
         p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
         p.unacked.append(b)
-    b.builder._set_producer_state(pid, epoch, b.base_sequence, idem.transactional_id is not None)
+    b.builder._set_producer_state(pid, epoch, b.base_sequence, transactional)
+    return 0
 
 
 def can_drain(idem, ready_state, ProducerBatch b):
@@ -213,7 +259,7 @@ cdef bint _can_drain(object idem, object ready_state, ProducerBatch b) except -1
     cdef PyObject* found
     if idem.state is not ready_state:
         return False
-    found = PyDict_GetItemWithError(<dict?>idem.partitions, (b.topic, b.partition))
+    found = PyDict_GetItemWithError(<dict?>idem.partitions, b.tp)
     if found == NULL:
         return True
     p = <PartitionSequences?>found
