@@ -180,3 +180,25 @@ def test_a_partition_written_once_keeps_its_queue_and_list_of_unacknowledged_bat
     assert type(state) is PartitionSequences and not gc.is_tracked(state)
     assert state.unacked == [] and gc.is_tracked(state.unacked)
     assert (state.next_sequence, state.last_acked) == (1, 0)
+
+
+def test_a_batch_result_is_made_as_the_class_makes_it():
+    """An acknowledged batch's BatchResult is allocated by its type and filled
+    in C (kproto/producer/_acknowledge.pyx): the same named tuple, field by
+    field, as the class call; a result type that is not a named tuple is refused."""
+    from kproto.producer._acknowledge import acknowledge
+    from kproto.producer.sender import BatchResult
+    core, kafka, sim = make(FakeKafka(partitions={"t": 2}))
+    sim.send(b"first", key=b"k", partition=1)
+    sim.run_until(lambda: not core.pending)
+    sim.collect_events = False
+    handle = DeliveryHandle()
+    core.send("t", b"v", key=b"k", partition=0, now=sim.now, handle=handle)
+    (batch,) = core.accumulator.queues[("t", 0)]
+    sim.run_until(lambda: not core.accumulator.has_incomplete)
+    (r,) = core.sender.results
+    expected = BatchResult("t", 0, 0, -1, None, batch.parts, None, ())
+    assert type(r) is BatchResult and r == expected and gc.is_tracked(r)
+    assert r.parts is batch.parts and r.parts[0] is handle and r._fields == expected._fields
+    with pytest.raises(TypeError, match="result_type must be a named tuple type, not <class 'dict'>"):
+        acknowledge(core.sender, dict, batch, 0, -1)
