@@ -34,7 +34,7 @@ def _core(max_request_size):
         head.attempts = 1
         head.retry_after_ms = now + (100 if p != 14 else 0)
     # partition 5's first batch of the epoch is still unacknowledged: its next waits
-    core.idempotence._part(("t", 5)).unacked.append(object())
+    core.idempotence._part(("t", 5)).unacked_list().append(object())
     return core, now
 
 

@@ -47,18 +47,61 @@ cdef class PartitionSequences:
     by every full collection, and it can be in no reference cycle - it holds
     two ints and its list, and nothing that list reaches (batches, their
     builders, outcomes and handles) refers back to it. The list itself stays
-    tracked, so cycles through the batches it holds are still found."""
+    tracked, so cycles through the batches it holds are still found.
+
+    ``unacked`` is the shared empty tuple while the partition has no batch
+    waiting for an answer (:meth:`unacked_list` makes the list, :meth:`forget`
+    drops it again once empty): a partition written now and then keeps no
+    tracked object here between its batches, so with 10,000 partitions the
+    full collections walk 10,000 lists fewer."""
 
     # (its fields are declared in _acknowledge.pxd, for kproto/producer/_drain.pyx)
 
     def __cinit__(self):
         self.next_sequence = 0
         self.last_acked = -1
-        self.unacked = []
+        self.unacked = _EMPTY_TUPLE
+
+    def unacked_list(self):
+        """``unacked`` as a list to add to (made on first use)."""
+        return _unacked_list(self)
+
+    def forget(self, batch):
+        """Drop ``batch`` from ``unacked`` if it is there (the list dropped
+        too once empty)."""
+        _forget(self, batch)
 
     def __repr__(self):
         return (f"<PartitionSequences next={self.next_sequence} last_acked={self.last_acked} "
                 f"unacked={len(self.unacked)}>")
+
+cdef tuple _EMPTY_TUPLE = ()
+
+
+cdef inline list _unacked_list(PartitionSequences p):
+    if type(p.unacked) is not list:
+        p.unacked = []
+    return <list>p.unacked
+
+
+cdef int _forget(PartitionSequences p, object b) except -1:
+    """``p.unacked.remove(b)`` if it is there (the oldest, usually), the
+    empty tuple again when none is left."""
+    cdef list unacked
+    if type(p.unacked) is not list:
+        return 0
+    unacked = <list>p.unacked
+    if unacked and unacked[0] is b:
+        del unacked[0]
+    else:
+        try:
+            unacked.remove(b)
+        except ValueError:
+            pass
+    if not unacked:
+        p.unacked = _EMPTY_TUPLE
+    return 0
+
 
 # the sequence space of a partition (kproto.producer.idempotence)
 cdef long long MAX_SEQUENCE = 2147483647
@@ -159,14 +202,7 @@ cdef class _Sender:
             found = PyDict_GetItemWithError(self.idem_partitions, tp)
             if found != NULL:
                 p = <PartitionSequences?>found
-                unacked = p.unacked
-                if unacked and unacked[0] is b:
-                    del unacked[0]
-                else:
-                    try:
-                        unacked.remove(b)
-                    except ValueError:
-                        pass
+                _forget(p, b)
                 if b.producer_id == self.pid and b.epoch == self.epoch:
                     last = _increment_sequence(b.base_sequence, b.builder.record_count - 1)
                     last_acked = p.last_acked
@@ -241,7 +277,7 @@ cdef int _assign_sequence(object pid, object epoch, dict partitions, bint transa
         b.producer_id = pid
         b.epoch = epoch
         p.next_sequence = _increment_sequence(p.next_sequence, b.builder.record_count)
-        p.unacked.append(b)
+        _unacked_list(p).append(b)
     b.builder._set_producer_state(pid, epoch, b.base_sequence, transactional)
     return 0
 
@@ -255,7 +291,7 @@ def can_drain(idem, ready_state, ProducerBatch b):
 cdef bint _can_drain(object idem, object ready_state, ProducerBatch b) except -1:
     """``can_drain`` for C callers (kproto/producer/_drain.pyx)."""
     cdef PartitionSequences p
-    cdef list unacked
+    cdef object unacked
     cdef PyObject* found
     if idem.state is not ready_state:
         return False
