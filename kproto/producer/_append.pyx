@@ -307,6 +307,13 @@ cdef class FastAppend:
     cdef dict _topic_keys           # topic -> [(topic, partition) or None by partition]: each
                                     #   partition's key, made once (see _init_batch)
     cdef Py_ssize_t _small_record   # key + value below this: no size check needed
+    # The accumulator's configuration, read once: RecordAccumulator.__init__
+    # sets these and nothing changes them afterwards (its per-round state -
+    # used_memory, wakeup, next_round_ms, ... - is read on every batch). The
+    # ratio map and the set of incomplete batches are objects it never replaces.
+    cdef object _batch_size, _buffer_memory, _linger_ms, _compression, _level, _delivery_timeout_ms
+    cdef dict _ratio
+    cdef set _incomplete
     cdef type _htype                # the handle class seen last, and of that class:
     cdef bint _hnotify              #   its ``notify``,
     cdef bint _hplain               #   whether it keeps object's __getattribute__/__setattr__,
@@ -328,6 +335,15 @@ cdef class FastAppend:
         self._topic_queues = {}
         self._topic_keys = {}
         self._small_record = core._small_record
+        acc = core.accumulator
+        self._batch_size = acc.batch_size
+        self._buffer_memory = acc.buffer_memory
+        self._linger_ms = acc.linger_ms
+        self._compression = acc.compression
+        self._level = acc.compression_level
+        self._delivery_timeout_ms = acc.delivery_timeout_ms
+        self._ratio = <dict?>acc._ratio
+        self._incomplete = <set?>acc.incomplete
         self._htype = None
         self.appended = 0
 
@@ -407,11 +423,11 @@ cdef class FastAppend:
         cdef tuple tp
         if self._core.closed or self._sender.fatal_error is not None:
             return None
-        batch_size = acc.batch_size
+        batch_size = self._batch_size
         limit = min(batch_size, max(acc.initial_reserve, need))
         reserve = max(limit, need)
         used = acc.used_memory
-        if used + reserve > acc.buffer_memory:
+        if used + reserve > self._buffer_memory:
             return None
         tp = self._partition_key(topic, p, p_obj)
         if self._txn is not None:
@@ -425,7 +441,7 @@ cdef class FastAppend:
             (<list>self._topic_queues[topic])[p] = dq
         # _wants_round: wake the driver only if its next round comes too late
         if not acc.wakeup:
-            due = now if acc.flushing else now + acc.linger_ms
+            due = now if acc.flushing else now + self._linger_ms
             nxt = acc.next_round_ms
             if nxt is None or not nxt <= due:
                 awaited = acc.awaited_nodes
@@ -434,19 +450,19 @@ cdef class FastAppend:
                     acc.next_round_ms = due if nxt is None or due < nxt else nxt
                     acc.wakeup = True
         # _new_batch
-        level = acc.compression_level
+        level = self._level
         # (positional when there is no level: no keyword dict to make and
         # parse, a fifth of opening a batch)
-        builder = BatchBuilder(acc.compression, limit) if level is None else \
-            BatchBuilder(acc.compression, limit, compression_level=level)
-        ratio = (<dict?>acc._ratio).get(topic)
+        builder = BatchBuilder(self._compression, limit) if level is None else \
+            BatchBuilder(self._compression, limit, compression_level=level)
+        ratio = self._ratio.get(topic)
         if ratio is not None and ratio < 1.0:
             builder._set_ratio(min(1.0, ratio * 1.05))
         acc.used_memory = used + reserve
         acc.waiting_for_memory = False
-        deadline = now + acc.delivery_timeout_ms
+        deadline = now + self._delivery_timeout_ms
         batch = _new_batch(topic, p_obj, tp, builder, now, deadline, reserve)
-        (<set?>acc.incomplete).add(batch)
+        self._incomplete.add(batch)
         floor = acc._expiry_floor
         if floor is None or deadline < floor:
             acc._expiry_floor = deadline
