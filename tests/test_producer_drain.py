@@ -3,7 +3,8 @@ against its reference, ``RecordAccumulator._drain_node``: two identical
 cores, the same queues, heads in flight, backing off, vetoed by idempotence
 (a partition's first batch of an epoch goes alone) or by another check, and
 a max.request.size that stops the walk part way - the same batches taken in
-the same order, the same queues left and the same place for the next drain."""
+the same order, the same queues left, the same place for the next drain and
+the same buffer.memory given back."""
 import pytest
 
 try:
@@ -33,14 +34,16 @@ def _core(max_request_size):
         head.attempts = 1
         head.retry_after_ms = now + (100 if p != 14 else 0)
     # partition 5's first batch of the epoch is still unacknowledged: its next waits
-    core.idempotence._part(("t", 5)).unacked.append(object())
+    core.idempotence._part(("t", 5)).unacked_list().append(object())
     return core, now
 
 
 def _state(core, taken, node):
     acc = core.accumulator
-    return ([(b.partition, b.builder.record_count, b.full, b.drained_ms) for b in taken],
-            {tp: len(dq) for tp, dq in acc.queues.items()}, acc._drain_index.get(node))
+    # reserved / used_memory: each drained batch's buffer.memory beyond its
+    # records given back (``_release_unused``, done in C by drain_node)
+    return ([(b.partition, b.builder.record_count, b.full, b.drained_ms, b.reserved) for b in taken],
+            {tp: len(dq) for tp, dq in acc.queues.items()}, acc._drain_index.get(node), acc.used_memory)
 
 
 @pytest.mark.parametrize("max_request_size", [1_000_000, 600])
@@ -69,6 +72,7 @@ def test_drain_node_takes_what_the_reference_takes(max_request_size, check, star
     assert results[0] == results[1]
     taken = results[0][0]
     assert taken, "the script drains something"
+    assert all(reserved < 16384 for *_, reserved in taken), "every drained batch gave memory back"
     if max_request_size == 600:
         assert len(taken) < PARTITIONS // 2, "max.request.size stopped the walk part way"
     if check == "idempotence":

@@ -10,7 +10,12 @@ from kproto.producer._append cimport ProducerBatch
 cdef class PartitionSequences:
     cdef public object next_sequence
     cdef public object last_acked
-    cdef public list unacked
+    cdef public object unacked      # () while none, else a list (see PartitionSequences)
 
 
 cdef bint _can_drain(object idem, object ready_state, ProducerBatch b) except -1
+
+# assign_sequence with the idempotence manager's state read once per request
+# (kproto/producer/_produce_request.pyx)
+cdef int _assign_sequence(object pid, object epoch, dict partitions, bint transactional,
+                          ProducerBatch b) except -1

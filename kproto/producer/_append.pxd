@@ -7,6 +7,7 @@ from kproto.records._batch cimport BatchBuilder
 cdef class ProducerBatch:
     cdef public object topic
     cdef public object partition
+    cdef readonly tuple tp          # (topic, partition), made once (see _init_batch)
     cdef public BatchBuilder builder
     cdef public object parts        # () until the first told handle, then a list
     cdef public object created_ms
@@ -22,5 +23,9 @@ cdef class ProducerBatch:
     cdef public object in_flight
     cdef public bint maybe_written
     cdef public object drained_ms
-    cdef public object outcome
+    cdef object _outcome            # None until something needs it (see ProducerBatch.outcome)
     cdef public object callbacks    # () until the first callback, then a list
+
+
+# the batch's outcome, made on first use (ProducerBatch.outcome)
+cdef object _batch_outcome(ProducerBatch b)

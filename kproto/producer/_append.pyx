@@ -111,7 +111,25 @@ cdef class ProducerBatch:
     # (its fields are declared in _append.pxd, for the other typed modules)
 
     def __init__(self, topic, partition, BatchBuilder builder, now, deadline_ms, reserved):
-        _init_batch(self, topic, partition, builder, now, deadline_ms, reserved)
+        _init_batch(self, topic, partition, None, builder, now, deadline_ms, reserved)
+
+    @property
+    def outcome(self):
+        """The :class:`BatchOutcome` its attached handles share, made on
+        first use: a batch whose handles are all told one by one (or that
+        has none attached yet) has none, one object fewer per batch for the
+        cyclic GC to walk while it waits."""
+        return _batch_outcome(self)
+
+    @outcome.setter
+    def outcome(self, value):
+        self._outcome = value
+
+    @property
+    def outcome_if_made(self):
+        """The batch's outcome if anything made it (None: no handle is
+        attached to it, nobody can wait on it)."""
+        return self._outcome
 
     def parts_list(self):
         """``parts`` as a list to add to (made on first use)."""
@@ -120,10 +138,6 @@ cdef class ProducerBatch:
     def callbacks_list(self):
         """``callbacks`` as a list to add to (made on first use)."""
         return _callbacks_list(self)
-
-    @property
-    def tp(self):
-        return (self.topic, self.partition)
 
     @property
     def record_count(self):
@@ -138,12 +152,19 @@ cdef class ProducerBatch:
                 f"seq={self.base_sequence} attempts={self.attempts}>")
 
 
-cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBuilder builder, object now,
-                     object deadline_ms, object reserved) except -1:
+cdef int _init_batch(ProducerBatch self, object topic, object partition, tuple tp, BatchBuilder builder,
+                     object now, object deadline_ms, object reserved) except -1:
     """``ProducerBatch.__init__``: also what ``_new_batch`` runs on an
-    instance made without the Python call (argument parsing per batch)."""
+    instance made without the Python call (argument parsing per batch).
+    ``tp``: the partition's ``(topic, partition)`` key if the caller keeps
+    one (the fast path: one tuple per partition, not one per batch, and dict
+    lookups with it find their key by identity), else None: made here.
+    Every dict and set of the producer keyed by partition (queues, in flight,
+    muted, sequences, a request's batches) is then given ``batch.tp``, not a
+    new tuple. ``topic`` and ``partition`` must not change afterwards."""
     self.topic = topic
     self.partition = partition
+    self.tp = (topic, partition) if tp is None else tp
     self.builder = builder
     self.parts = _EMPTY_TUPLE
     self.created_ms = now
@@ -159,9 +180,16 @@ cdef int _init_batch(ProducerBatch self, object topic, object partition, BatchBu
     self.in_flight = False
     self.maybe_written = False
     self.drained_ms = None
-    self.outcome = _new_outcome(topic, partition)
+    self._outcome = None
     self.callbacks = _EMPTY_TUPLE
     return 0
+
+
+cdef object _batch_outcome(ProducerBatch b):
+    """``b.outcome``: made on first use (see ProducerBatch.outcome)."""
+    if b._outcome is None:
+        b._outcome = _new_outcome(b.topic, b.partition)
+    return b._outcome
 
 
 # BatchOutcome(topic, partition) without its __init__ call: every batch
@@ -246,13 +274,13 @@ cdef inline list _callbacks_list(ProducerBatch b):
     return <list>b.callbacks
 
 
-cdef ProducerBatch _new_batch(object topic, object partition, BatchBuilder builder, object now,
+cdef ProducerBatch _new_batch(object topic, object partition, tuple tp, BatchBuilder builder, object now,
                               object deadline_ms, object reserved):
     """``ProducerBatch(topic, partition, builder, now, deadline_ms, reserved)``
     without the Python call: the fast path opens one per record when keys
-    spread over many partitions."""
+    spread over many partitions. ``tp``: see ``_init_batch``."""
     cdef ProducerBatch batch = ProducerBatch.__new__(ProducerBatch)
-    _init_batch(batch, topic, partition, builder, now, deadline_ms, reserved)
+    _init_batch(batch, topic, partition, tp, builder, now, deadline_ms, reserved)
     return batch
 
 
@@ -276,7 +304,16 @@ cdef class FastAppend:
     cdef dict _nonempty             # RecordAccumulator.nonempty: the queues that may hold a batch
     cdef dict _sticky               # StickyPartitioner._sticky: topic -> partition
     cdef dict _topic_queues         # topic -> [deque or None by partition] (see the docstring)
+    cdef dict _topic_keys           # topic -> [(topic, partition) or None by partition]: each
+                                    #   partition's key, made once (see _init_batch)
     cdef Py_ssize_t _small_record   # key + value below this: no size check needed
+    # The accumulator's configuration, read once: RecordAccumulator.__init__
+    # sets these and nothing changes them afterwards (its per-round state -
+    # used_memory, wakeup, next_round_ms, ... - is read on every batch). The
+    # ratio map and the set of incomplete batches are objects it never replaces.
+    cdef object _batch_size, _buffer_memory, _linger_ms, _compression, _level, _delivery_timeout_ms
+    cdef dict _ratio
+    cdef set _incomplete
     cdef type _htype                # the handle class seen last, and of that class:
     cdef bint _hnotify              #   its ``notify``,
     cdef bint _hplain               #   whether it keeps object's __getattribute__/__setattr__,
@@ -296,7 +333,17 @@ cdef class FastAppend:
         self._nonempty = core.accumulator.nonempty
         self._sticky = core.partitioner._sticky
         self._topic_queues = {}
+        self._topic_keys = {}
         self._small_record = core._small_record
+        acc = core.accumulator
+        self._batch_size = acc.batch_size
+        self._buffer_memory = acc.buffer_memory
+        self._linger_ms = acc.linger_ms
+        self._compression = acc.compression
+        self._level = acc.compression_level
+        self._delivery_timeout_ms = acc.delivery_timeout_ms
+        self._ratio = <dict?>acc._ratio
+        self._incomplete = <set?>acc.incomplete
         self._htype = None
         self.appended = 0
 
@@ -338,10 +385,27 @@ cdef class FastAppend:
             dqs = <list>found
         dq = <object>PyList_GET_ITEM(dqs, p)
         if dq is None:
-            dq = self._queues.get((topic, p_obj))
+            dq = self._queues.get(self._partition_key(topic, p, p_obj))
             if dq is not None:
                 dqs[p] = dq
         return dq
+
+    cdef tuple _partition_key(self, object topic, Py_ssize_t p, object p_obj):
+        """``(topic, p)``, the same tuple every time for a partition: the
+        key its batches carry (``ProducerBatch.tp``)."""
+        cdef PyObject* found = PyDict_GetItemWithError(self._topic_keys, topic)
+        cdef list keys
+        cdef object key
+        if found == NULL or PyList_GET_SIZE(<list>found) <= p:
+            keys = [None] * (p + 1) if found == NULL else (<list>found) + [None] * (p + 1 - PyList_GET_SIZE(<list>found))
+            PyDict_SetItem(self._topic_keys, topic, keys)
+        else:
+            keys = <list>found
+        key = <object>PyList_GET_ITEM(keys, p)
+        if key is None:
+            key = (topic, p_obj)
+            keys[p] = key
+        return <tuple>key
 
     cdef ProducerBatch _open_batch(self, object topic, Py_ssize_t p, object p_obj, object dq, Py_ssize_t need,
                                    object now):
@@ -356,26 +420,28 @@ cdef class FastAppend:
         cdef object batch_size, limit, reserve, used, ratio, nxt, due, deadline, floor, awaited, leader, level
         cdef BatchBuilder builder
         cdef ProducerBatch batch
+        cdef tuple tp
         if self._core.closed or self._sender.fatal_error is not None:
             return None
-        batch_size = acc.batch_size
+        batch_size = self._batch_size
         limit = min(batch_size, max(acc.initial_reserve, need))
         reserve = max(limit, need)
         used = acc.used_memory
-        if used + reserve > acc.buffer_memory:
+        if used + reserve > self._buffer_memory:
             return None
+        tp = self._partition_key(topic, p, p_obj)
         if self._txn is not None:
             try:
-                self._txn.maybe_add_partition((topic, p_obj))
+                self._txn.maybe_add_partition(tp)
             except Exception:
                 return None          # the Python path raises it (after the same checks)
         if dq is None:               # the partition's first batch: its deque, kept for good
             dq = deque()
-            self._queues[(topic, p_obj)] = dq
+            self._queues[tp] = dq
             (<list>self._topic_queues[topic])[p] = dq
         # _wants_round: wake the driver only if its next round comes too late
         if not acc.wakeup:
-            due = now if acc.flushing else now + acc.linger_ms
+            due = now if acc.flushing else now + self._linger_ms
             nxt = acc.next_round_ms
             if nxt is None or not nxt <= due:
                 awaited = acc.awaited_nodes
@@ -384,24 +450,24 @@ cdef class FastAppend:
                     acc.next_round_ms = due if nxt is None or due < nxt else nxt
                     acc.wakeup = True
         # _new_batch
-        level = acc.compression_level
+        level = self._level
         # (positional when there is no level: no keyword dict to make and
         # parse, a fifth of opening a batch)
-        builder = BatchBuilder(acc.compression, limit) if level is None else \
-            BatchBuilder(acc.compression, limit, compression_level=level)
-        ratio = (<dict?>acc._ratio).get(topic)
+        builder = BatchBuilder(self._compression, limit) if level is None else \
+            BatchBuilder(self._compression, limit, compression_level=level)
+        ratio = self._ratio.get(topic)
         if ratio is not None and ratio < 1.0:
             builder._set_ratio(min(1.0, ratio * 1.05))
         acc.used_memory = used + reserve
         acc.waiting_for_memory = False
-        deadline = now + acc.delivery_timeout_ms
-        batch = _new_batch(topic, p_obj, builder, now, deadline, reserve)
-        (<set?>acc.incomplete).add(batch)
+        deadline = now + self._delivery_timeout_ms
+        batch = _new_batch(topic, p_obj, tp, builder, now, deadline, reserve)
+        self._incomplete.add(batch)
         floor = acc._expiry_floor
         if floor is None or deadline < floor:
             acc._expiry_floor = deadline
         dq.append(batch)
-        PyDict_SetItem(self._nonempty, (topic, p_obj), dq)
+        PyDict_SetItem(self._nonempty, tp, dq)
         return batch
 
     def append(self, topic, value, key, partition, headers, timestamp_ms, now, handle=None):
@@ -503,7 +569,7 @@ cdef class FastAppend:
             if on_delivery is not None:
                 parts = _callbacks_list(batch)
         if self._txn is not None:
-            self._txn.maybe_add_partition((topic, p_obj))
+            self._txn.maybe_add_partition(batch.tp)
         count = builder.record_count
         # (kp and vp point into bytes objects this call holds: still valid)
         if not builder._put_record(ts, kp, klen, vp, vlen, None, 0, 0):
@@ -522,21 +588,21 @@ cdef class FastAppend:
             _put_slot(handle, self._slot[2], ts_obj)
             _put_slot(handle, self._slot[3], delta)
             if not notify:
-                _put_slot(handle, self._slot[4], batch.outcome)
+                _put_slot(handle, self._slot[4], _batch_outcome(batch))
         elif plain:
             PyObject_GenericSetAttr(handle, "topic", topic)
             PyObject_GenericSetAttr(handle, "partition", p_obj)
             PyObject_GenericSetAttr(handle, "timestamp", ts_obj)
             PyObject_GenericSetAttr(handle, "_delta", delta)
             if not notify:
-                PyObject_GenericSetAttr(handle, "_outcome", batch.outcome)
+                PyObject_GenericSetAttr(handle, "_outcome", _batch_outcome(batch))
         else:
             handle.topic = topic
             handle.partition = p_obj
             handle.timestamp = ts_obj
             handle._delta = delta
             if not notify:
-                handle._outcome = batch.outcome
+                handle._outcome = _batch_outcome(batch)
         if notify:
             PyList_Append(parts, handle)
         elif on_delivery is not None:

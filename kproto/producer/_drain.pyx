@@ -10,13 +10,16 @@ reference, which ``drain_by_walk`` and so the twin-core tests run) doing the
 same steps in the same order on the same objects, the batch's fields read as
 C fields and the sender's usual idempotence check (``partial(can_drain, idem,
 READY)``, kproto/producer/sender.py) made as a C call; any other
-``can_drain`` (a transaction's, the Python reference) is called as it is, as
-is ``_release_unused`` (it copies the records to a buffer of their size).
+``can_drain`` (a transaction's, the Python reference) is called as it is.
+``_release_unused`` (the drained batch's buffer shrunk to its records, the
+rest of its reservation given back to buffer.memory) is done here in C, the
+memory given back summed and taken off ``used_memory`` once per call.
 """
 from functools import partial
 
 from kproto.producer._acknowledge cimport _can_drain
 from kproto.producer._append cimport ProducerBatch
+from kproto.records._batch cimport BatchBuilder
 
 from kproto.producer._acknowledge import can_drain as _can_drain_function
 
@@ -32,34 +35,44 @@ def drain_node(acc, node, tps, list indexes, start, now, can_drain):
     cdef dict drain_index = <dict?>acc._drain_index
     cdef object max_size = acc.max_request_size
     cdef list batches = []
-    cdef object size = 0, est, dq, idem = None, ready_state = None
+    cdef object size = 0, est, dq, idem = None, ready_state = None, released = 0
+    cdef Py_ssize_t held
     cdef ProducerBatch batch
     cdef bint in_c = False
     if type(can_drain) is partial and (<object>can_drain).func is _can_drain_function \
             and len((<object>can_drain).args) == 2 and not (<object>can_drain).keywords:
         idem, ready_state = (<object>can_drain).args
         in_c = True
-    for i in indexes:
-        dq = queues.get(tps[i])
-        if not dq:
-            continue
-        batch = <ProducerBatch?>dq[0]
-        if batch.in_flight or (batch.attempts > 0 and now < batch.retry_after_ms):
-            continue
-        if in_c:
-            if not _can_drain(idem, ready_state, batch):
+    try:
+        for i in indexes:
+            dq = queues.get(tps[i])
+            if not dq:
                 continue
-        elif can_drain is not None and not can_drain(batch):
-            continue
-        est = batch.builder.size_in_bytes()
-        if batches and size + est > max_size:
-            drain_index[node] = i
-            return batches
-        dq.popleft()
-        batch.full = True
-        batch.drained_ms = now
-        acc._release_unused(batch)      # the buffer.memory beyond its records, given back now
-        size = size + est
-        batches.append(batch)
-    drain_index[node] = start + 1
-    return batches
+            batch = <ProducerBatch?>dq[0]
+            if batch.in_flight or (batch.attempts > 0 and now < batch.retry_after_ms):
+                continue
+            if in_c:
+                if not _can_drain(idem, ready_state, batch):
+                    continue
+            elif can_drain is not None and not can_drain(batch):
+                continue
+            est = batch.builder.size_in_bytes()
+            if batches and size + est > max_size:
+                drain_index[node] = i
+                return batches
+            dq.popleft()
+            batch.full = True
+            batch.drained_ms = now
+            # acc._release_unused(batch): the buffer.memory beyond its records,
+            # given back now (summed, and taken off used_memory once, below)
+            held = (<BatchBuilder>batch.builder)._shrink_to_fit()
+            if held < batch.reserved:
+                released = released + (batch.reserved - held)
+                batch.reserved = held
+            size = size + est
+            batches.append(batch)
+        drain_index[node] = start + 1
+        return batches
+    finally:
+        if released:
+            acc.used_memory -= released

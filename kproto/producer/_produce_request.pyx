@@ -30,9 +30,14 @@ from cpython.long cimport PyLong_FromVoidPtr
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t
 
+from functools import partial
+
 from kproto._wire cimport Writer
+from kproto.producer._acknowledge cimport _assign_sequence
 from kproto.producer._append cimport ProducerBatch
 from kproto.records._batch cimport BatchBuilder
+
+from kproto.producer._acknowledge import assign_sequence as _assign_sequence_function
 
 __all__ = ["gather_batches", "produce_request_body", "FIRST_VERSION", "LAST_VERSION"]
 
@@ -129,11 +134,23 @@ def gather_batches(sender, list batches, dict topics, dict by_tp, now):
     cdef object floor = sender._in_flight_floor
     cdef dict sticky = {}            # topic -> its sticky partition (None: none), for first attempts
     cdef ProducerBatch b
-    cdef object topic, tp, partition, chosen
+    cdef object topic, tp, partition, chosen, idem, pid = None, epoch = None
+    cdef dict partitions = None
+    cdef bint transactional = False, in_c = False
     cdef PyObject* found
+    if type(assign) is partial and (<object>assign).func is _assign_sequence_function \
+            and len((<object>assign).args) == 1 and not (<object>assign).keywords:
+        # the sender's usual assign (partial(assign_sequence, idem)): in C, the
+        # manager's state read once for the request (nothing here changes it)
+        idem = (<object>assign).args[0]
+        pid, epoch, partitions = idem.producer_id, idem.epoch, <dict?>idem.partitions
+        transactional = idem.transactional_id is not None
+        in_c = True
     for item in batches:
         b = <ProducerBatch?>item
-        if assign is not None:
+        if in_c:
+            _assign_sequence(pid, epoch, partitions, transactional, b)
+        elif assign is not None:
             assign(b)
         topic = b.topic
         partition = b.partition
@@ -142,7 +159,7 @@ def gather_batches(sender, list batches, dict topics, dict by_tp, now):
             PyDict_SetItem(topics, topic, [b])
         else:
             PyList_Append(<list?><object>found, b)
-        tp = (topic, partition)
+        tp = b.tp
         PyDict_SetItem(by_tp, tp, b)
         b.in_flight = True
         PyDict_SetItem(in_flight, PyLong_FromVoidPtr(<void*>b), b)      # id(b)

@@ -458,7 +458,9 @@ class RecordAccumulator:
         records that each held the 16 KiB they opened with: a few thousand
         filled buffer.memory, send() blocked, and as the exhausted buffer
         makes every partition ready at once, the next batches were as small
-        again (bench/RESULTS.md, "The first round on a fresh topic")."""
+        again (bench/RESULTS.md, "The first round on a fresh topic").
+        ``drain_node`` (kproto/producer/_drain.pyx) does the same in C; this
+        is its reference (``_drain_node`` calls it)."""
         held = batch.builder.shrink_to_fit()
         if held < batch.reserved:
             self.used_memory -= batch.reserved - held

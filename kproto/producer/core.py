@@ -238,10 +238,11 @@ def complete_results(results):
     registered with :meth:`BatchOutcome.watch` and are woken here."""
     for r in results:
         topic, partition, base, lat, err = r.topic, r.partition, r.base_offset, r.log_append_time, r.error
-        for outcome in r.outcome.finish(base, lat, err):
-            if outcome.watchers is not None:
-                for handle in list(outcome.watchers):
-                    handle._outcome_done()
+        if r.outcome is not None:       # None: no handle was attached to the batch
+            for outcome in r.outcome.finish(base, lat, err):
+                if outcome.watchers is not None:
+                    for handle in list(outcome.watchers):
+                        handle._outcome_done()
         cbs = r.callbacks
         if cbs:     # on_delivery callbacks of attached records, merged with the parts (in C)
             run_callbacks(r, cbs, RecordMetadata, log)

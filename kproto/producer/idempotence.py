@@ -177,7 +177,7 @@ class IdempotenceManager:
             batch.producer_id = self.producer_id
             batch.epoch = self.epoch
             p.next_sequence = increment_sequence(p.next_sequence, batch.record_count)
-            p.unacked.append(batch)
+            p.unacked_list().append(batch)
         batch.builder.set_producer_state(self.producer_id, self.epoch, batch.base_sequence,
                                          self.transactional_id is not None)
 
@@ -190,10 +190,7 @@ class IdempotenceManager:
     def _forget(self, batch):
         p = self.partitions.get(batch.tp)
         if p is not None:
-            try:
-                p.unacked.remove(batch)
-            except ValueError:
-                pass
+            p.forget(batch)         # (the list dropped once empty: see PartitionSequences)
         return p
 
     def on_success(self, batch):

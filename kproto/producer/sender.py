@@ -58,7 +58,7 @@ class BatchResult(NamedTuple):
     log_append_time: int
     error: Optional[BaseException]
     parts: list
-    outcome: object         # the batch's BatchOutcome
+    outcome: object         # the batch's BatchOutcome, None when no handle was attached (none made)
     callbacks: Sequence = ()  # as in ProducerBatch
 
 
@@ -566,7 +566,7 @@ class Sender:
             if self.txn is not None:
                 self.txn.on_batch_failed(err)
         self.results.append(BatchResult(b.topic, b.partition, base_offset, log_append_time, err, b.parts,
-                                        b.outcome, b.callbacks))
+                                        b.outcome_if_made, b.callbacks))
         self.results_records += b.record_count
 
     def _split(self, b, now):

@@ -41,6 +41,8 @@ cdef class BatchBuilder:
                                 const unsigned char* vp, Py_ssize_t vn,
                                 object hseq, Py_ssize_t hcount, Py_ssize_t hsize) except -1
     cdef int _set_ratio(self, double ratio) except -1
+    # shrink_to_fit for C callers (the producer's drain): the bytes the buffer now holds
+    cdef Py_ssize_t _shrink_to_fit(self) except -1
     # The built batch (what build() returns): its size, then written at a
     # pointer, so a request writer puts it in place without a bytes object.
     cdef Py_ssize_t _built_size(self) except -1

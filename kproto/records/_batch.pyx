@@ -272,6 +272,101 @@ cdef unsigned char* _write_headers(unsigned char* w, unsigned char* wend, object
 # ---------------------------------------------------------------------------
 # builder
 
+# -- the buffer pool ---------------------------------------------------------------------
+# Java's BufferPool keeps the freed batch.size buffers for the next batches.
+# Here every batch the producer opens mallocs its buffer (batch.size + 256
+# bytes, 16,640 by default) and frees it when it is drained (shrink_to_fit
+# copies the records to a buffer of their size) or dropped: with keys over
+# thousands of partitions, one malloc and one free of 16 KiB per record.
+# The pool keeps those buffers instead: a few size classes, each the
+# capacity a builder opens with (a class is made by the first builder that
+# opens with that capacity, while a slot is free), each a stack of free
+# buffers, all bounded together by ``_pool_limit`` bytes. Only buffers of a
+# class's exact capacity go back; any other is freed. The pool is memory the
+# process holds, not memory batches hold: the producer's buffer.memory
+# accounting (RecordAccumulator.used_memory, what batches reserve) does not
+# see it, as it did not see what the allocator kept of freed buffers.
+# Every call holds the GIL (builders are made, shrunk and freed under it).
+cdef enum:
+    _POOL_CLASSES = 4
+    _POOL_DEPTH = 512
+
+cdef Py_ssize_t _pool_cap[_POOL_CLASSES]                    # 0: a free slot
+cdef unsigned char* _pool_free[_POOL_CLASSES][_POOL_DEPTH]
+cdef Py_ssize_t _pool_count[_POOL_CLASSES]
+cdef Py_ssize_t _pool_bytes = 0
+cdef Py_ssize_t _pool_limit = 4 * 1024 * 1024
+
+
+cdef inline int _pool_class(Py_ssize_t cap, bint make) noexcept:
+    """The class of buffers of capacity ``cap`` (made when ``make`` and a
+    slot is free); -1 when there is none."""
+    cdef int i
+    for i in range(_POOL_CLASSES):
+        if _pool_cap[i] == cap:
+            return i
+    if make and _pool_limit > 0:
+        for i in range(_POOL_CLASSES):
+            if _pool_cap[i] == 0:
+                _pool_cap[i] = cap
+                _pool_count[i] = 0
+                return i
+    return -1
+
+
+cdef unsigned char* _pool_take(Py_ssize_t cap) noexcept:
+    """A pooled buffer of exactly ``cap`` bytes, or NULL (the caller mallocs)."""
+    global _pool_bytes
+    cdef int i = _pool_class(cap, True)
+    if i < 0 or _pool_count[i] == 0:
+        return NULL
+    _pool_count[i] -= 1
+    _pool_bytes -= cap
+    return _pool_free[i][_pool_count[i]]
+
+
+cdef bint _pool_give(unsigned char* buf, Py_ssize_t cap) noexcept:
+    """Keep ``buf`` (``cap`` bytes) for a later builder; False when the pool
+    does not take it (the caller frees it)."""
+    global _pool_bytes
+    cdef int i
+    if _pool_bytes + cap > _pool_limit:
+        return False
+    i = _pool_class(cap, False)
+    if i < 0 or _pool_count[i] >= _POOL_DEPTH:
+        return False
+    _pool_free[i][_pool_count[i]] = buf
+    _pool_count[i] += 1
+    _pool_bytes += cap
+    return True
+
+
+def buffer_pool_stats():
+    """{capacity: free buffers pooled} and the pool's bytes and limit, as
+    ``(classes, pooled_bytes, limit_bytes)``."""
+    return ({_pool_cap[i]: _pool_count[i] for i in range(_POOL_CLASSES) if _pool_cap[i]},
+            _pool_bytes, _pool_limit)
+
+
+def set_buffer_pool_limit(Py_ssize_t limit_bytes):
+    """Bound the bytes the pool keeps (0: keep none, every buffer freed as
+    before); buffers beyond the new bound are freed now. Returns the old bound."""
+    global _pool_limit, _pool_bytes
+    cdef Py_ssize_t old = _pool_limit
+    cdef int i
+    if limit_bytes < 0:
+        raise ValueError(f"the buffer pool's limit is a number of bytes, 0 or more, not {limit_bytes}")
+    _pool_limit = limit_bytes
+    for i in range(_POOL_CLASSES):
+        while _pool_count[i] and _pool_bytes > _pool_limit:
+            _pool_count[i] -= 1
+            _pool_bytes -= _pool_cap[i]
+            PyMem_Free(_pool_free[i][_pool_count[i]])
+        if _pool_count[i] == 0:
+            _pool_cap[i] = 0             # the slot is free for another capacity
+    return old
+
+
 @cython.no_gc                   # why: see _batch.pxd
 cdef class BatchBuilder:
     """Accumulates records into one RecordBatch v2 (magic 2).
@@ -327,15 +422,18 @@ cdef class BatchBuilder:
             cap = 1024 * 1024
         if cap < 1024:
             cap = 1024
-        self.buf = <unsigned char*>PyMem_Malloc(cap)
+        self.buf = _pool_take(cap)
         if self.buf == NULL:
-            raise MemoryError()
+            self.buf = <unsigned char*>PyMem_Malloc(cap)
+            if self.buf == NULL:
+                raise MemoryError()
         self.cap = cap
         self.pos = BATCH_OVERHEAD
 
     def __dealloc__(self):
         if self.buf != NULL:
-            PyMem_Free(self.buf)
+            if not _pool_give(self.buf, self.cap):
+                PyMem_Free(self.buf)
             self.buf = NULL
 
     cdef int _reserve(self, Py_ssize_t n) except -1:
@@ -544,14 +642,20 @@ cdef class BatchBuilder:
         The records are copied to a buffer of their size and the large one
         freed whole, not shrunk in place: the allocator then hands the whole
         block to the next batch, where the tail a shrink leaves could not
-        serve it (the process grew by ~20 MB at 1,000 partitions). Only
-        worth it when at least half the buffer is unused."""
+        serve it (the process grew by ~20 MB at 1,000 partitions); the
+        buffer pool (below) keeps it for the next batch instead, when it has
+        room. Only worth it when at least half the buffer is unused."""
+        return self._shrink_to_fit()
+
+    cdef Py_ssize_t _shrink_to_fit(self) except -1:
+        """``shrink_to_fit`` for C callers (the producer's drain)."""
         cdef unsigned char* smaller
         if self.cap >= 2 * self.pos:
             smaller = <unsigned char*>PyMem_Malloc(self.pos)
             if smaller != NULL:          # else the larger buffer is kept: still valid
                 memcpy(smaller, self.buf, self.pos)
-                PyMem_Free(self.buf)
+                if not _pool_give(self.buf, self.cap):
+                    PyMem_Free(self.buf)
                 self.buf = smaller
                 self.cap = self.pos
         return self.cap
