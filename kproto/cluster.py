@@ -124,6 +124,11 @@ class ClusterMetadata:
         #: The last metadata answer's top-level error (None once one succeeds).
         self.refusal: Optional[Exception] = None
         self.version = 0                                    # bumped on every update
+        #: Bumped whenever a partition's leader or a topic may have changed
+        #: (an update, a KIP-951 hint, a leader forgotten, a rebootstrap):
+        #: the consumer's kept fetch plan (kproto.consumer.fetch_plan) is
+        #: rebuilt then, and trusted in between.
+        self.leaders_version = 0
         self.last_refresh_ms: Optional[float] = None
         self.last_attempt_ms: Optional[float] = None
         self._failed_attempts = 0
@@ -237,6 +242,7 @@ class ClusterMetadata:
                 parts[p] = -1
         self.leader_epochs.clear()
         self._by_node = None
+        self.leaders_version += 1
         self._bootstrap_next = 0
         self._failed_attempts = 0
         self._stale_since = None
@@ -361,6 +367,7 @@ class ClusterMetadata:
 
     def _changed(self):
         """``partitions`` changed: drop what was derived from it."""
+        self.leaders_version += 1
         self._by_node = None
         self._available = {}
 
@@ -426,6 +433,7 @@ class ClusterMetadata:
         parts[partition] = leader_id
         epochs[partition] = leader_epoch
         self._by_node = None
+        self.leaders_version += 1
         self.leader_hints_applied += 1
         return True
 

@@ -76,21 +76,32 @@ class Positions:
         #: none of those: a drain only moves positions that exist, an answer
         #: ends a reset.)
         self.version = 0
+        #: Bumped by a change of the assigned partitions (assign, add,
+        #: remove): the fetcher's kept plan (kproto.consumer.fetch_plan)
+        #: is rebuilt from every partition then.
+        self.assignment_version = 0
+        #: The partitions a seek, reset, pause or resume changed since the
+        #: fetcher's plan last looked (it empties the set): that plan visits
+        #: these rather than every partition.
+        self.touched: set = set()
 
     # -- assignment ------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment; kept partitions keep their state."""
         wanted = {TopicPartition(*tp) for tp in partitions}
         self.version += 1
+        self.assignment_version += 1
         self.states = {tp: self.states.get(tp) or PartitionState() for tp in wanted}
 
     def add(self, partitions: Iterable[TopicPartition]) -> None:
         self.version += 1
+        self.assignment_version += 1
         for tp in partitions:
             self.states.setdefault(TopicPartition(*tp), PartitionState())
 
     def remove(self, partitions: Iterable[TopicPartition]) -> None:
         self.version += 1
+        self.assignment_version += 1
         for tp in partitions:
             self.states.pop(TopicPartition(*tp), None)
 
@@ -117,6 +128,7 @@ class Positions:
             raise ValueError(f"offset must be >= 0, not {offset}")
         st = self.state(tp)
         self.version += 1
+        self.touched.add(tp)
         st.position, st.leader_epoch, st.reset_to = offset, leader_epoch, None
 
     def position(self, tp) -> Optional[int]:
@@ -133,6 +145,7 @@ class Positions:
             err.partitions = {tp}              # as Java's NoOffsetForPartitionException.partitions()
             raise err
         self.version += 1
+        self.touched.add(tp)
         st.reset_to, st.position = strategy, None
 
     def needs_position(self):
@@ -147,11 +160,13 @@ class Positions:
         self.version += 1
         for tp in partitions:
             self.state(tp).paused = True
+            self.touched.add(tp)
 
     def resume(self, partitions) -> None:
         self.version += 1
         for tp in partitions:
             self.state(tp).paused = False
+            self.touched.add(tp)
 
     def paused(self):
         return [tp for tp, st in self.states.items() if st.paused]
