@@ -15,6 +15,8 @@ import pytest
 from kproto import messages
 from kproto.cluster import TopicPartition
 from kproto.consumer._fetch import decode_fetch_response
+from kproto.consumer._fetch_request import fetch_request_body
+from kproto.consumer import fetcher as fetcher_module
 from kproto.consumer.fetcher import Fetcher
 from kproto.consumer.positions import Positions
 from kproto.records import BatchBuilder
@@ -52,13 +54,14 @@ def encode_answer(req, parts, session_id, error_code, as_c):
 class Side:
     """One consumer's positions and fetcher."""
 
-    def __init__(self, tps, incremental):
+    def __init__(self, tps, incremental, reuse=True):
         self.pos = Positions("earliest")
         self.pos.assign(tps)
         for tp in tps:
             self.pos.seek(tp, 0)
         self.f = Fetcher(self.pos)
         self.f.incremental_plan = incremental
+        self.f.reuse_frames = reuse
         self.in_flight = {}                      # node -> request
 
     def drop_buffered(self, tps):
@@ -76,7 +79,7 @@ class Side:
 class Twin:
     """The kept plan and the walk, fed the same rounds."""
 
-    def __init__(self, seed, version, topics=("t", "u"), partitions=6, nodes=2):
+    def __init__(self, seed, version, topics=("t", "u"), partitions=6, nodes=2, incremental=True):
         self.rng = random.Random(seed)
         self.version = version
         self.versions = {n: version for n in range(1, nodes + 1)}
@@ -85,7 +88,8 @@ class Twin:
         self.rng.shuffle(self.tps)               # topics interleaved in the positions
         self.leaders = {t: {p: 1 + (p % nodes) for p in range(partitions)} for t in topics}
         self.leaders_version = 0
-        self.plan, self.walk = Side(self.tps, True), Side(self.tps, False)
+        # the kept plan (or the walk) re-using frames, against the walk writing every body
+        self.plan, self.walk = Side(self.tps, incremental, True), Side(self.tps, False, False)
         self.requests = 0
 
     def sides(self):
@@ -220,21 +224,45 @@ class Twin:
             self.check()
 
 
+@pytest.fixture(params=["always", "by-share"])
+def small_plans(request, monkeypatch):
+    """The kept plan for a dozen partitions (it leaves fewer than 65 to the
+    walk), used every round or, as by default, only while at most a quarter
+    of the partitions are pending."""
+    monkeypatch.setattr(fetcher_module, "_WALK_AT_MOST", 0)
+    if request.param == "always":
+        monkeypatch.setattr(fetcher_module, "_WALK_ABOVE_SHARE", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 16, 18])
 @pytest.mark.parametrize("seed", range(6))
-def test_kept_plan_sends_what_the_walk_sends(version, seed):
+def test_kept_plan_sends_what_the_walk_sends(version, seed, small_plans):
     twin = Twin(seed * 100 + version, version)
     twin.run(300)
     assert twin.requests > 200
     if version >= 7:
         incremental = sum(s.incremental_sent for s in twin.plan.f.sessions.values())
-        assert incremental > 0                                # the kept plan was used
+        assert incremental > 0
+    if small_plans == "always" and version >= 7:
+        assert twin.plan.f._plan.key is not None          # the kept plan was used
+    assert twin.plan.f.frames_reused > 10
+
+
+@pytest.mark.parametrize("version", [4, 9, 12, 13, 18])
+@pytest.mark.parametrize("seed", range(3))
+def test_reused_frames_equal_fresh_ones_on_the_walk(version, seed):
+    """The walk (sessions or not) with frames re-used vs written anew."""
+    twin = Twin(seed, version, incremental=False)
+    twin.run(300)
+    assert twin.plan.f.frames_reused > 20                  # frames were re-used
 
 
 @pytest.mark.parametrize("version", [12, 13])
-def test_one_node_one_partition_many_rounds(version):
+def test_one_node_one_partition_many_rounds(version, small_plans):
     twin = Twin(7, version, topics=("t",), partitions=1, nodes=1)
     twin.run(400)
+    assert twin.plan.f.frames_reused > 5
 
 
 def busy_rounds(incremental, partitions=1000, busy=10, rounds=30):
@@ -283,3 +311,29 @@ def test_a_paused_node_is_not_walked_every_round():
     by_node = {r.node: r for r in reqs}
     assert list(by_node[2].offsets) == [tps[150]]             # the walk found it
     assert len(by_node[1].offsets) == 100
+
+
+@pytest.mark.parametrize("version", [4, 7, 9, 12, 13, 15, 18])
+@pytest.mark.parametrize("sessions", [True, False])
+def test_a_quiet_consumer_resends_its_last_frame_patched(version, sessions):
+    """One partition, a record per answer: after the first requests every
+    body is the last one patched, and byte for byte what the writer writes."""
+    tp = TopicPartition("t", 0)
+    side = Side([tp], True)
+    side.f.use_sessions = sessions
+    leaders = {"t": {0: 1}}
+    epochs = []
+    for i in range(60):
+        req, = side.f.fetch_requests(lambda tp: 1, lambda node: version, TOPIC_IDS.get, leaders.get, 0)
+        assert req.encoded.data == fetch_request_body(version, req.body)
+        epochs.append(req.body["session_epoch"])
+        offset = req.offsets[tp]
+        parts = {tp: {"records": batch(offset, 1), "high_watermark": offset + 1}} if i % 3 else {}
+        side.f.on_fetch_response(req, encode_answer(req, parts, SESSION, 0, True))
+        side.f.drain_columns(10)
+    assert side.pos.position(tp) == 40
+    assert side.f.frames_reused >= 55
+    if sessions and version >= 7:
+        assert epochs[:3] == [0, 1, 2] and epochs[-1] == 59     # patched in as it counts up
+    else:
+        assert set(epochs) == {-1}

@@ -33,7 +33,7 @@ from kproto.cluster import TopicPartition
 from kproto.consumer._fetch import (
     Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns, fetch_partitions, select_fetchable,
 )
-from kproto.consumer._fetch_request import fetch_request_body
+from kproto.consumer._fetch_request import FetchFrame, fetch_request_body
 from kproto.consumer.fetch_plan import FetchPlan
 from kproto.consumer.fetch_session import (
     FETCH_SESSION_TOPIC_ID_ERROR, FIRST_SESSION_VERSION, SESSION_ERRORS, FetchSession,
@@ -84,6 +84,15 @@ class FetchRequest(NamedTuple):
     def wire_body(self):
         """What to hand to ``send``: the body written in C, or the dict."""
         return self.body if self.encoded is None else self.encoded
+
+
+# When the walk over every partition (in C: select_fetchable, fetch_partitions)
+# is cheaper than the kept plan's book-keeping (measured with
+# bench/consumer_cost.py, issue 27): for a few partitions assigned, and when
+# more than a quarter of them changed since the last Fetch (every partition
+# busy: each one's position moved).
+_WALK_AT_MOST = 64
+_WALK_ABOVE_SHARE = 4
 
 
 def _first(item):
@@ -149,6 +158,13 @@ class Fetcher:
         #: partition each round, the reference (tests/test_fetch_plan.py).
         self.incremental_plan = True
         self._plan = FetchPlan()
+        #: With ``write_in_c``, a Fetch of the same shape as the last one to
+        #: its node (the same partitions, only offsets and the session epoch
+        #: changed) is that one's bytes patched (_fetch_request.FetchFrame);
+        #: False: every body is written anew, the reference.
+        self.reuse_frames = True
+        self._frames: Dict[tuple, FetchFrame] = {}
+        self.frames_reused = 0                   # (tests and benchmarks count them)
         self._in_flight_nodes: set = set()
         self._buffered: "collections.deque[_Buffered]" = collections.deque()
         self._errors: List[Exception] = []       # raised to the application on the next drain
@@ -187,7 +203,8 @@ class Fetcher:
         """
         buffered = self._buffered_partitions()
         if leaders_of_topic is not None:
-            if self.incremental_plan and leaders_version is not None:
+            if (self.incremental_plan and leaders_version is not None
+                    and len(self.positions.states) > _WALK_AT_MOST):
                 return self._planned_requests(buffered, leaders_of_topic, leaders_version,
                                               version_of, topic_id_of)
             self.positions.touched.clear()       # (kept for the plan only)
@@ -235,6 +252,14 @@ class Fetcher:
                 fast = None                      # a node to walk for
                 break
             fast.append((node, synced, session))
+        if fast:
+            pending = 0
+            for node, _, _ in fast:
+                found = plan.pending.get(node)
+                if found:
+                    pending += len(found)
+            if pending * _WALK_ABOVE_SHARE > len(states):
+                fast = None                      # most partitions changed: the walk in C is cheaper
         requests = []
         if fast is not None:
             if plan.leaderless and plan.leaderless_fetchable(states, buffered):
@@ -408,7 +433,27 @@ class Fetcher:
                 "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
                 "isolation_level": self.isolation, "session_id": session_id, "session_epoch": epoch,
                 "topics": topic_entries, "forgotten_topics_data": forgotten, "rack_id": self.client_rack}
-        data = fetch_request_body(version, body) if self.write_in_c else None
+        data = None
+        if self.write_in_c:
+            if self.reuse_frames:
+                # One frame per node and number of partitions listed: a quiet
+                # consumer's incremental Fetch alternates between naming its
+                # partition (a record was read) and naming none.
+                listed = 0
+                for topic in topic_entries:
+                    listed += len(topic["partitions"])
+                key = (node, listed)
+                frame = self._frames.get(key)
+                if frame is not None:
+                    data = frame.patched(version, body)
+                if data is not None:
+                    self.frames_reused += 1
+                else:
+                    data, frame = FetchFrame.write(version, body)
+                    if frame is not None:
+                        self._frames[key] = frame
+            else:
+                data = fetch_request_body(version, body)
         encoded = None if data is None else EncodedBody(FETCH_API_KEY, version, data)
         return FetchRequest(node, version, body, offsets, names, index, encoded, session_epoch)
 
