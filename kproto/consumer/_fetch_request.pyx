@@ -211,7 +211,8 @@ cdef class FetchFrame:
     it), holding the same keys; no forgotten topics."""
     cdef readonly int version
     cdef readonly bytes data
-    cdef dict top                 # the body's fields but topics and session_epoch
+    cdef list keys                # the body's fields but topics and session_epoch,
+    cdef list values              # and their values
     cdef list refs                # each topic's id or name
     cdef list entries             # every partition entry, in order
     cdef list sizes               # each entry's number of keys
@@ -232,7 +233,11 @@ cdef class FetchFrame:
             return data, None
         cdef FetchFrame f = FetchFrame.__new__(FetchFrame)
         f.version, f.data, f.marks = version, data, marks
-        f.top = {k: v for k, v in body.items() if k != "topics" and k != "session_epoch"}
+        f.keys, f.values = [], []
+        for k, v in body.items():
+            if k != "topics" and k != "session_epoch":
+                f.keys.append(k)
+                f.values.append(v)
         f.refs, f.entries, f.sizes, f.counts = [], [], [], []
         for topic in body["topics"]:
             f.refs.append(topic.get("topic_id") if version >= FIRST_TOPIC_ID_VERSION else topic.get("topic"))
@@ -252,10 +257,16 @@ cdef class FetchFrame:
         cdef list topics, parts
         cdef Py_ssize_t i, j, k = 0, n, m
         cdef dict p
-        if version != self.version or PyDict_Size(body) != PyDict_Size(self.top) + 2:
+        cdef PyObject* got
+        cdef object value
+        if version != self.version or PyDict_Size(body) != PyList_GET_SIZE(self.keys) + 2:
             return None
-        for key, value in self.top.items():
-            if _get(body, key, None) != value:
+        for i in range(PyList_GET_SIZE(self.keys)):
+            got = PyDict_GetItem(body, <object>PyList_GET_ITEM(self.keys, i))
+            value = <object>PyList_GET_ITEM(self.values, i)
+            if got is NULL:
+                return None
+            if <object>got is not value and <object>got != value:   # (mostly the very same objects)
                 return None
         topics = body["topics"]
         n = PyList_GET_SIZE(topics)

@@ -55,35 +55,52 @@ class FetchPlan:
         self.pending: Dict[int, Set[TopicPartition]] = {}
         #: partitions whose state an answer changed, not yet given to their node
         self.dirty: Set[TopicPartition] = set()
+        #: the partitions buffered at the last walk, to be given to their nodes
+        #: at the next update (a drain frees them without a word)
+        self.carried: Optional[set] = None
         #: partitions looked at by the last plan (tests count them)
         self.visited = 0
 
     def mark(self, tp: TopicPartition) -> None:
         """``tp``'s fetch state changed outside ``Positions`` (records
         buffered, a reset answered, a leader epoch dropped): visit it at its
-        node's next request."""
+        node's next request. (The fetcher adds to ``dirty`` directly on its
+        per-answer path.)"""
         self.dirty.add(tp)
 
-    def update(self, positions, leaders_of_topic, leaders_version: int) -> None:
+    def update(self, positions, leaders_of_topic, leaders_version: int, walk_above_share: int) -> bool:
         """Bring the plan up to date: rebuilt from every partition when the
         assignment or the leaders changed, else the partitions touched since
-        the last update are handed to their nodes' pending sets."""
+        the last update are handed to their nodes' pending sets. True when
+        every node not in flight is to be walked this round: after a rebuild,
+        or when more than 1/``walk_above_share`` of the partitions changed
+        (every partition busy: the walk, in C, is cheaper than visiting
+        them one by one here; every node walks when it can then)."""
         key = (positions.assignment_version, leaders_version)
         touched = positions.touched
+        dirty = self.dirty
+        carried = self.carried
+        self.carried = None
         if key != self.key:
             self._rebuild(positions.states, leaders_of_topic)
             self.key = key
             touched.clear()
-            self.dirty.clear()
-            return
-        dirty = self.dirty
+            dirty.clear()
+            return True
+        changed = len(dirty) + len(touched) + (len(carried) if carried else 0)
+        self.visited = changed
+        if not changed:
+            return False
+        if changed * walk_above_share > len(self.order):
+            self.synced, self.pending, self.idle = {}, {}, set()
+            touched.clear()
+            dirty.clear()
+            return True
         if touched:
             dirty |= touched
             touched.clear()
-        if not dirty:
-            self.visited = 0
-            return
-        self.visited = len(dirty)
+        if carried:
+            dirty |= carried
         node_of = self.node_of
         pending = self.pending
         for tp in dirty:
@@ -95,6 +112,7 @@ class FetchPlan:
                 found = pending[node] = set()
             found.add(tp)
         dirty.clear()
+        return False
 
     def _rebuild(self, states: dict, leaders_of_topic) -> None:
         node_of: Dict[TopicPartition, int] = {}
@@ -125,6 +143,7 @@ class FetchPlan:
             parts[partition] = tp
         self.node_of, self.order, self.index, self.leaderless = node_of, order, index, leaderless
         self.synced, self.pending, self.idle = {}, {}, set()
+        self.carried = None
         self.visited = i
 
     def leaderless_fetchable(self, states: dict, buffered) -> bool:
@@ -137,23 +156,23 @@ class FetchPlan:
                 return True
         return False
 
-    def synced_by_walk(self, node: int, version: int, topic_names: dict, buffered) -> None:
-        """A full walk just built the request to ``node``: what its session
-        holds is what the positions say, but for the partitions buffered
-        now, which a drain may free without a word."""
-        self.synced[node] = (version, topic_names)
-        self.idle.discard(node)
-        node_of = self.node_of
-        self.pending[node] = {tp for tp in buffered if node_of.get(tp) == node}
-
-    def idle_after_walk(self, by_node: dict, in_flight, buffered) -> None:
-        """After a walk: the nodes it found nothing to fetch from (not in
-        ``by_node``, not in flight) wait, without a walk per round, until
-        one of their partitions is pending (a buffered one among them)."""
-        node_of = self.node_of
+    def after_walk(self, walked: list, by_node: dict, in_flight, buffered: set) -> None:
+        """The walk over every partition just built ``walked`` (requests)
+        from ``by_node`` (the nodes it found partitions to fetch from): the
+        sessions of those nodes hold what the positions say, but for the
+        partitions buffered now, which a drain may free without a word (they
+        are handed to their nodes at the next update: ``carried``); a node it
+        found nothing to fetch from, and not in flight, is idle until one of
+        its partitions is pending."""
+        synced, pending = self.synced, self.pending
+        for req in walked:
+            synced[req.node] = (req.version, req.topic_names)
+            pending[req.node] = set()
+            self.idle.discard(req.node)
         for node in self.index:
             if node in by_node or node in in_flight:
                 continue
             self.idle.add(node)
-            self.synced.pop(node, None)
-            self.pending[node] = {tp for tp in buffered if node_of.get(tp) == node}
+            synced.pop(node, None)
+            pending[node] = set()
+        self.carried = buffered

@@ -158,6 +158,7 @@ class Fetcher:
         #: partition each round, the reference (tests/test_fetch_plan.py).
         self.incremental_plan = True
         self._plan = FetchPlan()
+        self._plan_dirty = self._plan.dirty
         #: With ``write_in_c``, a Fetch of the same shape as the last one to
         #: its node (the same partitions, only offsets and the session epoch
         #: changed) is that one's bytes patched (_fetch_request.FetchFrame);
@@ -208,6 +209,7 @@ class Fetcher:
                 return self._planned_requests(buffered, leaders_of_topic, leaders_version,
                                               version_of, topic_id_of)
             self.positions.touched.clear()       # (kept for the plan only)
+            self._plan_dirty.clear()
             by_node, refresh = select_fetchable(self.positions.states, buffered, leaders_of_topic,
                                                 self._in_flight_nodes)
             self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
@@ -234,32 +236,25 @@ class Fetcher:
         this round walks every partition (the reference path) and the nodes
         it built requests for are in step again."""
         plan = self._plan
-        plan.update(self.positions, leaders_of_topic, leaders_version)
+        walk = plan.update(self.positions, leaders_of_topic, leaders_version, _WALK_ABOVE_SHARE)
         states = self.positions.states
         in_flight = self._in_flight_nodes
-        fast = []
-        for node in plan.index:
-            if node in in_flight:
-                continue
-            if node in plan.idle:
-                if plan.pending.get(node):
-                    fast = None                  # a partition of an idle node changed: walk
+        fast = None if walk else []
+        if fast is not None:
+            for node in plan.index:
+                if node in in_flight:
+                    continue
+                if node in plan.idle:
+                    if plan.pending.get(node):
+                        fast = None              # a partition of an idle node changed: walk
+                        break
+                    continue                     # still nothing to fetch from it
+                synced = plan.synced.get(node)
+                session = self.sessions.get(node)
+                if synced is None or session is None or session.is_full:
+                    fast = None                  # a node to walk for
                     break
-                continue                         # still nothing to fetch from it
-            synced = plan.synced.get(node)
-            session = self.sessions.get(node)
-            if synced is None or session is None or session.is_full:
-                fast = None                      # a node to walk for
-                break
-            fast.append((node, synced, session))
-        if fast:
-            pending = 0
-            for node, _, _ in fast:
-                found = plan.pending.get(node)
-                if found:
-                    pending += len(found)
-            if pending * _WALK_ABOVE_SHARE > len(states):
-                fast = None                      # most partitions changed: the walk in C is cheaper
+                fast.append((node, synced, session))
         requests = []
         if fast is not None:
             if plan.leaderless and plan.leaderless_fetchable(states, buffered):
@@ -279,9 +274,7 @@ class Fetcher:
         by_node, refresh = select_fetchable(states, buffered, leaders_of_topic, in_flight)
         self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
         walked = self._requests(by_node, version_of, topic_id_of)
-        for req in walked:
-            plan.synced_by_walk(req.node, req.version, req.topic_names, buffered)
-        plan.idle_after_walk(by_node, in_flight, buffered)
+        plan.after_walk(walked, by_node, in_flight, buffered)
         return requests + walked
 
     def _incremental(self, plan: FetchPlan, node, version, names, session, states, buffered,
@@ -323,7 +316,7 @@ class Fetcher:
         by_id = version >= 13
         topics, _, _, _, _ = fetch_partitions(listed, self.max_partition_fetch_bytes)
         topic_entries = []
-        for topic, parts in sorted(topics.items(), key=_first):
+        for topic, parts in (sorted(topics.items(), key=_first) if len(topics) > 1 else topics.items()):
             if by_id:
                 topic_id = topic_ids.get(topic)
                 if topic_id is None:
@@ -393,7 +386,7 @@ class Fetcher:
         # Topics in name order, partitions in the order of the positions: a
         # request's bytes do not depend on which partitions were fetchable
         # before (the kept plan, _incremental, writes the same).
-        for topic, parts in sorted(topics.items(), key=_first):
+        for topic, parts in (sorted(topics.items(), key=_first) if len(topics) > 1 else topics.items()):
             if version >= 13:
                 topic_id = topic_id_of(topic)
                 if topic_id is None:
@@ -614,7 +607,7 @@ class Fetcher:
                 f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
             return
         self._buffered.append(_Buffered(tp, batches, aborted))
-        self._plan.mark(tp)
+        self._plan_dirty.add(tp)                 # (FetchPlan.mark, without a call per partition)
 
     def _partition_error(self, err, tp, fetch_offset):
         """Keep a partition's fetch error for the next drain: once per
