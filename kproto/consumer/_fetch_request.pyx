@@ -272,11 +272,13 @@ cdef class FetchFrame:
         n = PyList_GET_SIZE(topics)
         if n != PyList_GET_SIZE(self.refs):
             return None
+        cdef object stored
         for i in range(n):
             topic = <dict>PyList_GET_ITEM(topics, i)
-            ref = topic.get("topic_id") if version >= FIRST_TOPIC_ID_VERSION else topic.get("topic")
-            if ref != self.refs[i]:
-                return None
+            got = PyDict_GetItem(topic, "topic_id" if version >= FIRST_TOPIC_ID_VERSION else "topic")
+            stored = <object>PyList_GET_ITEM(self.refs, i)
+            if got is NULL or (<object>got is not stored and <object>got != stored):
+                return None                       # (a topic id is mostly the very same UUID)
             parts = topic["partitions"]
             m = PyList_GET_SIZE(parts)
             if m != <Py_ssize_t>self.counts[i]:

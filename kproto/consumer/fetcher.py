@@ -448,7 +448,8 @@ class Fetcher:
             else:
                 data = fetch_request_body(version, body)
         encoded = None if data is None else EncodedBody(FETCH_API_KEY, version, data)
-        return FetchRequest(node, version, body, offsets, names, index, encoded, session_epoch)
+        # (tuple.__new__: a NamedTuple's own __new__ is Python code, one per Fetch)
+        return tuple.__new__(FetchRequest, (node, version, body, offsets, names, index, encoded, session_epoch))
 
     @staticmethod
     def _forgotten(session: FetchSession, offsets, version) -> list:
