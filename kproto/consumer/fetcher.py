@@ -95,6 +95,11 @@ _WALK_AT_MOST = 64
 _WALK_ABOVE_SHARE = 4
 
 
+# Frames kept per node (by number of partitions listed): a quiet consumer
+# alternates between two shapes; more come and go with the load.
+_FRAMES_PER_NODE = 4
+
+
 def _first(item):
     return item[0]
 
@@ -164,7 +169,7 @@ class Fetcher:
         #: changed) is that one's bytes patched (_fetch_request.FetchFrame);
         #: False: every body is written anew, the reference.
         self.reuse_frames = True
-        self._frames: Dict[tuple, FetchFrame] = {}
+        self._frames: Dict[int, Dict[int, FetchFrame]] = {}     # node -> partitions listed -> frame
         self.frames_reused = 0                   # (tests and benchmarks count them)
         self._in_flight_nodes: set = set()
         self._buffered: "collections.deque[_Buffered]" = collections.deque()
@@ -435,8 +440,10 @@ class Fetcher:
                 listed = 0
                 for topic in topic_entries:
                     listed += len(topic["partitions"])
-                key = (node, listed)
-                frame = self._frames.get(key)
+                frames = self._frames.get(node)
+                if frames is None:
+                    frames = self._frames[node] = {}
+                frame = frames.get(listed)
                 if frame is not None:
                     data = frame.patched(version, body)
                 if data is not None:
@@ -444,7 +451,9 @@ class Fetcher:
                 else:
                     data, frame = FetchFrame.write(version, body)
                     if frame is not None:
-                        self._frames[key] = frame
+                        if len(frames) >= _FRAMES_PER_NODE:
+                            frames.clear()       # shapes come and go: keep a few, not one per count
+                        frames[listed] = frame
             else:
                 data = fetch_request_body(version, body)
         encoded = None if data is None else EncodedBody(FETCH_API_KEY, version, data)
