@@ -84,6 +84,10 @@ class Positions:
         #: fetcher's plan last looked (it empties the set): that plan visits
         #: these rather than every partition.
         self.touched: set = set()
+        # Whether a reset may be pending: set by request_reset, cleared by
+        # awaiting_reset when it finds none (a reset is only ever asked for
+        # there), so that a round without one walks no partition for it.
+        self._resets_asked = False
 
     # -- assignment ------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -146,6 +150,7 @@ class Positions:
             raise err
         self.version += 1
         self.touched.add(tp)
+        self._resets_asked = True
         st.reset_to, st.position = strategy, None
 
     def needs_position(self):
@@ -154,7 +159,15 @@ class Positions:
         return [tp for tp, st in self.states.items() if st.position is None and st.reset_to is None]
 
     def awaiting_reset(self):
-        return [(tp, st.reset_to) for tp, st in self.states.items() if st.reset_to is not None]
+        """(partition, strategy) of every partition waiting for an offset
+        reset, in assignment order; no walk while none was asked for since
+        the last call that found none (the fetcher asks every round)."""
+        if not self._resets_asked:
+            return []
+        out = [(tp, st.reset_to) for tp, st in self.states.items() if st.reset_to is not None]
+        if not out:
+            self._resets_asked = False
+        return out
 
     def pause(self, partitions) -> None:
         self.version += 1
