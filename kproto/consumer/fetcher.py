@@ -220,6 +220,7 @@ class Fetcher:
             self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
             return self._requests(by_node, version_of, topic_id_of)
         self.positions.touched.clear()
+        self._plan_dirty.clear()
         by_node: Dict[int, list] = {}
         for tp, st in self.positions.fetchable_states():
             if tp in buffered:
