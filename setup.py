@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 COMPILED_PY_MODULES = [
     "kproto/connection.py",
     "kproto/client.py",
+    "kproto/consumer/fetch_plan.py",
     "kproto/consumer/fetch_session.py",
     "kproto/consumer/fetcher.py",
     "kproto/consumer/positions.py",

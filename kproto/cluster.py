@@ -163,6 +163,11 @@ class ClusterMetadata:
         self.update_due_ms: Optional[float] = None
         self.last_refresh_ms = None
         self.last_attempt_ms = None
+        #: Bumped whenever a partition's leader or a topic may have changed
+        #: (an update, a KIP-951 hint, a leader forgotten, a rebootstrap):
+        #: the consumer's kept fetch plan (kproto.consumer.fetch_plan) is
+        #: rebuilt then, and trusted in between.
+        self.leaders_version = 0
         self._failed_attempts = 0
         self.need_update = True
         self._urgent = False
@@ -290,6 +295,7 @@ class ClusterMetadata:
                 parts[p] = -1
         self.leader_epochs.clear()
         self._by_node = None
+        self.leaders_version += 1
         self._bootstrap_next = 0
         self._failed_attempts = 0
         self._stale_since = None
@@ -424,6 +430,7 @@ class ClusterMetadata:
 
     def _changed(self):
         """``partitions`` changed: drop what was derived from it."""
+        self.leaders_version += 1
         self._by_node = None
         self._available = {}
 
@@ -507,6 +514,7 @@ class ClusterMetadata:
         parts[partition] = leader_id
         epochs[partition] = leader_epoch
         self._by_node = None
+        self.leaders_version += 1
         self.leader_hints_applied += 1
         self._leader_moved(topic, partition, now)
         return True

@@ -90,6 +90,7 @@ passed, as Java's ``NetworkClient.maybeThrottle`` mutes the node.
 import collections
 import enum
 import random
+import struct
 from typing import Any, NamedTuple, Optional
 
 from kproto import error_codes, messages, versions
@@ -115,6 +116,11 @@ __all__ = [
 ]
 
 UNSUPPORTED_VERSION = 35
+
+# A request frame's first 12 bytes: its size, API key and version, correlation id.
+_FRAME_HEAD = struct.Struct(">i4si")
+# A response frame's first 4 bytes: its correlation id.
+_CID = struct.Struct(">i")
 
 
 def client_software_version():
@@ -492,6 +498,11 @@ class Connection:
 
         self._next_correlation_id = initial_correlation_id & 0x7FFFFFFF
         self._seq = 0
+        # (API key, version) -> the VersionTable it was checked against (_enqueue)
+        self._versions_checked: dict = {}
+        # (API key, version) -> the header's key and version bytes and its
+        # bytes after the correlation id (_encoded_frame)
+        self._header_tails: dict = {}
         self._reset_session()
 
     # -- per-session state ------------------------------------------------------
@@ -654,18 +665,25 @@ class Connection:
                 version = api_obj.max_version
             else:
                 version = self.versions.pick(api_obj)
-        else:
+        elif self.versions is None or self._versions_checked.get((api_obj.key, version)) is not self.versions:
+            # Checked once per API, version and negotiation: a consumer sends
+            # the same Fetch version every round (issue 27).
             api_obj.check_version(version)
-            if self.versions is not None and not self.versions.supports(api_obj, version):
-                raise UnsupportedVersionError(
-                    f"node {self.node_id} does not support {api_obj.name} v{version} "
-                    f"(it supports {self.versions.broker_range(api_obj) or 'no version'})")
+            if self.versions is not None:
+                if not self.versions.supports(api_obj, version):
+                    raise UnsupportedVersionError(
+                        f"node {self.node_id} does not support {api_obj.name} v{version} "
+                        f"(it supports {self.versions.broker_range(api_obj) or 'no version'})")
+                self._versions_checked[(api_obj.key, version)] = self.versions
         if callable(body):
             # A body whose fields depend on the version negotiated just above
             # (e.g. FindCoordinator's key vs coordinator_keys): built now.
             body = body(version)
         cid = self._next_correlation_id
-        data = m.encode_request(api_obj, version, cid, self.client_id, body)
+        if type(body) is m.EncodedBody and body.api_key == api_obj.key and body.version == version:
+            data = self._encoded_frame(api_obj, version, cid, body.data)
+        else:
+            data = m.encode_request(api_obj, version, cid, self.client_id, body)
         self._next_correlation_id = (cid + 1) & 0x7FFFFFFF
         req = InFlightRequest(api_obj, version, cid, body, self.node_id, expect_response,
                               self.request_timeout_ms if timeout_ms is None else timeout_ms,
@@ -683,6 +701,23 @@ class Connection:
             self._noresp_in_flight += 1
         self.last_activity = now
         return req
+
+    def _encoded_frame(self, api_obj, version, cid, data) -> bytes:
+        """The frame of a body already written (``messages.encode_request``
+        for an EncodedBody, which stays the reference: tests/test_fetch_plan.py
+        compares them): the request header's bytes after the correlation id
+        - the client id, and for a flexible version the empty tagged fields -
+        are the same for every request of this version, so they are written
+        once per API and version and joined to the size, key, version and
+        correlation id and the body."""
+        key = (api_obj.key, version)
+        head = self._header_tails.get(key)
+        if head is None:
+            empty = messages.encode_request(api_obj, version, 0, self.client_id,
+                                            messages.EncodedBody(api_obj.key, version, b""))
+            head = self._header_tails[key] = (empty[4:8], empty[12:])
+        tail = head[1]
+        return b"".join((_FRAME_HEAD.pack(8 + len(tail) + len(data), head[0], cid), tail, data))
 
     def data_to_send(self):
         """The bytes not yet reported written (b"" if none); not consumed.
@@ -784,7 +819,8 @@ class Connection:
     def _handle_frame(self, payload, now, events, done):
         m = messages
         try:
-            cid = m.peek_correlation_id(payload)
+            # (messages.peek_correlation_id, without a Reader per answer)
+            cid = _CID.unpack_from(payload)[0] if len(payload) >= 4 else m.peek_correlation_id(payload)
         except DecodeError as e:
             self._fail_connection(f"response from node {self.node_id} too short for a correlation id: {e}",
                                   e, now, events, done)

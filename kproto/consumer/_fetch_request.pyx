@@ -17,15 +17,17 @@ section), and a body carrying one of them is left to the generic codec
 (None is returned), which stays the reference:
 tests/test_fetch_request_writer.py checks both give the same bytes.
 """
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
-from libc.stdint cimport int8_t, int32_t, int64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 from kproto._wire cimport Writer
 from uuid import UUID as _UUID
 
-__all__ = ["fetch_request_body", "FIRST_VERSION", "LAST_VERSION"]
+__all__ = ["fetch_request_body", "FetchFrame", "FIRST_VERSION", "LAST_VERSION"]
 
 #: the versions written here (the client's Fetch range)
 FIRST_VERSION = 4
@@ -113,12 +115,13 @@ cdef Py_ssize_t _write_partition(Writer w, dict p, int version, bint flexible) e
     return known
 
 
-cpdef bytes fetch_request_body(int version, dict body):
+cpdef bytes fetch_request_body(int version, dict body, list marks=None):
     """The encoded body of a Fetch request of ``version`` (4-18) for
     ``body``, a dict of the codec's field names as ``Fetcher._build`` makes
     it; None when the version is not one written here or the body carries a
     field this writer does not write (a tagged one): the generic codec then
-    encodes it."""
+    encodes it. ``marks``, when given, receives where each partition entry
+    starts in the bytes (FetchFrame patches them)."""
     cdef bint flexible = version >= FIRST_FLEXIBLE_VERSION
     cdef bint by_id = version >= FIRST_TOPIC_ID_VERSION
     cdef Writer w
@@ -151,6 +154,8 @@ cpdef bytes fetch_request_body(int version, dict body):
         _array_len(w, m, flexible)
         for j in range(m):
             p = <dict>PyList_GET_ITEM(parts, j)
+            if marks is not None:
+                marks.append(w.pos)
             if _write_partition(w, p, version, flexible) != PyDict_Size(p):
                 return None                  # a key not written here (a tagged field): the codec's
         if flexible:
@@ -175,3 +180,134 @@ cpdef bytes fetch_request_body(int version, dict body):
     if flexible:
         w.write_uvarint(0)                   # no tagged fields (cluster_id, replica_state)
     return w.getvalue()
+
+
+# -- re-using the last body ----------------------------------------------------------
+# A consumer at a low rate sends, round after round, a Fetch that differs from
+# the last only in the fetch offsets (and the session epoch): the same
+# partitions, the same topics, the same settings. Every field of a partition
+# entry has a fixed width, so such a body is the last one's bytes with those
+# numbers written over them: no walk of the dicts, no Writer.
+
+cdef inline void _put32(char* p, int32_t v) noexcept:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = <char>(u >> 24); p[1] = <char>(u >> 16); p[2] = <char>(u >> 8); p[3] = <char>u
+
+
+cdef inline void _put64(char* p, int64_t v) noexcept:
+    cdef uint64_t u = <uint64_t>v
+    cdef int i
+    for i in range(8):
+        p[i] = <char>(u >> (56 - 8 * i))
+
+
+cdef class FetchFrame:
+    """A Fetch body written by :func:`fetch_request_body`, kept with where
+    its partition entries and session epoch are, so that :meth:`patched`
+    can give the next body of the same shape by copying it and writing the
+    new numbers in place. The shape: the version, every top-level field but
+    the session epoch, the topics in order, and the very same partition
+    entry dicts in order (the fetcher keeps one per partition and updates
+    it), holding the same keys; no forgotten topics."""
+    cdef readonly int version
+    cdef readonly bytes data
+    cdef list keys                # the body's fields but topics and session_epoch,
+    cdef list values              # and their values
+    cdef list refs                # each topic's id or name
+    cdef list entries             # every partition entry, in order
+    cdef list sizes               # each entry's number of keys
+    cdef list counts              # partitions per topic
+    cdef list marks               # where each entry starts in ``data``
+    cdef Py_ssize_t epoch_at      # where the session epoch is (-1: below v7)
+
+    @staticmethod
+    def write(int version, dict body):
+        """(bytes, FetchFrame or None): the body written as fetch_request_body
+        does (None, None when it does not write it); no frame for a body with
+        forgotten topics (a request that changes the session, not repeated)."""
+        cdef list marks = []
+        cdef bytes data = fetch_request_body(version, body, marks)
+        if data is None:
+            return None, None
+        if _get(body, "forgotten_topics_data", None):
+            return data, None
+        cdef FetchFrame f = FetchFrame.__new__(FetchFrame)
+        f.version, f.data, f.marks = version, data, marks
+        f.keys, f.values = [], []
+        for k, v in body.items():
+            if k != "topics" and k != "session_epoch":
+                f.keys.append(k)
+                f.values.append(v)
+        f.refs, f.entries, f.sizes, f.counts = [], [], [], []
+        for topic in body["topics"]:
+            f.refs.append(topic.get("topic_id") if version >= FIRST_TOPIC_ID_VERSION else topic.get("topic"))
+            parts = topic["partitions"]
+            f.counts.append(len(parts))
+            for p in parts:
+                f.entries.append(p)
+                f.sizes.append(PyDict_Size(p))
+        # replica_id (to v14), max_wait_ms, min_bytes, max_bytes, isolation_level, session_id
+        f.epoch_at = ((4 if version <= LAST_REPLICA_ID_VERSION else 0) + 17) if version >= 7 else -1
+        return data, f
+
+    cpdef bytes patched(self, int version, dict body):
+        """The body for ``body`` as this frame's bytes with its fetch offsets,
+        leader epochs, partition sizes and session epoch written in; None
+        when ``body`` is not of this frame's shape (write it anew)."""
+        cdef list topics, parts
+        cdef Py_ssize_t i, j, k = 0, n, m
+        cdef dict p
+        cdef PyObject* got
+        cdef object value
+        if version != self.version or PyDict_Size(body) != PyList_GET_SIZE(self.keys) + 2:
+            return None
+        for i in range(PyList_GET_SIZE(self.keys)):
+            got = PyDict_GetItem(body, <object>PyList_GET_ITEM(self.keys, i))
+            value = <object>PyList_GET_ITEM(self.values, i)
+            if got is NULL:
+                return None
+            if <object>got is not value and <object>got != value:   # (mostly the very same objects)
+                return None
+        topics = body["topics"]
+        n = PyList_GET_SIZE(topics)
+        if n != PyList_GET_SIZE(self.refs):
+            return None
+        cdef object stored
+        for i in range(n):
+            topic = <dict>PyList_GET_ITEM(topics, i)
+            got = PyDict_GetItem(topic, "topic_id" if version >= FIRST_TOPIC_ID_VERSION else "topic")
+            stored = <object>PyList_GET_ITEM(self.refs, i)
+            if got is NULL or (<object>got is not stored and <object>got != stored):
+                return None                       # (a topic id is mostly the very same UUID)
+            parts = topic["partitions"]
+            m = PyList_GET_SIZE(parts)
+            if m != <Py_ssize_t>self.counts[i]:
+                return None
+            for j in range(m):
+                p = <dict>PyList_GET_ITEM(parts, j)
+                if p is not self.entries[k] or PyDict_Size(p) != <Py_ssize_t>self.sizes[k]:
+                    return None
+                k += 1
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(self.data)
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+        cdef char* buf = PyBytes_AS_STRING(out)
+        memcpy(buf, PyBytes_AS_STRING(self.data), size)
+        if self.epoch_at >= 0:
+            _put32(buf + self.epoch_at, <int32_t>_get(body, "session_epoch", -1))
+        cdef char* at
+        for k in range(PyList_GET_SIZE(self.entries)):
+            p = <dict>PyList_GET_ITEM(self.entries, k)
+            at = buf + <Py_ssize_t>self.marks[k] + 4          # after the partition index
+            if version >= 9:
+                _put32(at, <int32_t>_get(p, "current_leader_epoch", -1))
+                at += 4
+            _put64(at, <int64_t>p["fetch_offset"])
+            at += 8
+            if version >= 12:
+                _put32(at, <int32_t>_get(p, "last_fetched_epoch", -1))
+                at += 4
+            if version >= 5:
+                _put64(at, <int64_t>_get(p, "log_start_offset", -1))
+                at += 8
+            _put32(at, <int32_t>p["partition_max_bytes"])
+        return out

@@ -906,7 +906,8 @@ class ConsumerCore(DriverIO):
                 continue
             client.send(lo.node, "ListOffsets", lo.body, now,
                         callback=lambda r, lo=lo: self._on_reset_done(lo, r))
-        for req in f.fetch_requests(leader_of, version_of, cluster.topic_ids.get, cluster.partitions.get):
+        for req in f.fetch_requests(leader_of, version_of, cluster.topic_ids.get, cluster.partitions.get,
+                                    cluster.leaders_version):
             if not client.is_ready(req.node):
                 f.on_fetch_unsent(req)
                 blocked.append(req.node)

@@ -136,9 +136,11 @@ class FetchSession:
         out: Dict[str, list] = {}
         if self.is_full:
             return out
-        for tp in self.offsets:
-            if tp not in offsets:
-                out.setdefault(tp.topic, []).append(tp.partition)
+        # By topic, then partition: the same list whatever order the
+        # session's partitions were added in (the kept fetch plan adds them
+        # as they change, the walk over every partition in the positions' order).
+        for tp in sorted(tp for tp in self.offsets if tp not in offsets):
+            out.setdefault(tp.topic, []).append(tp.partition)
         return out
 
     def sent(self, offsets: Dict[TopicPartition, int], epochs: Dict[TopicPartition, int],

@@ -33,7 +33,8 @@ from kproto.cluster import TopicPartition
 from kproto.consumer._fetch import (
     Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns, fetch_partitions, select_fetchable,
 )
-from kproto.consumer._fetch_request import fetch_request_body
+from kproto.consumer._fetch_request import FetchFrame, fetch_request_body
+from kproto.consumer.fetch_plan import FetchPlan
 from kproto.consumer.fetch_session import (
     FETCH_SESSION_TOPIC_ID_ERROR, FIRST_SESSION_VERSION, SESSION_ERRORS, FetchSession,
 )
@@ -83,6 +84,28 @@ class FetchRequest(NamedTuple):
     def wire_body(self):
         """What to hand to ``send``: the body written in C, or the dict."""
         return self.body if self.encoded is None else self.encoded
+
+
+# When the walk over every partition (in C: select_fetchable, fetch_partitions)
+# is cheaper than the kept plan's book-keeping (measured with
+# bench/consumer_cost.py, issue 27): for a few partitions assigned, and when
+# more than a quarter of them changed since the last Fetch (every partition
+# busy: each one's position moved).
+_WALK_AT_MOST = 64
+_WALK_ABOVE_SHARE = 4
+
+
+# Frames kept per node (by number of partitions listed): a quiet consumer
+# alternates between two shapes; more come and go with the load.
+_FRAMES_PER_NODE = 4
+
+
+def _first(item):
+    return item[0]
+
+
+#: _incremental's answer when the walk over every partition must plan a node
+_WALK = object()
 
 
 class ListOffsetsRequest(NamedTuple):
@@ -135,6 +158,19 @@ class Fetcher:
         self.use_sessions = True
         #: node -> its FetchSession
         self.sessions: Dict[int, FetchSession] = {}
+        #: With a session open, plan the next Fetch from the partitions that
+        #: changed only (kproto.consumer.fetch_plan); False: walk every
+        #: partition each round, the reference (tests/test_fetch_plan.py).
+        self.incremental_plan = True
+        self._plan = FetchPlan()
+        self._plan_dirty = self._plan.dirty
+        #: With ``write_in_c``, a Fetch of the same shape as the last one to
+        #: its node (the same partitions, only offsets and the session epoch
+        #: changed) is that one's bytes patched (_fetch_request.FetchFrame);
+        #: False: every body is written anew, the reference.
+        self.reuse_frames = True
+        self._frames: Dict[int, Dict[int, FetchFrame]] = {}     # node -> partitions listed -> frame
+        self.frames_reused = 0                   # (tests and benchmarks count them)
         self._in_flight_nodes: set = set()
         self._buffered: "collections.deque[_Buffered]" = collections.deque()
         self._errors: List[Exception] = []       # raised to the application on the next drain
@@ -154,6 +190,7 @@ class Fetcher:
                        version_of: Callable[[int], Optional[int]],
                        topic_id_of: Callable[[str], object] = lambda topic: None,
                        leaders_of_topic: Optional[Callable[[str], Optional[Dict[int, int]]]] = None,
+                       leaders_version: Optional[int] = None,
                        ) -> List[FetchRequest]:
         """Fetch requests to send now: one per leader without a fetch in flight.
 
@@ -164,14 +201,26 @@ class Fetcher:
         thousand partitions);
         ``version_of(node)`` the negotiated Fetch version for that node (None
         while not connected: that node is skipped for now);
-        ``topic_id_of(topic)`` the topic id, needed from Fetch v13 on.
+        ``topic_id_of(topic)`` the topic id, needed from Fetch v13 on;
+        ``leaders_version``, with ``leaders_of_topic``, a number that changes
+        whenever a leader or a topic id may have (``ClusterMetadata.leaders_version``):
+        the plan is then kept between rounds and an incremental request
+        visits only the partitions that changed (kproto.consumer.fetch_plan).
         """
         buffered = self._buffered_partitions()
         if leaders_of_topic is not None:
+            if (self.incremental_plan and leaders_version is not None
+                    and len(self.positions.states) > _WALK_AT_MOST):
+                return self._planned_requests(buffered, leaders_of_topic, leaders_version,
+                                              version_of, topic_id_of)
+            self.positions.touched.clear()       # (kept for the plan only)
+            self._plan_dirty.clear()
             by_node, refresh = select_fetchable(self.positions.states, buffered, leaders_of_topic,
                                                 self._in_flight_nodes)
             self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
             return self._requests(by_node, version_of, topic_id_of)
+        self.positions.touched.clear()
+        self._plan_dirty.clear()
         by_node: Dict[int, list] = {}
         for tp, st in self.positions.fetchable_states():
             if tp in buffered:
@@ -184,6 +233,134 @@ class Fetcher:
                 continue
             by_node.setdefault(leader, []).append((tp, st))
         return self._requests(by_node, version_of, topic_id_of)
+
+    def _planned_requests(self, buffered, leaders_of_topic, leaders_version, version_of,
+                          topic_id_of) -> List[FetchRequest]:
+        """fetch_requests with the kept plan: every node with an open session
+        and a request built at the current plan gets its incremental request
+        from its pending partitions; if any other node could be fetched from,
+        this round walks every partition (the reference path) and the nodes
+        it built requests for are in step again."""
+        plan = self._plan
+        walk = plan.update(self.positions, leaders_of_topic, leaders_version, _WALK_ABOVE_SHARE)
+        states = self.positions.states
+        in_flight = self._in_flight_nodes
+        fast = None if walk else []
+        if fast is not None:
+            for node in plan.index:
+                if node in in_flight:
+                    continue
+                if node in plan.idle:
+                    if plan.pending.get(node):
+                        fast = None              # a partition of an idle node changed: walk
+                        break
+                    continue                     # still nothing to fetch from it
+                synced = plan.synced.get(node)
+                session = self.sessions.get(node)
+                if synced is None or session is None or session.is_full:
+                    fast = None                  # a node to walk for
+                    break
+                fast.append((node, synced, session))
+        requests = []
+        if fast is not None:
+            if plan.leaderless and plan.leaderless_fetchable(states, buffered):
+                self.metadata_refresh_needed = True
+            for node, (sent_version, names), session in fast:
+                req = self._incremental(plan, node, sent_version, names, session, states, buffered, version_of)
+                if req is _WALK:
+                    break
+                if req is not None:
+                    self._in_flight_nodes.add(node)
+                    requests.append(req)
+            else:
+                return requests
+        # The walk over every partition (the reference path), for every node
+        # without a request yet; the nodes it plans for are in step after it.
+        plan.visited += len(states)
+        by_node, refresh = select_fetchable(states, buffered, leaders_of_topic, in_flight)
+        self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
+        walked = self._requests(by_node, version_of, topic_id_of)
+        plan.after_walk(walked, by_node, in_flight, buffered)
+        return requests + walked
+
+    def _incremental(self, plan: FetchPlan, node, version, names, session, states, buffered,
+                     version_of) -> Optional[FetchRequest]:
+        """The incremental Fetch to ``node`` from its pending partitions
+        only, as ``_build`` would make it from every partition (the same
+        partitions, in the same order); None when nothing is to be fetched
+        from it, or the walk must decide (a version or a topic changed)."""
+        pending = plan.pending.get(node)
+        known_offsets, known_epochs = session.offsets, session.epochs
+        listed = []
+        removed = []
+        held = set()
+        if pending:
+            plan.visited += len(pending)
+            order = plan.order
+            for tp in sorted(pending, key=order.__getitem__):
+                st = states.get(tp)
+                if st is not None and not st.paused and st.position is not None and st.reset_to is None:
+                    if tp not in buffered:
+                        if known_offsets.get(tp) != st.position or known_epochs.get(tp) != st.leader_epoch:
+                            listed.append((tp, st))
+                        continue
+                    held.add(tp)                 # its drain will move it without a word
+                if tp in known_offsets:
+                    removed.append(tp)
+        adds = 0
+        for tp, _ in listed:
+            adds += tp not in known_offsets
+        if len(known_offsets) - len(removed) + adds == 0:
+            return None                          # nothing to fetch from this node now
+        now_version = version_of(node)
+        if now_version is None:
+            return None                          # not ready: skipped, as the walk would
+        if now_version != version:
+            plan.synced.pop(node, None)          # reconnected with another version: walk
+            return _WALK
+        topic_ids = session.topic_ids
+        by_id = version >= 13
+        topics, _, _, _, _ = fetch_partitions(listed, self.max_partition_fetch_bytes)
+        topic_entries = []
+        for topic, parts in (sorted(topics.items(), key=_first) if len(topics) > 1 else topics.items()):
+            if by_id:
+                topic_id = topic_ids.get(topic)
+                if topic_id is None:
+                    plan.synced.pop(node, None)  # a topic new to this session: walk
+                    return _WALK
+                topic_entries.append({"topic_id": topic_id, "partitions": parts})
+            else:
+                topic_entries.append({"topic": topic, "partitions": parts})
+        forgotten = []
+        if removed:
+            gone: Dict[str, list] = {}
+            for tp in sorted(removed):           # as FetchSession.forgotten: by topic, then partition
+                found = gone.get(tp.topic)
+                if found is None:
+                    found = gone[tp.topic] = []
+                found.append(tp.partition)
+            for topic, partitions in gone.items():
+                if by_id:
+                    forgotten.append({"topic_id": topic_ids[topic], "partitions": partitions})
+                else:
+                    forgotten.append({"topic": topic, "partitions": partitions})
+        # Changed in place: the last request to this node shares these dicts
+        # with the session, and it was answered (a node with a Fetch in flight
+        # gets none); copying a thousand entries twice per Fetch was most of
+        # what was left of this plan.
+        offsets = known_offsets
+        epochs = known_epochs
+        for tp in removed:
+            del offsets[tp]
+            del epochs[tp]
+        for tp, st in listed:
+            offsets[tp] = st.position
+            epochs[tp] = st.leader_epoch
+        session_id, epoch = session.session_id, session.epoch
+        session.sent(offsets, epochs, topic_ids)
+        plan.pending[node] = held
+        return self._request(node, version, session_id, epoch, topic_entries, forgotten, offsets, names,
+                             plan.index.get(node, {}), epoch)
 
     def _requests(self, by_node, version_of, topic_id_of) -> List[FetchRequest]:
         requests = []
@@ -216,7 +393,10 @@ class Fetcher:
             tps, self.max_partition_fetch_bytes, known_offsets, known_epochs)
         names, ids = {}, {}
         topic_entries = []
-        for topic, parts in topics.items():
+        # Topics in name order, partitions in the order of the positions: a
+        # request's bytes do not depend on which partitions were fetchable
+        # before (the kept plan, _incremental, writes the same).
+        for topic, parts in (sorted(topics.items(), key=_first) if len(topics) > 1 else topics.items()):
             if version >= 13:
                 topic_id = topic_id_of(topic)
                 if topic_id is None:
@@ -246,14 +426,44 @@ class Fetcher:
             if kept < len(known_offsets):
                 forgotten = self._forgotten(session, offsets, version)
             session.sent(offsets, epochs, ids)
+        return self._request(node, version, session_id, epoch, topic_entries, forgotten, offsets, names,
+                             index, None if session is None else epoch)
+
+    def _request(self, node, version, session_id, epoch, topic_entries, forgotten, offsets, names, index,
+                 session_epoch) -> FetchRequest:
+        """The FetchRequest with its body dict and, with ``write_in_c``, its bytes."""
         body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms,
                 "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
                 "isolation_level": self.isolation, "session_id": session_id, "session_epoch": epoch,
                 "topics": topic_entries, "forgotten_topics_data": forgotten, "rack_id": self.client_rack}
-        data = fetch_request_body(version, body) if self.write_in_c else None
+        data = None
+        if self.write_in_c:
+            if self.reuse_frames:
+                # One frame per node and number of partitions listed: a quiet
+                # consumer's incremental Fetch alternates between naming its
+                # partition (a record was read) and naming none.
+                listed = 0
+                for topic in topic_entries:
+                    listed += len(topic["partitions"])
+                frames = self._frames.get(node)
+                if frames is None:
+                    frames = self._frames[node] = {}
+                frame = frames.get(listed)
+                if frame is not None:
+                    data = frame.patched(version, body)
+                if data is not None:
+                    self.frames_reused += 1
+                else:
+                    data, frame = FetchFrame.write(version, body)
+                    if frame is not None:
+                        if len(frames) >= _FRAMES_PER_NODE:
+                            frames.clear()       # shapes come and go: keep a few, not one per count
+                        frames[listed] = frame
+            else:
+                data = fetch_request_body(version, body)
         encoded = None if data is None else EncodedBody(FETCH_API_KEY, version, data)
-        return FetchRequest(node, version, body, offsets, names, index, encoded,
-                            None if session is None else epoch)
+        # (tuple.__new__: a NamedTuple's own __new__ is Python code, one per Fetch)
+        return tuple.__new__(FetchRequest, (node, version, body, offsets, names, index, encoded, session_epoch))
 
     @staticmethod
     def _forgotten(session: FetchSession, offsets, version) -> list:
@@ -375,6 +585,7 @@ class Fetcher:
             # validation yet), so every fetch was fenced again, without end:
             # fetch without an epoch claim (-1: the broker does not check it).
             st.leader_epoch = -1
+            self._plan.mark(tp)
             self.metadata_refresh_needed = self.metadata_refresh_needed or not hinted
         elif err.name in _REFRESH_METADATA:
             self.metadata_refresh_needed = self.metadata_refresh_needed or not hinted
@@ -411,6 +622,7 @@ class Fetcher:
                 f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
             return
         self._buffered.append(_Buffered(tp, batches, aborted))
+        self._plan_dirty.add(tp)                 # (FetchPlan.mark, without a call per partition)
 
     def _partition_error(self, err, tp, fetch_offset):
         """Keep a partition's fetch error for the next drain: once per
@@ -708,3 +920,4 @@ class Fetcher:
                 if offset >= 0:
                     st.position, st.reset_to = offset, None
                     st.leader_epoch = p.get("leader_epoch", -1)
+                    self._plan.mark(tp)

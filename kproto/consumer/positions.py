@@ -76,21 +76,36 @@ class Positions:
         #: none of those: a drain only moves positions that exist, an answer
         #: ends a reset.)
         self.version = 0
+        #: Bumped by a change of the assigned partitions (assign, add,
+        #: remove): the fetcher's kept plan (kproto.consumer.fetch_plan)
+        #: is rebuilt from every partition then.
+        self.assignment_version = 0
+        #: The partitions a seek, reset, pause or resume changed since the
+        #: fetcher's plan last looked (it empties the set): that plan visits
+        #: these rather than every partition.
+        self.touched: set = set()
+        # Whether a reset may be pending: set by request_reset, cleared by
+        # awaiting_reset when it finds none (a reset is only ever asked for
+        # there), so that a round without one walks no partition for it.
+        self._resets_asked = False
 
     # -- assignment ------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment; kept partitions keep their state."""
         wanted = {TopicPartition(*tp) for tp in partitions}
         self.version += 1
+        self.assignment_version += 1
         self.states = {tp: self.states.get(tp) or PartitionState() for tp in wanted}
 
     def add(self, partitions: Iterable[TopicPartition]) -> None:
         self.version += 1
+        self.assignment_version += 1
         for tp in partitions:
             self.states.setdefault(TopicPartition(*tp), PartitionState())
 
     def remove(self, partitions: Iterable[TopicPartition]) -> None:
         self.version += 1
+        self.assignment_version += 1
         for tp in partitions:
             self.states.pop(TopicPartition(*tp), None)
 
@@ -117,6 +132,7 @@ class Positions:
             raise ValueError(f"offset must be >= 0, not {offset}")
         st = self.state(tp)
         self.version += 1
+        self.touched.add(tp)
         st.position, st.leader_epoch, st.reset_to = offset, leader_epoch, None
 
     def position(self, tp) -> Optional[int]:
@@ -133,6 +149,8 @@ class Positions:
             err.partitions = {tp}              # as Java's NoOffsetForPartitionException.partitions()
             raise err
         self.version += 1
+        self.touched.add(tp)
+        self._resets_asked = True
         st.reset_to, st.position = strategy, None
 
     def needs_position(self):
@@ -141,17 +159,27 @@ class Positions:
         return [tp for tp, st in self.states.items() if st.position is None and st.reset_to is None]
 
     def awaiting_reset(self):
-        return [(tp, st.reset_to) for tp, st in self.states.items() if st.reset_to is not None]
+        """(partition, strategy) of every partition waiting for an offset
+        reset, in assignment order; no walk while none was asked for since
+        the last call that found none (the fetcher asks every round)."""
+        if not self._resets_asked:
+            return []
+        out = [(tp, st.reset_to) for tp, st in self.states.items() if st.reset_to is not None]
+        if not out:
+            self._resets_asked = False
+        return out
 
     def pause(self, partitions) -> None:
         self.version += 1
         for tp in partitions:
             self.state(tp).paused = True
+            self.touched.add(tp)
 
     def resume(self, partitions) -> None:
         self.version += 1
         for tp in partitions:
             self.state(tp).paused = False
+            self.touched.add(tp)
 
     def paused(self):
         return [tp for tp, st in self.states.items() if st.paused]
