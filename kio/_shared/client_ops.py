@@ -108,8 +108,8 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
     # -- checks (and ClosedChecks') ---------------------------------------------------------------
     def _check_usable(self) -> None:
         """As _check_open, and no new poll, commit or lookup once close() began."""
-        self._check_open()
-        if self._core.closing:
+        if self._closed or self._core.closing or self._failure is not None:    # (one test a look when usable)
+            self._check_open()
             raise ConsumerClosedError(f"the {self._what} is closed")
 
     # == polling =================================================================================

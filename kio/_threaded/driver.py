@@ -26,7 +26,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from kio._shared.client_ops import DISPATCH
-from kio._shared.common import Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
+from kio._shared.common import INF, Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
 from kio._threaded.network import SocketLoop
 from kproto.driver import wait_ms
 from kproto.errors import KafkaError
@@ -527,11 +527,12 @@ class PolledThreadDriver(ThreadDriver):
         # answer selects again, with no round and no look by the steps.
         net = self._net
         client = self._core.client
+        lock = self._lock
         while True:
-            with self._lock:
+            with lock:
                 if self._changes != seen:
                     return self._changes
-                left = Stepper.seconds_left(deadline)
+                left = None if deadline == INF else (deadline - now_ms()) / 1000.0    # Stepper.seconds_left
                 if left is not None and left <= 0:
                     return self._changes
                 if self._net_selects or self._stop or self._fatal is not None or self._round_error is not None \
@@ -542,36 +543,40 @@ class PolledThreadDriver(ThreadDriver):
                     self._changed.wait(left)
                     return self._changes
                 round_due = self._app_round_due or self._app_rounds_seen != self._rounds_run
+                if not round_due:
+                    self._app_selects = True
+                    self._app_call_end = None if left is None else deadline     # (_standby_wake_at)
+                    timeout = sleep_time(self._app_deadline, now_ms())
+                    if left is not None and (timeout is None or left < timeout):
+                        timeout = left
             if round_due:
                 # The steps look again after it: what it completed (a close,
                 # a commit) need not notify - the progress it follows from
                 # was seen when the answer was read.
                 return self._app_round(timer=False)
-            with self._lock:
-                if self._net_selects or self._round_error is not None or self._stop:
-                    return self._changes            # the round failed, or close() began: look again
-                self._app_selects = True
-                self._app_call_end = None if left is None else deadline     # (_standby_wake_at)
-                timeout = sleep_time(self._app_deadline, now_ms())
-                if left is not None and (timeout is None or left < timeout):
-                    timeout = left
             try:
                 events = net.select(timeout)
-            finally:
-                with self._lock:
+            except BaseException:
+                with lock:
                     self._app_selects = False
                     self._app_waited_at = now_ms()
+                raise
+            with lock:
+                self._app_selects = False
+                self._app_waited_at = now = now_ms()
+                if events:
+                    progress = client.progress
+                    try:
+                        net.handle(events, now)
+                        self._after_round(False)            # the answer's records and events, for the steps
+                    except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                        self._fail_round(e)
+                    if client.progress != progress:
+                        self._app_round_due = True
+                    if self._changes != seen:
+                        return self._changes            # (the loop's first look, without a second lock)
             if not events:
                 return self._app_round(timer=True)      # the core's timer, or the step's deadline
-            with self._lock:
-                progress = client.progress
-                try:
-                    net.handle(events, now_ms())
-                    self._after_round(False)            # the answer's records and events, for the steps
-                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
-                    self._fail_round(e)
-                if client.progress != progress:
-                    self._app_round_due = True
 
     def _app_round(self, timer: bool) -> int:
         """The network side's round on the application thread, which has the
