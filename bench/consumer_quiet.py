@@ -13,7 +13,10 @@ its threads (/proc/self/task, by name). ``--strace`` runs the consumer under
 valgrind's callgrind and prints the instructions of the whole process:
 run it at two record counts (a rate low enough for the slowed process to
 keep up, e.g. 20/s: one record per Fetch answer) and take the difference
-per record, which leaves out the start-up and the close.
+per record, which leaves out the start-up and the close. ``--opcodes OUT``
+counts the Python opcodes each function runs on the polling thread from the
+first record on (``bench/_opcodes.py``; the same two-count difference:
+``python bench/_opcodes.py OUT.100 OUT.300 200``).
 
     python bench/consumer_quiet.py --bootstrap HOST:PORT --client kio --rate 1000 --records 5000 --repeat 3
 """
@@ -52,13 +55,19 @@ def _threads_cpu():
 class _Tally(bench_latency.Tally):
     """bench_latency's Tally, with context switches and per-thread CPU."""
 
+    opcodes = None              # --opcodes: an OpcodeCount started at the first record
+
     def add(self, v, ts=None):
         if self.cpu0 is None:
             self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
             self.threads0 = _threads_cpu()
+            if self.opcodes is not None:
+                self.opcodes.start()
         super().add(v, ts)
 
     def result(self):
+        if self.opcodes is not None:
+            self.opcodes.stop()
         ru = resource.getrusage(resource.RUSAGE_SELF)
         threads = _threads_cpu()
         out = super().result()           # (latencies, to-broker latencies, CPU seconds)
@@ -69,6 +78,9 @@ class _Tally(bench_latency.Tally):
 
 def child(spec):
     bench_latency.Tally = _Tally
+    if spec.get("opcodes"):
+        from _opcodes import OpcodeCount
+        _Tally.opcodes = OpcodeCount()
     made = []
     real_ready = bench_latency._ready
 
@@ -79,12 +91,15 @@ def child(spec):
     bench_latency._ready = ready
     consume = bench_latency.CLIENTS[spec["client"]][1]
     lat, _to_broker, used = consume(spec["bootstrap"], spec["topic"], spec["records"], time.monotonic() + 120)
+    if _Tally.opcodes is not None:
+        _Tally.opcodes.dump(spec["opcodes"])
     print(json.dumps({"received": len(lat), "cpu": used, **made[0].extra}), flush=True)
 
 
-def run_one(args, client, wrap):
+def run_one(args, client, wrap, opcodes=None):
     topic = create_topic(args.bootstrap)
-    spec = {"bootstrap": args.bootstrap, "topic": topic, "client": client, "records": args.records}
+    spec = {"bootstrap": args.bootstrap, "topic": topic, "client": client, "records": args.records,
+            "opcodes": opcodes}
     me = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
     cons = subprocess.Popen(wrap + me, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = cons.stdout.readline()
@@ -119,6 +134,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--strace", action="store_true", help="run the consumer under strace -f -c")
     ap.add_argument("--callgrind", metavar="OUT", help="run the consumer under callgrind, output file prefix")
+    ap.add_argument("--opcodes", metavar="OUT", help="count the Python opcodes per function on the polling "
+                    "thread from the first record on (bench/_opcodes.py); output file prefix")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -134,7 +151,8 @@ def main():
             if args.callgrind:
                 wrap = ["valgrind", "--tool=callgrind",
                         f"--callgrind-out-file={args.callgrind}.{client.replace(' ', '_')}.{k}"]
-            r = run_one(args, client, wrap)
+            opcodes = f"{args.opcodes}.{client.replace(' ', '_')}.{k}" if args.opcodes else None
+            r = run_one(args, client, wrap, opcodes)
             n = r["received"]
             rows[client].append(r["cpu"] / n * 1e6)
             threads = ", ".join(f"{name} {secs / n * 1e6:.1f}" for name, secs in sorted(r["threads"].items())

@@ -95,6 +95,8 @@ class Consumer(PolledThreadDriver, ConsumerOps):
         and the client keeps reconnecting (Java's poll does the same); the
         ``error_cb`` setting hears ``AllBrokersDownError`` and a WARNING is
         logged per failed connection. Authentication and TLS failures raise."""
+        if self.poll_fast:
+            return self._poll_now(timeout, self._core.drain, max_records)  # type: ignore[no-any-return]
         return self._run(self._poll_records_steps(timeout, max_records))
 
     def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
@@ -105,6 +107,10 @@ class Consumer(PolledThreadDriver, ConsumerOps):
         binary, binary, and the int32 timestamp types; deserializers do not
         apply), plus the headers with ``headers=True`` (Arrow only; else use
         poll()). ``max_records`` defaults to everything buffered."""
+        if self.poll_fast:
+            self._enter()                 # another thread is refused before bad arguments are
+            take, limit = self._batch_take(max_records, arrow, headers)
+            return self._batches(self._poll_now(timeout, take, limit), arrow, headers)
         return self._run(self._poll_batch_steps(timeout, max_records, arrow, headers))
 
     def __iter__(self) -> Iterator[Record]:

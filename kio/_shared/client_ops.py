@@ -19,9 +19,13 @@ from kio._shared.telemetry_ops import MetricSubscriptionOps, instance_id_steps
 from kproto.consumer.core import ConsumerClosedError
 from kproto.errors import KafkaError, KafkaTimeoutError
 
-__all__ = ["ClosedChecks", "ClientOps", "WakeupError", "callback_steps", "ms"]
+__all__ = ["ClosedChecks", "ClientOps", "DISPATCH", "WakeupError", "callback_steps", "ms"]
 
 _T = TypeVar("_T")
+
+
+#: what :meth:`ClientOps._poll_look` returns when callbacks must run before any record is taken
+DISPATCH = object()
 
 
 class WakeupError(KafkaError):
@@ -104,45 +108,74 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
     # -- checks (and ClosedChecks') ---------------------------------------------------------------
     def _check_usable(self) -> None:
         """As _check_open, and no new poll, commit or lookup once close() began."""
-        self._check_open()
-        if self._core.closing:
+        if self._closed or self._core.closing or self._failure is not None:    # (one test a look when usable)
+            self._check_open()
             raise ConsumerClosedError(f"the {self._what} is closed")
 
     # == polling =================================================================================
-    def _poll_steps(self, timeout: Optional[float], take: Callable[[Any], _T]) -> Steps[_T]:
-        """What ``take(core)`` gives (records), waiting up to ``timeout``
-        seconds (None: no limit) until it gives something; callbacks run first."""
+    # A poll is _poll_begin, then looks (_poll_look) until one gives records
+    # or its end passed: between two looks the callbacks the collected events
+    # call for run, or the driver waits. The steps (_poll_steps) are the
+    # general form every driver runs; the threading consumer runs the same
+    # pieces in a plain loop (PolledThreadDriver._poll_now): a poll() that
+    # finds records, or gets them from one wait, creates and drives no
+    # generator.
+    def _poll_begin(self, timeout: Optional[float]) -> float:
+        """A poll starts (the driver's own checks done): tell the core (the
+        max.poll.interval.ms timer, an auto-commit due; the work that gives
+        the network side is kicked); returns when the poll ends at the latest
+        (``now_ms()``; INF: never)."""
         self._start()
-        end = INF if timeout is None else now_ms() + timeout * 1000.0
+        now = now_ms()
         with self._lock:
             self._check_usable()
-            work = self._poll_started(now_ms())
+            work = self._poll_started(now)
         if work:
             self._kick()
+        return INF if timeout is None else now + timeout * 1000.0
+
+    def _poll_look(self, end: float, take: Callable[[Any], _T], arg: Any) -> Any:
+        """One look of a poll ending at ``end``: what ``take(arg)`` gave (the
+        core's records; the partitions drained, the network side is kicked
+        for their next fetch), or that empty result once ``end`` passed;
+        None when the poll must wait for more; :data:`DISPATCH` when the
+        collected events call for callbacks (``_dispatch_steps``) before any
+        record is taken. Raises as poll() does: closed (or the network side
+        failed), WakeupError, and what the core's drain raises (an
+        authentication failure, an offset out of range under
+        ``auto.offset.reset=none``...)."""
+        with self._lock:
+            self._check_usable()
+            if self._wakeup:
+                self._wakeup = False
+                raise WakeupError("poll() was interrupted by wakeup()")
+            if self._app_events or self._callbacks:
+                return DISPATCH
+            out = take(arg)
+            if not out:
+                core = self._core
+                freed = core.fetch_freed
+                if freed:
+                    core.fetch_freed = False
+                expired = now_ms() >= end
+        if out:
+            self._kick()        # partitions drained: their next fetch can go out now
+            return out
+        if freed:
+            self._kick()        # a used-up fetch dropped, nothing handed out: its partitions' next fetch
+        return out if expired else None
+
+    def _poll_steps(self, timeout: Optional[float], take: Callable[[Any], _T], arg: Any) -> Steps[_T]:
+        """What ``take(arg)`` gives (records), waiting up to ``timeout``
+        seconds (None: no limit) until it gives something; callbacks run first."""
+        end = self._poll_begin(timeout)
         while True:
             yield from self._dispatch_steps()
-            with self._lock:
-                self._check_usable()
-                if self._wakeup:
-                    self._wakeup = False
-                    raise WakeupError("poll() was interrupted by wakeup()")
-                pending = bool(self._app_events or self._callbacks)
-                if not pending:
-                    out = take(self._core)
-                    if out:
-                        break
-                    freed = self._core.fetch_freed
-                    if freed:
-                        self._core.fetch_freed = False
-                    expired = now_ms() >= end
-            if not pending:
-                if freed:
-                    self._kick()    # a used-up fetch dropped, nothing handed out: its partitions' next fetch
-                if expired:
-                    return out
+            out = self._poll_look(end, take, arg)
+            if out is None:
                 yield end
-        self._kick()       # partitions drained: their next fetch can go out now
-        return out
+            elif out is not DISPATCH:
+                return out  # type: ignore[no-any-return]
 
     # == closing ================================================================================
     def _close_steps(self, timeout: Optional[float]) -> Steps[None]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Set, Tuple, Union
+from typing import Any, ClassVar, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Set, Tuple, Union
 
 from kio._shared.client_ops import ClientOps, WakeupError, callback_steps, ms as _ms
 from kio._shared.common import INF, Steps, now_ms
@@ -110,6 +110,11 @@ class ConsumerOps(ClientOps):
     """The consumer's methods, shared by every driver (see the module docstring)."""
 
     _what = "consumer"
+    #: poll() and poll_batch() of the threading consumer run without the
+    #: steps runner (PolledThreadDriver._poll_now: the same looks and waits in
+    #: a plain loop). False: through the steps, the general path every driver
+    #: runs - the fast path's twin, which tests compare it with.
+    poll_fast: ClassVar[bool] = True
     _core: ConsumerCore
     _listeners: Tuple[Any, Any, Any]
     # _app_events: rebalance events; _callbacks: (callback, offsets, error) of asynchronous commits
@@ -169,18 +174,29 @@ class ConsumerOps(ClientOps):
 
     # == records ================================================================================
     def _poll_records_steps(self, timeout: Optional[float], max_records: Optional[int]) -> Steps[Any]:
-        return (yield from self._poll_steps(timeout, lambda core: core.drain(max_records)))
+        return (yield from self._poll_steps(timeout, self._core.drain, max_records))
 
-    def _poll_batch_steps(self, timeout: Optional[float], max_records: Optional[int], arrow: bool,
-                          headers: bool) -> Steps[List[PartitionBatch]]:
+    def _batch_take(self, max_records: Optional[int], arrow: bool, headers: bool) -> Tuple[Any, int]:
+        """poll_batch()'s drain of the core and its argument (the record limit)."""
         limit = max_records or (1 << 62)
         if headers and not arrow:
             raise ValueError("poll_batch(headers=True) needs arrow=True (poll() gives each record's headers)")
         if arrow:
-            bufs = yield from self._poll_steps(timeout, lambda core: core.drain_buffers(limit, headers))
-            return [arrow_partition_batch(tp, cb, headers) for tp, cb in bufs.items()]
-        cols = yield from self._poll_steps(timeout, lambda core: core.drain_columns(limit))
-        return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in cols.items()]
+            core = self._core
+            return (lambda n: core.drain_buffers(n, headers)), limit
+        return self._core.drain_columns, limit
+
+    @staticmethod
+    def _batches(drained: Dict[TopicPartition, Any], arrow: bool, headers: bool) -> List[PartitionBatch]:
+        """What poll_batch() returns for what its drain gave."""
+        if arrow:
+            return [arrow_partition_batch(tp, cb, headers) for tp, cb in drained.items()]
+        return [PartitionBatch(tp.topic, tp.partition, *c) for tp, c in drained.items()]
+
+    def _poll_batch_steps(self, timeout: Optional[float], max_records: Optional[int], arrow: bool,
+                          headers: bool) -> Steps[List[PartitionBatch]]:
+        take, limit = self._batch_take(max_records, arrow, headers)
+        return self._batches((yield from self._poll_steps(timeout, take, limit)), arrow, headers)
 
     # == commits ================================================================================
     def _commit_steps(self, offsets: Optional[Offsets], asynchronous: bool, callback: Any,

@@ -129,7 +129,7 @@ class ShareConsumerOps(ClientOps):
         """First settles the last poll's records (the core: implicit mode
         accepts them, explicit mode raises ShareStateError while one is
         unacknowledged, as without a subscription)."""
-        return (yield from self._poll_steps(timeout, lambda core: core.drain(max_records)))  # type: ignore[no-any-return]
+        return (yield from self._poll_steps(timeout, self._core.drain, max_records))  # type: ignore[no-any-return]
 
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Acknowledge a record of the last poll (explicit mode): ACCEPT

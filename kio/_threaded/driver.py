@@ -25,7 +25,8 @@ import threading
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
-from kio._shared.common import Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
+from kio._shared.client_ops import DISPATCH
+from kio._shared.common import INF, Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
 from kio._threaded.network import SocketLoop
 from kproto.driver import wait_ms
 from kproto.errors import KafkaError
@@ -45,6 +46,9 @@ class ThreadDriver:
     _thread: threading.Thread
     _fatal: Optional[BaseException]
     _seen_progress = -1          # the client's progress the last round saw
+    #: the network thread's loop has ended (set under the lock as it closes
+    #: the core): Thread.is_alive(), without its two calls and lock per look
+    _loop_ended = False
     #: the longest the network thread sleeps in select (ms; None: until the
     #: core's deadline), see PolledThreadDriver._start_network
     _longest_sleep_ms: Optional[float] = None
@@ -246,6 +250,7 @@ class ThreadDriver:
         finally:
             work = None
             with self._lock:
+                self._loop_ended = True
                 try:
                     work = self._on_close(now_ms())
                 except Exception:  # noqa: BLE001
@@ -327,6 +332,8 @@ class PolledThreadDriver(ThreadDriver):
 
     if TYPE_CHECKING:                     # ClientOps', which comes after this class in the MRO
         def _collect_events(self) -> bool: ...
+        def _poll_begin(self, timeout: Optional[float]) -> float: ...
+        def _poll_look(self, end: float, take: Any, arg: Any) -> Any: ...
         def _close_steps(self, timeout: Optional[float]) -> Steps[None]: ...
         def _dispatch_steps(self) -> Steps[None]: ...
         def close(self, timeout: Optional[float] = None) -> None: ...      # the client's, documented there
@@ -402,6 +409,44 @@ class PolledThreadDriver(ThreadDriver):
             self._runs -= 1
             self._before_wait()
 
+    def _poll_now(self, timeout: Optional[float], take: Any, arg: Any) -> Any:
+        """poll()'s fast path: the looks and waits of the shared poll
+        (:meth:`kio._shared.client_ops.ClientOps._poll_steps`) in a plain loop,
+        without a generator, a Stepper or the runner per call - at a low rate
+        a poll() is one look, one wait in select (the answer read and fed to
+        the core there), one look that takes its records, and the round that
+        sends the next Fetch. Everything else is the steps' own: the core
+        decides what is due (``_poll_begin``: the max.poll.interval.ms timer,
+        an auto-commit; ``_poll_look``: closed, wakeup(), the core's errors,
+        the records), the waits are :meth:`_run`'s (the round a kick asked
+        for, then :meth:`_wait`), and callbacks the collected events call for
+        run through the steps runner (rebalance listeners, commit callbacks:
+        rare) before the next look, as the steps run them."""
+        self._enter()                     # another thread is refused before it counts
+        self._runs += 1
+        lock = self._lock
+        try:
+            with lock:
+                self._waiters += 1
+                seen = self._changes
+            try:
+                end = self._poll_begin(timeout)
+                while True:
+                    out = self._poll_look(end, take, arg)
+                    if out is None:
+                        if not self._before_wait():
+                            seen = self._wait(end, seen)
+                    elif out is DISPATCH:
+                        ThreadDriver._run(self, self._dispatch_steps())
+                    else:
+                        return out
+            finally:
+                with lock:
+                    self._waiters -= 1
+        finally:
+            self._runs -= 1
+            self._before_wait()
+
     def _round_here(self) -> None:
         """Run the network side's round on this (the application's) thread
         instead of waking the network thread for it: what the application
@@ -421,7 +466,7 @@ class PolledThreadDriver(ThreadDriver):
         work, deadline, errors = None, None, []
         with self._lock:
             if self._stop or self._fatal is not None or self._round_error is not None \
-                    or not self._thread.is_alive():
+                    or self._loop_ended:
                 wake = True
             else:
                 try:
@@ -482,51 +527,56 @@ class PolledThreadDriver(ThreadDriver):
         # answer selects again, with no round and no look by the steps.
         net = self._net
         client = self._core.client
+        lock = self._lock
         while True:
-            with self._lock:
+            with lock:
                 if self._changes != seen:
                     return self._changes
-                left = Stepper.seconds_left(deadline)
+                left = None if deadline == INF else (deadline - now_ms()) / 1000.0    # Stepper.seconds_left
                 if left is not None and left <= 0:
                     return self._changes
                 if self._net_selects or self._stop or self._fatal is not None or self._round_error is not None \
-                        or not self._thread.is_alive():
+                        or self._loop_ended:
                     if self._net_selects and not self._sockets_wanted and not self._stop:
                         self._sockets_wanted = True      # handed over after its next round (_select)
                         net.wake()
                     self._changed.wait(left)
                     return self._changes
                 round_due = self._app_round_due or self._app_rounds_seen != self._rounds_run
+                if not round_due:
+                    self._app_selects = True
+                    self._app_call_end = None if left is None else deadline     # (_standby_wake_at)
+                    timeout = sleep_time(self._app_deadline, now_ms())
+                    if left is not None and (timeout is None or left < timeout):
+                        timeout = left
             if round_due:
                 # The steps look again after it: what it completed (a close,
                 # a commit) need not notify - the progress it follows from
                 # was seen when the answer was read.
                 return self._app_round(timer=False)
-            with self._lock:
-                if self._net_selects or self._round_error is not None or self._stop:
-                    return self._changes            # the round failed, or close() began: look again
-                self._app_selects = True
-                self._app_call_end = None if left is None else deadline     # (_standby_wake_at)
-                timeout = sleep_time(self._app_deadline, now_ms())
-                if left is not None and (timeout is None or left < timeout):
-                    timeout = left
             try:
                 events = net.select(timeout)
-            finally:
-                with self._lock:
+            except BaseException:
+                with lock:
                     self._app_selects = False
                     self._app_waited_at = now_ms()
+                raise
+            with lock:
+                self._app_selects = False
+                self._app_waited_at = now = now_ms()
+                if events:
+                    progress = client.progress
+                    try:
+                        net.handle(events, now)
+                        self._after_round(False)            # the answer's records and events, for the steps
+                    except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
+                        self._fail_round(e)
+                    if client.progress != progress:
+                        self._app_round_due = True
+                    if self._changes != seen:
+                        return self._changes            # (the loop's first look, without a second lock)
             if not events:
                 return self._app_round(timer=True)      # the core's timer, or the step's deadline
-            with self._lock:
-                progress = client.progress
-                try:
-                    net.handle(events, now_ms())
-                    self._after_round(False)            # the answer's records and events, for the steps
-                except Exception as e:  # noqa: BLE001 - failed where the network thread fails it
-                    self._fail_round(e)
-                if client.progress != progress:
-                    self._app_round_due = True
 
     def _app_round(self, timer: bool) -> int:
         """The network side's round on the application thread, which has the

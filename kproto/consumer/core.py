@@ -585,9 +585,18 @@ class ConsumerCore(DriverIO):
         if not out and len(self.fetcher._buffered) < buffered:
             self.fetch_freed = True
 
+    def _nothing_fetched(self) -> bool:
+        """No fetched data nor fetch error to hand out (the first look of
+        most of a quiet consumer's polls): a drain would give nothing and
+        free nothing."""
+        f = self.fetcher
+        return not f._buffered and not f._errors
+
     def drain(self, max_records: Optional[int] = None) -> list:
         """Up to max_records (default max.poll.records) records; deserializers applied."""
         self._raise_error()
+        if self._nothing_fetched():
+            return []
         buffered = len(self.fetcher._buffered)
         records = self.fetcher.drain(max_records)
         self._note_freed(records, buffered)
@@ -598,6 +607,8 @@ class ConsumerCore(DriverIO):
     def drain_columns(self, max_records: Optional[int] = None) -> dict:
         """{tp: (offsets, timestamps, keys, values)}; deserializers applied."""
         self._raise_error()
+        if self._nothing_fetched():
+            return {}
         buffered = len(self.fetcher._buffered)
         cols = self.fetcher.drain_columns(max_records)
         self._note_freed(cols, buffered)
@@ -616,6 +627,8 @@ class ConsumerCore(DriverIO):
         them into arrays); raw bytes: deserializers do not apply here.
         ``headers``: gather the records' headers too."""
         self._raise_error()
+        if self._nothing_fetched():
+            return {}
         buffered = len(self.fetcher._buffered)
         bufs = self.fetcher.drain_buffers(max_records, headers)
         self._note_freed(bufs, buffered)
@@ -786,6 +799,8 @@ class ConsumerCore(DriverIO):
 
     # == positions of new partitions ============================================================
     def _init_positions(self, now):
+        if not self._committed_fetches and not self._needs_position():
+            return                       # every partition has a position (each round of a steady consumer)
         for item in list(self._committed_fetches):
             h, tps = item
             if not h.done:
@@ -1063,28 +1078,41 @@ class ConsumerCore(DriverIO):
     def next_deadline(self, now) -> Optional[float]:
         if self._round_again:
             return now
-        ds = [self.client.next_deadline(now)]
+        # The earliest of the deadlines below, kept as it goes (no list per
+        # call: a quiet consumer asks once per Fetch answer, and more often).
+        best = self.client.next_deadline(now)
         if self.coordinator is not None:
-            ds.append(self.coordinator.next_deadline(now))
-            if self.mode in ("subscribe", "pattern") or self.closing:
-                ds.append(self.membership.next_deadline(now))
-            ds.append(self.committer.next_deadline(now))
+            group = self.mode in ("subscribe", "pattern") or self.closing
+            for d in (self.coordinator.next_deadline(now),
+                      self.membership.next_deadline(now) if group else None,
+                      self.committer.next_deadline(now)):
+                if d is not None and (best is None or d < best):
+                    best = d
         if self._unsent:
             # They wait for a node: the client's deadline says when the one
             # in backoff may be tried, and a connection coming up is an I/O
             # event - only their expiry is ours.
-            ds.append(min(expiry for _, expiry in self._unsent))
+            d = min(expiry for _, expiry in self._unsent)
+            if best is None or d < best:
+                best = d
         # Offset lookups and resets, committed-offset fetches and closing wait
         # for answers (I/O events), for a node (the client's deadline) or for
         # metadata (the client's deadline too): no polling timer of our own.
-        ds.extend(h.deadline for h in self._lookups)
+        for h in self._lookups:
+            d = h.deadline
+            if d is not None and (best is None or d < best):
+                best = d
         if self.closing and not self.close_done:
-            ds.append(self._close_deadline)
-        if any(tp not in self._committed_pending and tp not in self._no_offset
-               for tp in self._needs_position()):
+            d = self._close_deadline
+            if d is not None and (best is None or d < best):
+                best = d
+        unpositioned = self._needs_position()
+        if unpositioned and any(tp not in self._committed_pending and tp not in self._no_offset
+                                for tp in unpositioned):
             # Committed offsets to fetch again after a failure. (A partition
             # without offset under auto.offset.reset=none waits for a seek, not
             # for a timer: counting it made the drivers spin.)
-            ds.append(max(now, self._committed_retry_at))
-        ds = [d for d in ds if d is not None]
-        return min(ds) if ds else None
+            d = max(now, self._committed_retry_at)
+            if best is None or d < best:
+                best = d
+        return best

@@ -687,7 +687,8 @@ class Fetcher:
 
         A pending error (authorization, corruption, out of range with 'none')
         is raised here, once, before any further records are handed out."""
-        self._raise_pending_error()
+        if self._errors:                # (a call, a reversed() and a list fewer per drain when all is well)
+            self._raise_pending_error()
         limit = max_records or self.max_poll_records
         out: list = []
         kept: list = []
@@ -700,7 +701,8 @@ class Fetcher:
                 if self._used_up(buf):
                     self._buffered.popleft()
         finally:
-            self._buffered.extendleft(reversed(kept))
+            if kept:
+                self._buffered.extendleft(reversed(kept))
         return out
 
     def _drain_one(self, buf: _Buffered, out: list, limit: int) -> None:
