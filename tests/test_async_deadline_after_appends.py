@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover
 
 import kio.aio
 import kio.trio
+from call_counter import Calls
 
 RECORDS = 12
 PAUSE_S = 0.03          # well above linger.ms and the round trip: each record opens a batch
@@ -58,19 +59,6 @@ def one_partition_broker():
     return broker, server
 
 
-class Counter:
-    """Counts the calls of one bound method (an instance attribute shadowing it)."""
-
-    def __init__(self, obj, name):
-        self.n = 0
-        self.fn = getattr(obj, name)
-        setattr(obj, name, self)
-
-    def __call__(self, *args, **kwargs):
-        self.n += 1
-        return self.fn(*args, **kwargs)
-
-
 async def paced_sends(mod, sleep, bootstrap):
     """Send RECORDS records one at a time, PAUSE_S apart, after a first one
     settled the connection; returns the counts over the paced span."""
@@ -79,10 +67,10 @@ async def paced_sends(mod, sleep, bootstrap):
         core = p._core
         engine = p._engine
         assert engine.deadline_after_kick == core.next_deadline_after_appends
-        rounds = Counter(core, "poll")
-        full = Counter(core.client, "next_deadline")
-        after = Counter(engine, "deadline_after_kick")
-        kicks = Counter(p, "_kick_deadline")
+        rounds = Calls(core, "poll")
+        full = Calls(core.client, "next_deadline")
+        after = Calls(engine, "deadline_after_kick")
+        kicks = Calls(p, "_kick_deadline")
         handles = []
         for i in range(RECORDS):
             handles.append(await p.send("t", b"v%d" % i, partition=0))

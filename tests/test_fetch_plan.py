@@ -8,20 +8,17 @@ end every round in the same state; and the number of partitions a round
 visits grows with the partitions that changed, not with those assigned."""
 import collections
 import random
-import uuid
 
 import pytest
 
-from kproto import messages
 from kproto.cluster import TopicPartition
-from kproto.consumer._fetch import decode_fetch_response
 from kproto.consumer._fetch_request import fetch_request_body
 from kproto.consumer import fetcher as fetcher_module
 from kproto.consumer.fetcher import Fetcher
 from kproto.consumer.positions import Positions
 from kproto.records import BatchBuilder
+from test_fetch_session import TOPIC_IDS, answer
 
-TOPIC_IDS = {"t": uuid.UUID(int=1), "u": uuid.UUID(int=2)}
 SESSION = 91
 
 
@@ -35,20 +32,8 @@ def batch(base, n):
 def encode_answer(req, parts, session_id, error_code, as_c):
     """The broker's answer to ``req`` with ``parts`` ({tp: partition dict}):
     the codec's dict or the C FetchAnswer of its bytes."""
-    by_topic = {}
-    for tp, p in parts.items():
-        by_topic.setdefault(tp.topic, []).append({
-            "partition_index": tp.partition, "error_code": p.get("error_code", 0),
-            "high_watermark": p.get("high_watermark", 0), "last_stable_offset": -1,
-            "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
-            "records": p.get("records")})
-    key = (lambda t: {"topic_id": TOPIC_IDS[t]}) if req.version >= 13 else (lambda t: {"topic": t})
-    body = {"throttle_time_ms": 0, "error_code": error_code, "session_id": session_id,
-            "responses": [{**key(t), "partitions": ps} for t, ps in by_topic.items()]}
-    if not as_c:
-        return body
-    payload = memoryview(messages.encode_response("Fetch", req.version, 1, body))[4:]
-    return decode_fetch_response(req.version, payload)[1]
+    return answer(req, parts, session_id=session_id, error_code=error_code,
+                  path="c" if as_c else "dict", high_watermark=0)
 
 
 class Side:

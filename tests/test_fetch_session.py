@@ -46,14 +46,15 @@ def fetch(f, version=13, leader=1):
     return reqs[0] if reqs else None
 
 
-def answer(req, parts, *, session_id=SESSION, error_code=0, path="dict"):
+def answer(req, parts, *, session_id=SESSION, error_code=0, path="dict", high_watermark=100):
     """The broker's answer to ``req`` with ``parts`` ({tp: dict}) as the
-    codec's dict, or (path "c") as the C FetchAnswer of its bytes."""
+    codec's dict, or (path "c") as the C FetchAnswer of its bytes; a
+    partition without its own ``high_watermark`` gets ``high_watermark``."""
     by_topic = {}
     for tp, p in parts.items():
         by_topic.setdefault(tp.topic, []).append({
             "partition_index": tp.partition, "error_code": p.get("error_code", 0),
-            "high_watermark": p.get("high_watermark", 100), "last_stable_offset": -1,
+            "high_watermark": p.get("high_watermark", high_watermark), "last_stable_offset": -1,
             "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
             "records": p.get("records")})
     key = (lambda t: {"topic_id": TOPIC_IDS[t]}) if req.version >= 13 else (lambda t: {"topic": t})

@@ -18,24 +18,12 @@ import pytest
 
 from kproto.cluster import ClusterMetadata
 from kproto.telemetry import ClientTelemetry, TelemetryState
+from call_counter import Calls
 
 try:
     from test_producer_core import FakeKafka, make
 except ImportError:  # pragma: no cover
     from tests.test_producer_core import FakeKafka, make
-
-
-class Calls:
-    """Counts the calls of one method of an object (an instance attribute shadowing it)."""
-
-    def __init__(self, obj, name):
-        self.n = 0
-        self.fn = getattr(obj, name)
-        setattr(obj, name, self)
-
-    def __call__(self, *args, **kwargs):
-        self.n += 1
-        return self.fn(*args, **kwargs)
 
 
 def quiet_batches(core, sim, count=40, every_ms=10):
