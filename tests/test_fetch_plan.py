@@ -16,17 +16,9 @@ from kproto.consumer._fetch_request import fetch_request_body
 from kproto.consumer import fetcher as fetcher_module
 from kproto.consumer.fetcher import Fetcher
 from kproto.consumer.positions import Positions
-from kproto.records import BatchBuilder
-from test_fetch_session import TOPIC_IDS, answer
+from test_fetch_session import TOPIC_IDS, answer, batch
 
 SESSION = 91
-
-
-def batch(base, n):
-    b = BatchBuilder("none", 1 << 20, base_offset=base)
-    for i in range(n):
-        b.append(1000 + base + i, None, b"v%d" % (base + i))
-    return b.build()
 
 
 def encode_answer(req, parts, session_id, error_code, as_c):
