@@ -19,6 +19,11 @@ import pytest
 # (its kafka_broker fixture is one broker; this suite runs the matrix of both).
 from kio.testing import BROKER_KINDS, new_topic, start_broker, wait_for_leaders  # noqa: F401
 
+try:
+    import early_runs
+except ImportError:  # tests/ as a package
+    from tests import early_runs
+
 
 def broker_kinds():
     """The broker implementations under test (KIO_TEST_BROKERS, default all)."""
@@ -170,6 +175,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.broker)
 
 
+def pytest_collection_finish(session):
+    # A test marked early_run waits mostly on a broker's fixed timer: its
+    # scenario starts now, in a child, and overlaps the rest of the run
+    # (tests/early_runs.py). Its broker is Apache Kafka.
+    if "kafka" not in broker_kinds():
+        return
+    for item in session.items:
+        marker = item.get_closest_marker("early_run")
+        if marker is not None:
+            early_runs.start(item.nodeid, marker.args[0])
+
+
 def _live_children(pid):
     """(pid, command line) of the live, non-zombie children of ``pid`` (Linux /proc)."""
     out = []
@@ -196,6 +213,7 @@ _EXPECTED_CHILDREN = ("org.apache.spark.deploy.SparkSubmit",)
 
 
 def pytest_sessionfinish(session, exitstatus):
+    early_runs.stop_all()        # a scenario no test waited for (the run stopped early)
     # Every broker, proxy or helper process a test starts must be stopped by
     # it: one left behind keeps ports and CPU after the run (issue: a broker
     # started twice by `with LocalBroker(...).start()`). Give stopping
