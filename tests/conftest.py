@@ -79,8 +79,9 @@ def secured_kafka(tmp_path_factory):
 #: OIDC clients of the reauth_kafka fixture's issuer (client id -> secret); the
 #: principal is the client id (the token's ``sub``).
 OIDC_CLIENTS = {"kio-app": "kio-app-secret"}
-#: The reauth_kafka broker's connections.max.reauth.ms (KIP-368).
-REAUTH_MS = 5000
+#: The reauth_kafka broker's connections.max.reauth.ms (KIP-368): short, so a
+#: test sees several re-authentications in a few seconds.
+REAUTH_MS = 2000
 
 
 @pytest.fixture(scope="session")
@@ -179,7 +180,7 @@ def pytest_collection_finish(session):
     # A test marked early_run waits mostly on a broker's fixed timer: its
     # scenario starts now, in a child, and overlaps the rest of the run
     # (tests/early_runs.py). Its broker is Apache Kafka.
-    if "kafka" not in broker_kinds():
+    if "kafka" not in broker_kinds() or session.config.option.collectonly:
         return
     for item in session.items:
         marker = item.get_closest_marker("early_run")
@@ -270,3 +271,4 @@ def spark_builder(master="local[2]", app="kio-tests", connect=False):
             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.extraClassPath", os.pathsep.join(str(j) for j in jars))
             .config("spark.jars", spark_jars_option()))
+
