@@ -272,3 +272,45 @@ def spark_builder(master="local[2]", app="kio-tests", connect=False):
             .config("spark.driver.extraClassPath", os.pathsep.join(str(j) for j in jars))
             .config("spark.jars", spark_jars_option()))
 
+
+class SharedSpark:
+    """The classic ``local[2]`` SparkSession the Spark test modules share
+    (kio.spark registered): started on first use and kept, instead of one
+    start and stop per module and per broker of the matrix (~4-5 s each).
+    A module that needs a session of its own (tests/test_spark_scaleout.py:
+    another master) calls ``stop()`` first, since a JVM holds one
+    SparkContext; the next ``get()`` starts a new shared one."""
+
+    def __init__(self):
+        self.session = None
+
+    def get(self):
+        """The live shared session, started if there is none."""
+        if self.session is None or self.session.sparkContext._jsc is None:
+            self.session = spark_builder("local[2]", "kio-tests").getOrCreate()
+            self.session.sparkContext.setLogLevel("ERROR")
+            import kio.spark
+            kio.spark.register(self.session)
+        return self.session
+
+    def stop(self):
+        """Stops the shared session, if one runs."""
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+
+
+@pytest.fixture(scope="session")
+def shared_spark():
+    """The SharedSpark of the run; stopped when the run ends."""
+    holder = SharedSpark()
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(shared_spark):
+    """The shared classic SparkSession (see SharedSpark), for a module's tests."""
+    return shared_spark.get()
