@@ -1,12 +1,13 @@
 """Scenarios that mostly wait on a broker's fixed timer, run as child
-processes started when collection ends, so their waiting overlaps the rest
+processes started near the run's start, so their waiting overlaps the rest
 of the suite instead of adding to it.
 
 A test marked ``@pytest.mark.early_run("tests/some_file.py")`` names a
 script (run as ``python <script>``) that does the whole scenario, with its
-own broker, and exits 0 only when every check held. conftest starts the
-script when the test is collected and selected; the test itself then
-waits for it (``wait``) and fails with the script's output when it failed.
+own broker, and exits 0 only when every check held. conftest plans the
+script when the test is collected and selected and starts it once the
+run's first test has finished; the test itself then waits for it
+(``wait``) and fails with the script's output when it failed.
 The checks are the script's plain ``assert`` statements: nothing is lost by
 running them in a child, only the place in the run's timeline moves.
 
@@ -23,6 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+_planned: dict[str, str] = {}          # test node id -> script, not started yet
 _runs: dict[str, "EarlyRun"] = {}
 
 
@@ -65,8 +67,20 @@ class EarlyRun:
                 self.proc.wait()
 
 
+def plan(key: str, script: str) -> None:
+    """Remembers ``script`` for the test ``key`` (its node id), for ``start_planned``."""
+    _planned[key] = script
+
+
+def start_planned() -> None:
+    """Starts every planned script (each once)."""
+    while _planned:
+        start(*_planned.popitem())
+
+
 def start(key: str, script: str) -> None:
     """Starts ``script`` for the test ``key`` (its node id), once."""
+    _planned.pop(key, None)
     if key not in _runs:
         _runs[key] = EarlyRun(script)
 
@@ -80,5 +94,6 @@ def wait(key: str, script: str, timeout: float) -> tuple[int, str]:
 
 def stop_all() -> None:
     """Ends every script no test waited for (a run stopped early, ``-x``)."""
+    _planned.clear()
     while _runs:
         _runs.popitem()[1].stop()

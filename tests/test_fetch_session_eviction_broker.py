@@ -69,7 +69,7 @@ def poll_until(consumers, got, condition, timeout):
 def test_a_session_evicted_by_the_brokers_cache_is_replaced_by_full_requests(request):
     """The scenario (``evict_one_session``) waits 120 s on Kafka's fixed
     eviction age, so it runs as this file's ``__main__`` in a child started
-    when collection ends (tests/early_runs.py): its waiting overlaps the
+    after the run's first test (tests/early_runs.py): its waiting overlaps the
     rest of the suite, and this test fails with its output if any of its
     checks failed."""
     if "kafka" not in [k.strip() for k in os.environ.get("KIO_TEST_BROKERS", "kafka").split(",")]:
