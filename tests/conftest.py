@@ -19,6 +19,11 @@ import pytest
 # (its kafka_broker fixture is one broker; this suite runs the matrix of both).
 from kio.testing import BROKER_KINDS, new_topic, start_broker, wait_for_leaders  # noqa: F401
 
+try:
+    import early_runs
+except ImportError:  # tests/ as a package
+    from tests import early_runs
+
 
 def broker_kinds():
     """The broker implementations under test (KIO_TEST_BROKERS, default all)."""
@@ -74,8 +79,9 @@ def secured_kafka(tmp_path_factory):
 #: OIDC clients of the reauth_kafka fixture's issuer (client id -> secret); the
 #: principal is the client id (the token's ``sub``).
 OIDC_CLIENTS = {"kio-app": "kio-app-secret"}
-#: The reauth_kafka broker's connections.max.reauth.ms (KIP-368).
-REAUTH_MS = 5000
+#: The reauth_kafka broker's connections.max.reauth.ms (KIP-368): short, so a
+#: test sees several re-authentications in a few seconds.
+REAUTH_MS = 2000
 
 
 @pytest.fixture(scope="session")
@@ -170,6 +176,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.broker)
 
 
+def pytest_collection_finish(session):
+    # A test marked early_run waits mostly on a broker's fixed timer: its
+    # scenario runs in a child that overlaps the rest of the run
+    # (tests/early_runs.py). Its broker is Apache Kafka.
+    if "kafka" not in broker_kinds() or session.config.option.collectonly:
+        return
+    for item in session.items:
+        marker = item.get_closest_marker("early_run")
+        if marker is not None:
+            early_runs.plan(item.nodeid, marker.args[0])
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    # The planned scenarios start once the first test has run: by then the
+    # session's brokers are up, and the scenario's own JVM does not slow
+    # their start (beside it the session Kafka once took 23 s, not 4-7 s).
+    early_runs.start_planned()
+
+
 def _live_children(pid):
     """(pid, command line) of the live, non-zombie children of ``pid`` (Linux /proc)."""
     out = []
@@ -196,6 +221,7 @@ _EXPECTED_CHILDREN = ("org.apache.spark.deploy.SparkSubmit",)
 
 
 def pytest_sessionfinish(session, exitstatus):
+    early_runs.stop_all()        # a scenario no test waited for (the run stopped early)
     # Every broker, proxy or helper process a test starts must be stopped by
     # it: one left behind keeps ports and CPU after the run (issue: a broker
     # started twice by `with LocalBroker(...).start()`). Give stopping
@@ -252,3 +278,46 @@ def spark_builder(master="local[2]", app="kio-tests", connect=False):
             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.extraClassPath", os.pathsep.join(str(j) for j in jars))
             .config("spark.jars", spark_jars_option()))
+
+
+class SharedSpark:
+    """The classic ``local[2]`` SparkSession the Spark test modules share
+    (kio.spark registered): started on first use and kept, instead of one
+    start and stop per module and per broker of the matrix (~4-5 s each).
+    A module that needs a session of its own (tests/test_spark_scaleout.py:
+    another master) calls ``stop()`` first, since a JVM holds one
+    SparkContext; the next ``get()`` starts a new shared one."""
+
+    def __init__(self):
+        self.session = None
+
+    def get(self):
+        """The live shared session, started if there is none."""
+        if self.session is None or self.session.sparkContext._jsc is None:
+            self.session = spark_builder("local[2]", "kio-tests").getOrCreate()
+            self.session.sparkContext.setLogLevel("ERROR")
+            import kio.spark
+            kio.spark.register(self.session)
+        return self.session
+
+    def stop(self):
+        """Stops the shared session, if one runs."""
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+
+
+@pytest.fixture(scope="session")
+def shared_spark():
+    """The SharedSpark of the run; stopped when the run ends."""
+    holder = SharedSpark()
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(shared_spark):
+    """The shared classic SparkSession (see SharedSpark), for a module's tests."""
+    return shared_spark.get()

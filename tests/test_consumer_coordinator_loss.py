@@ -130,10 +130,12 @@ def commits_resume_after_cut(bootstrap, make_topic, mode, how, group_settings):
         assert live is not None and live is not dead        # a new connection carried the commits
 
 
+@pytest.mark.broker        # a Tansu of its own, not the matrix's `broker` fixture
 @pytest.mark.parametrize("mode, how", [("async", "assign"), ("auto", "subscribe")])
-def test_commits_resume_after_the_broker_restarts(make_topic, mode, how, tmp_path):
+def test_commits_resume_after_the_broker_restarts(mode, how, tmp_path):
     """A broker restart on the same address (memory storage: topic and group
-    start empty again, so the test creates the topic anew)."""
+    start empty again, so the test creates the topic anew). It runs once, not
+    once per broker of the matrix: it never used the matrix's broker."""
     port = free_port()
     broker = LocalBroker(port=port, log_path=str(tmp_path / "tansu.log")).start()
     bootstrap = broker.bootstrap_servers

@@ -19,6 +19,8 @@ evicted consumer's next incremental Fetch gets FETCH_SESSION_ID_NOT_FOUND
 others are as small, the new one too young), reading every record once,
 in order."""
 import os
+import signal
+import sys
 import time
 
 import pytest
@@ -26,28 +28,23 @@ import pytest
 from kio.testing import new_topic
 
 try:
+    import early_runs
     from test_fetch_session_broker import consumer_on, expected, produce, sessions
 except ImportError:  # pragma: no cover
+    from tests import early_runs
     from tests.test_fetch_session_broker import consumer_on, expected, produce, sessions
 
 SHARDS = 8                 # Kafka 4.4: KafkaBroker.NumFetchSessionCacheShards
 EVICTABLE_AFTER_S = 120    # MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 WIDE = 12                  # partitions of the consumer that evicts
+SCRIPT = "tests/test_fetch_session_eviction_broker.py"
 
 
-@pytest.fixture(scope="module")
-def small_cache_kafka(tmp_path_factory):
-    """A Kafka broker whose fetch session cache has one slot per shard."""
-    if "kafka" not in [k.strip() for k in os.environ.get("KIO_TEST_BROKERS", "kafka").split(",")]:
-        pytest.skip("the session cache is Apache Kafka's (KIO_TEST_BROKERS leaves it out)")
+def small_cache_kafka(log_path=None):
+    """A Kafka broker (not started) whose fetch session cache has one slot per shard."""
     from kio.testing.kafka_broker import KafkaBroker
-    log = str(tmp_path_factory.mktemp("fsess-evict") / "kafka.log")
-    b = KafkaBroker(log_path=log, heap="320m",
-                    config={"max.incremental.fetch.session.cache.slots": SHARDS}).start()
-    try:
-        yield b
-    finally:
-        b.stop()
+    return KafkaBroker(log_path=log_path, heap="320m",
+                       config={"max.incremental.fetch.session.cache.slots": SHARDS})
 
 
 def poll_all(consumers, got, seconds):
@@ -68,8 +65,25 @@ def poll_until(consumers, got, condition, timeout):
 
 
 @pytest.mark.broker        # its own Kafka (small_cache_kafka), not the matrix's `broker` fixture
-def test_a_session_evicted_by_the_brokers_cache_is_replaced_by_full_requests(small_cache_kafka):
-    bootstrap = small_cache_kafka.bootstrap_servers
+@pytest.mark.early_run(SCRIPT)
+def test_a_session_evicted_by_the_brokers_cache_is_replaced_by_full_requests(request):
+    """The scenario (``evict_one_session``) waits 120 s on Kafka's fixed
+    eviction age, so it runs as this file's ``__main__`` in a child started
+    after the run's first test (tests/early_runs.py): its waiting overlaps the
+    rest of the suite, and this test fails with its output if any of its
+    checks failed."""
+    if "kafka" not in [k.strip() for k in os.environ.get("KIO_TEST_BROKERS", "kafka").split(",")]:
+        pytest.skip("the session cache is Apache Kafka's (KIO_TEST_BROKERS leaves it out)")
+    code, output = early_runs.wait(request.node.nodeid, SCRIPT, timeout=600)
+    print(output[-3000:])
+    assert code == 0, output
+    assert "[eviction] evicted: partition" in output, output
+
+
+def evict_one_session(bootstrap):
+    """8 one-partition consumers fill the 8 shards; once their sessions are
+    120 s old a 12-partition consumer evicts exactly one, which reads on with
+    full requests; every record is read once, in order."""
     topic = new_topic(bootstrap, SHARDS + WIDE, prefix="evict")
     every = range(SHARDS + WIDE)
     got: dict = {}
@@ -110,3 +124,31 @@ def test_a_session_evicted_by_the_brokers_cache_is_replaced_by_full_requests(sma
     finally:
         for c in small + ([wide] if wide is not None else []):
             c.close()
+
+
+def main() -> int:
+    """Runs the scenario on a small-cache Kafka of its own; exit status 0 when
+    every check held (what the test above asserts), 1 with the traceback and
+    the broker log's tail otherwise."""
+    import tempfile
+    import traceback
+
+    # SIGTERM (the suite ending before the test waited) still runs the
+    # finally blocks below: the consumers close and the broker stops.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    log_path = os.path.join(tempfile.mkdtemp(prefix="fsess-evict-"), "kafka.log")
+    broker = small_cache_kafka(log_path)
+    try:
+        broker.start()
+        evict_one_session(broker.bootstrap_servers)
+        return 0
+    except Exception:  # noqa: BLE001 - reported to the waiting test with the broker's log
+        traceback.print_exc()
+        print(f"kafka broker log (tail):\n{broker.log_tail()}", flush=True)
+        return 1
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

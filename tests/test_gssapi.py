@@ -40,7 +40,7 @@ from kproto.kerberos_login import GssapiAuthenticatorFactory, KerberosLogin  # n
 from kproto.sasl import GssapiMechanism, no_security_layer_reply, parse_security_layers  # noqa: E402
 
 CLIENT = "kclient"
-REAUTH_MS = 4000
+REAUTH_MS = 2000
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +341,7 @@ def test_connections_reauthenticate_with_a_new_context(gssapi_kafka, kdc):
     re-authenticates in place (a new GSSAPI security context each time)."""
     cfg = client_config(gssapi_kafka, kdc)
     topic = new_topic(gssapi_kafka)
-    run_s, sent = 14.0, 0
+    run_s, sent = 7.0, 0                    # 3.5 sessions: at least two re-authentications each
     with kio.Producer(**cfg, linger_ms=5) as producer:
         start = time.monotonic()
         while time.monotonic() - start < run_s:

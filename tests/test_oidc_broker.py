@@ -2,7 +2,7 @@
 
 The ``reauth_kafka`` fixture's issuer (tests/oidc_issuer.py) hands out RS256
 JWTs by the client-credentials grant; the broker validates them against its
-JWKS (``OAuthBearerValidatorCallbackHandler``) and cuts sessions after 5 s
+JWKS (``OAuthBearerValidatorCallbackHandler``) and cuts sessions after 2 s
 unless the client re-authenticates (KIP-368), capping a session at the
 token's ``exp``. So a client that did not refresh its token before ``exp``,
 or re-authenticated with the old one, loses its connection."""

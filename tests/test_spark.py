@@ -7,21 +7,9 @@ import time
 
 import confluent_kafka
 import pytest
-from conftest import spark_builder
 
 from kio import Consumer, TopicPartition as TP
 from kproto.errors import ConfigError
-
-
-@pytest.fixture(scope="module")
-def spark():
-    # Python workers run this interpreter and import kio from this checkout.
-    s = spark_builder("local[2]", "kio-tests").getOrCreate()
-    s.sparkContext.setLogLevel("ERROR")
-    import kio.spark
-    kio.spark.register(s)
-    yield s
-    s.stop()
 
 
 def rows_df(spark, n, with_headers=True):

@@ -10,21 +10,10 @@ import json
 import time
 
 import pytest
-from conftest import spark_builder
 
 from kio import Producer
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = spark_builder("local[2]", "kio-connector-compare").getOrCreate()
-    s.sparkContext.setLogLevel("ERROR")
-    import kio.spark
-    kio.spark.register(s)
-    yield s
-    s.stop()
 
 
 def load(spark, fmt, bootstrap, **options):
@@ -248,6 +237,11 @@ def test_topic_option_and_topic_column_precedence_is_sparks(spark, bootstrap, ma
             for t, t3 in ((a, a3), (b, b3), (c, c3))} == theirs
 
 
+#: Long enough that the 3 s and 2 s hold-back checks below end well inside it
+#: (each starts within ~1 s of the micro-batch before); each source waits it once.
+MAX_TRIGGER_DELAY_S = 10
+
+
 def test_min_offsets_per_trigger_and_max_trigger_delay_hold_batches_back_alike(spark, bootstrap, make_topic):
     """minOffsetsPerTrigger holds a micro-batch back until that many records
     are there, or maxTriggerDelay passed since the last micro-batch: the
@@ -258,7 +252,7 @@ def test_min_offsets_per_trigger_and_max_trigger_delay_hold_batches_back_alike(s
         name = "min_" + fmt.replace("-", "_")
         stream = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
                   .option("subscribe", topic).option("startingOffsets", "earliest")
-                  .option("minOffsetsPerTrigger", "50").option("maxTriggerDelay", "20s").load())
+                  .option("minOffsetsPerTrigger", "50").option("maxTriggerDelay", f"{MAX_TRIGGER_DELAY_S}s").load())
         q = (stream.selectExpr("value").writeStream.format("memory").queryName(name)
              .trigger(processingTime="500 milliseconds").start())
 
@@ -283,7 +277,7 @@ def test_min_offsets_per_trigger_and_max_trigger_delay_hold_batches_back_alike(s
             assert rows() == 0, f"{fmt}: 30 records < minOffsetsPerTrigger 50 were not held back"
             produce(30, 30)
             assert wait_for(60, 15) == 60, fmt
-            produce(60, 10)                  # too few: they wait for maxTriggerDelay (20 s)
+            produce(60, 10)                  # too few: they wait for maxTriggerDelay
             time.sleep(2)
             assert rows() == 60, f"{fmt}: 10 records went before maxTriggerDelay"
             assert wait_for(70, 40) == 70, f"{fmt}: maxTriggerDelay did not release the records"

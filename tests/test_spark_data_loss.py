@@ -11,7 +11,6 @@ import json
 import time
 
 import pytest
-from conftest import spark_builder
 
 from kio import Admin, Consumer, Producer, TopicPartition as TP
 from kio.admin import NewTopic
@@ -19,16 +18,6 @@ from kio.spark.offsets import DataLossError, OffsetRange, consumer_config, norma
 from kio.spark.source import read_range
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = spark_builder("local[2]", "kio-tests").getOrCreate()
-    s.sparkContext.setLogLevel("ERROR")
-    import kio.spark
-    kio.spark.register(s)
-    yield s
-    s.stop()
 
 
 def produce(bootstrap, topic, partition, first, count, timestamp_ms=None):

@@ -42,7 +42,10 @@ def _session(master):
 
 
 @pytest.fixture(scope="module")
-def spark():
+def spark(shared_spark):
+    # One SparkContext per JVM: the other modules' shared local[2] session
+    # stops here (the next module that wants it gets a new one).
+    shared_spark.stop()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     master = os.environ.get("KIO_SPARK_SCALEOUT_MASTER", "local-cluster[2,1,1024]")

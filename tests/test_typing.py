@@ -210,29 +210,37 @@ def typed() -> None:
 '''
 
 
-def _mypy(tmp_path, name, source):
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory):
+    """One mypy cache for this module's checks against the checkout: the
+    first run analyses kio, kproto and typeshed, later ones re-check only
+    their own program (mypy's incremental mode gives the same answers)."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def _mypy(tmp_path, name, source, cache):
     (tmp_path / name).write_text(textwrap.dedent(source))
     # kio and kproto from this checkout (the editable install's import hook
     # is invisible to mypy); their own modules are analysed, and errors are
     # reported for the program only.
     env = dict(os.environ, MYPYPATH=str(ROOT))
     cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-           "--cache-dir", str(tmp_path / ".mypy_cache"), "--no-color-output", name]
+           "--cache-dir", str(cache), "--no-color-output", name]
     start = time.monotonic()
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     return r, time.monotonic() - start
 
 
-def test_mypy_strict_accepts_the_typed_usage_example(tmp_path):
-    r, took = _mypy(tmp_path, "example.py", EXAMPLE)
+def test_mypy_strict_accepts_the_typed_usage_example(tmp_path, mypy_cache):
+    r, took = _mypy(tmp_path, "example.py", EXAMPLE, mypy_cache)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Success: no issues found in 1 source file" in r.stdout
     print(f"mypy --strict took {took:.1f} s")
 
 
-def test_mypy_strict_rejects_an_untyped_call(tmp_path):
+def test_mypy_strict_rejects_an_untyped_call(tmp_path, mypy_cache):
     """The check bites: a call to an unannotated function fails it."""
-    r, _ = _mypy(tmp_path, "untyped.py", UNTYPED)
+    r, _ = _mypy(tmp_path, "untyped.py", UNTYPED, mypy_cache)
     assert r.returncode == 1 and "[no-untyped-call]" in r.stdout, r.stdout + r.stderr
 
 
@@ -372,12 +380,13 @@ async def main() -> None:
 '''
 
 
-def test_mypy_sees_what_an_async_admin_call_returns(tmp_path):
-    r, _ = _mypy(tmp_path, "ok.py", ASYNC_ADMIN_RESULT)
+def test_mypy_sees_what_an_async_admin_call_returns(tmp_path, mypy_cache):
+    r, _ = _mypy(tmp_path, "ok.py", ASYNC_ADMIN_RESULT, mypy_cache)
     assert r.returncode == 0, r.stdout + r.stderr
-    r, _ = _mypy(tmp_path, "wrong.py", ASYNC_ADMIN_RESULT.replace("Dict[str, TopicListing]", "Dict[str, int]"))
+    wrong = ASYNC_ADMIN_RESULT.replace("Dict[str, TopicListing]", "Dict[str, int]")
+    r, _ = _mypy(tmp_path, "wrong.py", wrong, mypy_cache)
     assert r.returncode == 1 and "TopicListing" in r.stdout, r.stdout
-    r, _ = _mypy(tmp_path, "unawaited.py", ASYNC_ADMIN_RESULT.replace("= await admin", "= admin"))
+    r, _ = _mypy(tmp_path, "unawaited.py", ASYNC_ADMIN_RESULT.replace("= await admin", "= admin"), mypy_cache)
     assert r.returncode == 1 and "Coroutine" in r.stdout, r.stdout
 
 
@@ -400,12 +409,12 @@ def test_message_types_are_generated_from_the_schema_tables():
     assert r.returncode == 0, r.stderr
 
 
-def test_mypy_sees_message_body_field_names(tmp_path):
-    r, _ = _mypy(tmp_path, "bodies.py", MESSAGE_BODIES)
+def test_mypy_sees_message_body_field_names(tmp_path, mypy_cache):
+    r, _ = _mypy(tmp_path, "bodies.py", MESSAGE_BODIES, mypy_cache)
     assert r.returncode == 0, r.stdout + r.stderr
     typo = MESSAGE_BODIES.replace('"generation_id": 7', '"generaton_id": 7')
-    r, _ = _mypy(tmp_path, "typo.py", typo)
+    r, _ = _mypy(tmp_path, "typo.py", typo, mypy_cache)
     assert r.returncode != 0 and "generaton_id" in r.stdout, r.stdout
     wrong = MESSAGE_BODIES.replace('"index": 0', '"index": "0"')
-    r, _ = _mypy(tmp_path, "wrong.py", wrong)
+    r, _ = _mypy(tmp_path, "wrong.py", wrong, mypy_cache)
     assert r.returncode != 0 and "index" in r.stdout, r.stdout

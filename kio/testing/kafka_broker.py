@@ -210,6 +210,14 @@ class KafkaBroker(BrokerProcess):
             "group.streams.heartbeat.interval.ms": 500,
             "group.streams.min.session.timeout.ms": 6000,
             "group.streams.session.timeout.ms": 10000,
+            # KIP-932 share groups, tuned the same way: heartbeats every 500 ms
+            # (default and minimum 5 s: a member's first assignment came 5-10 s
+            # after it joined); a group may set its acquisition lock as low as
+            # 5 s (the broker's floor is 15 s by default), so a test of a lock
+            # running out waits seconds, not 15. The default lock stays 30 s.
+            "group.share.min.heartbeat.interval.ms": 500,
+            "group.share.heartbeat.interval.ms": 500,
+            "group.share.min.record.lock.duration.ms": 5000,
             "auto.create.topics.enable": "true",
             "delete.topic.enable": "true",
         }
