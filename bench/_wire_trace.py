@@ -81,10 +81,16 @@ def capture(port: int, out_path: str, stop: threading.Event | None = None,
     pending = {}                 # client port -> {correlation id: api key}
     out = []
     seen = set()                 # loopback shows each segment twice (out and in): keep one
-    while not done.is_set():
+    draining = False
+    while True:
+        if not draining and done.is_set():
+            draining = True              # what the socket holds already, then stop
+            sock.settimeout(0.05)
         try:
             data, anc, _, addr = sock.recvmsg(1 << 18, 64)
         except socket.timeout:
+            if draining:
+                break
             continue
         if addr[2] == socket.PACKET_OUTGOING:
             continue
@@ -171,8 +177,7 @@ def wire_summary(trace_dir: str, wire_path: str, threshold_ms: int = 10) -> str:
         pport, cport = _busiest(conns, PRODUCE, start, end), _busiest(conns, FETCH, start, end)
         if pport is None or cport is None:
             continue
-        pq = conns[pport]["q"].get(PRODUCE, [])
-        pairs_p = [x for x in conns[pport]["pairs"].get(PRODUCE, []) if start <= x[0] <= end]
+        pairs_p = sorted(x for x in conns[pport]["pairs"].get(PRODUCE, []) if start <= x[0] <= end)
         pairs_f = [x for x in conns[cport]["pairs"].get(FETCH, []) if start <= x[0] <= end]
         fa = [a for _, a in pairs_f]
         r = rows.setdefault((p["client"], c["client"]), {
@@ -194,10 +199,11 @@ def wire_summary(trace_dir: str, wire_path: str, threshold_ms: int = 10) -> str:
         for ep in tt.episodes(sent, lat, threshold_ms * 1000):
             i = max(ep, key=lat.__getitem__)
             r["episodes"] += 1
-            k = bisect.bisect_left(pq, sent[i])
-            pair = next((x for x in pairs_p if x[0] >= sent[i]), None)
-            if k >= len(pq) or pair is None:
+            # the first Produce on the wire after its send() carried it
+            k = bisect.bisect_left(pairs_p, (sent[i],))
+            if k >= len(pairs_p):
                 continue
+            pair = pairs_p[k]
             # the four parts of its latency: the biggest names who held it
             wire_q, wire_a = pair
             fk = bisect.bisect_left(fa, appended[i])

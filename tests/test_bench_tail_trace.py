@@ -144,3 +144,122 @@ def test_a_producer_side_episode_is_split_at_the_produce_write_that_carried_it(t
     # late, written → append 23, → the answer in the kernel 21, read 0.5 later
     assert [[c.strip() for c in row.strip("|").split("|")][3:] for row in rows] == [
         ["30.0", "7.0", "2.0", "1.5 (run delay 1.0)", "23.0", "21.0", "0.5"]]
+
+
+def test_a_select_wait_is_recorded_with_its_due_time_events_and_run_delay(tmp_path):
+    """watch_kio_waits: a wait that ended on its timer (due = its start +
+    timeout, no events) and one a wake-up ended (no due time: None, one event)."""
+    from kio._threaded import network
+    from kproto.producer.core import ProducerCore
+    tt = _tail_trace()
+    original = network.SocketLoop.select
+    trace = tt.Trace()
+    try:
+        trace.watch_kio_waits()
+        loop = network.SocketLoop(ProducerCore(bootstrap_servers="127.0.0.1:9"))
+        t0 = tt.now_us()
+        assert loop.select(0.02) == []
+        loop.wake()
+        assert len(loop.select(None)) == 1
+        loop.close()
+    finally:
+        network.SocketLoop.select = original
+    trace.dump(str(tmp_path / "t-produce.json"), client="x", rate=1)
+    waits = json.loads((tmp_path / "t-produce.json").read_text())["waits"]
+    (woke1, due1, n1, delay1), (woke2, due2, n2, delay2) = waits
+    assert n1 == 0 and t0 + 20_000 <= due1 <= woke1 and delay1 >= 0
+    assert n2 == 1 and due2 == 0 and woke2 >= woke1 and delay2 >= 0
+
+
+def test_jvm_pauses_are_read_from_the_safepoint_lines_of_a_gc_log(tmp_path):
+    tt = _tail_trace()
+    log = tmp_path / "jvm.log"
+    log.write_text(
+        "[1795721041860ms][12ms] Using G1\n"
+        "[1795721042672ms][824ms] GC(0) Pause Young (Normal) (G1 Evacuation Pause) 19M->4M(380M) 43.247ms\n"
+        '[1795721042673ms][824ms] Safepoint "G1CollectForAllocation", Time since last: 707741076 ns, '
+        "Reaching safepoint: 3319 ns, Cleanup: 1238459 ns, At safepoint: 44093239 ns, Total: 45335017 ns\n"
+        '[1795721043100ms][1250ms] Safepoint "Cleanup", Time since last: 1 ns, Reaching safepoint: 1 ns, '
+        "Cleanup: 1 ns, At safepoint: 1 ns, Total: 200000 ns\n")
+    # the 0.2 ms pause is under the 1 ms kept; the other started 45.335 ms before its line
+    assert tt.jvm_pauses(str(log)) == [(1795721042673_000 - 45_335, 45_335)]
+
+
+def _wire_trace():
+    import sys
+    sys.path.insert(0, BENCH)
+    spec = importlib.util.spec_from_file_location("_wire_trace", os.path.join(BENCH, "_wire_trace.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_wire_capture_keeps_produce_and_fetch_requests_and_their_answers_only(tmp_path):
+    """A loopback server on a port of its own stands for the broker: the
+    capture (a raw packet socket, as root) keeps the Produce and the Fetch
+    and their answers, matched by correlation id, not a Metadata request."""
+    import socket
+    import struct
+    import threading
+    wt = _wire_trace()
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    out = tmp_path / "wire.json"
+    stop, ready = threading.Event(), threading.Event()
+    cap = threading.Thread(target=wt.capture, args=(port, str(out), stop, ready))
+    cap.start()
+    assert ready.wait(10)
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    for api, corr in ((0, 7), (3, 8), (1, 9)):          # Produce, Metadata, Fetch
+        body = struct.pack("!hhi", api, 9, corr) + b"x" * 20
+        client.sendall(struct.pack("!i", len(body)) + body)
+        got = conn.recv(100)
+        assert len(got) == 4 + len(body)
+        conn.sendall(struct.pack("!ii", 8, corr) + b"yyyy")
+        assert len(client.recv(100)) == 12
+    client_port = client.getsockname()[1]
+    stop.set()
+    cap.join(10)
+    for s in (client, conn, server):
+        s.close()
+    events = json.loads(out.read_text())
+    assert [(kind, api, corr) for _, _, kind, api, corr in events] == [
+        ("q", 0, 7), ("a", 0, 7), ("q", 1, 9), ("a", 1, 9)]
+    assert {e[1] for e in events} == {client_port}
+    times = [e[0] for e in events]
+    assert times == sorted(times)
+
+
+def test_a_slow_episode_is_split_at_the_wire_between_the_clients_and_the_broker(tmp_path):
+    """Two episodes: one whose Produce the broker answered 12 ms after the
+    request (the broker's Produce), one whose records a waiting Fetch brought
+    15 ms after the Produce was answered (the broker's Fetch answer)."""
+    wt = _wire_trace()
+    n = 3000
+    sent = [i * 10_000 for i in range(n)]          # 100/s, 30 s
+    base = sent[0]
+    wire = []
+    appended, arrived = [], []
+    pp, cp = 40001, 40002
+    slow_p, slow_c = 1000, 2000
+    a = fa = 0
+    for i, s in enumerate(sent):
+        q = s + 5_000                              # linger.ms
+        # answers in order on a connection, as the broker gives them
+        a = max(a, q + (12_000 if i == slow_p else 300))
+        app = a - 100
+        fa = max(fa, a + (15_000 if i == slow_c else 200))
+        wire += [(q, pp, "q", 0, i), (a, pp, "a", 0, i), (s - 2_000, cp, "q", 1, i), (fa, cp, "a", 1, i)]
+        appended.append(app)
+        arrived.append(fa + 300)
+    (tmp_path / "w.json").write_text(json.dumps(wire))
+    _run(tmp_path, "r5", sent, [a - s for s, a in zip(sent, arrived)], [], appended=appended)
+    table = wt.wire_summary(str(tmp_path), str(tmp_path / "w.json"))
+    row = [line for line in table.splitlines() if line.startswith("| p → c")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    per_min = 60 / ((arrived[-1] - base) / 1e6)
+    assert cells[1] == f"{2 * per_min:.1f}"                              # two episodes
+    assert cells[2:6] == ["0.0", f"{per_min:.1f}", f"{per_min:.1f}", "0.0"]   # the broker's, each
+    assert cells[6].startswith(f"{per_min:.1f} (")                        # one Produce answer > 5 ms
+    assert cells[7].startswith(f"{per_min:.1f} (")                        # one Fetch answer > 5 ms late
