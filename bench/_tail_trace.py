@@ -266,6 +266,34 @@ def episode_summary(trace_dir: str) -> str:
     return "\n".join(out)
 
 
+def runs_table(trace_dir: str, threshold_ms: int = EPISODE_MS[0]) -> str:
+    """One row per traced run, in the order they ran (rounds interleave the
+    clients): the load when it ended, its p99.9, and its episodes above
+    ``threshold_ms`` per minute - all, and by the side of the broker's append
+    that held each (``--split``). Load moves a lot between rows on a shared
+    machine: compare a row with its neighbours."""
+    out = [f"| run | producer → consumer | load (1 min) | p99.9 ms | episodes > {threshold_ms} ms per min | "
+           "producer's side | consumer's side |", "|---|---|---|---|---|---|---|"]
+    runs = []
+    for cons_path in glob.glob(os.path.join(trace_dir, "*-consume.json")):
+        p, c = _load(cons_path)
+        runs.append((min(c["sent"]), os.path.basename(cons_path)[:-len("-consume.json")], p, c))
+    for _, name, p, c in sorted(runs, key=lambda r: r[0]):
+        sent, arrived, appended = c["sent"], c["arrived"], c.get("appended") or []
+        lat = [a - s for s, a in zip(sent, arrived)]
+        per_min = 60 / max(1e-6, (max(arrived) - min(sent)) / 1e6)
+        eps = episodes(sent, lat, threshold_ms * 1000)
+        prod = cons = "-"
+        if appended:
+            worst = [max(ep, key=lat.__getitem__) for ep in eps]
+            n = sum(1 for i in worst if appended[i] - sent[i] > arrived[i] - appended[i])
+            prod, cons = f"{n * per_min:.1f}", f"{(len(eps) - n) * per_min:.1f}"
+        load = f"{c['load']:.1f}" if "load" in c else "-"
+        out.append(f"| {name} | {p['client']} → {c['client']} | {load} | {_pct(lat, 0.999) / 1000:.1f} | "
+                   f"{len(eps) * per_min:.1f} | {prod} | {cons} |")
+    return "\n".join(out)
+
+
 def _net_times(run, kind):
     return sorted(t for k, t, _ in run.get("net") or () if k == kind)
 
@@ -548,6 +576,8 @@ def report(trace_dir: str) -> str:
         out.append("")
     out.append(episode_summary(trace_dir))
     out.append("")
+    out.append(runs_table(trace_dir))
+    out.append("")
     out.append(consumer_side(trace_dir))
     out.append("")
     out.append(producer_side(trace_dir))
@@ -562,6 +592,8 @@ if __name__ == "__main__":
         print(broker_pause_summary(sys.argv[1], sys.argv[3]))
     elif sys.argv[2:] == ["--summary"]:
         print(episode_summary(sys.argv[1]))
+        print()
+        print(runs_table(sys.argv[1]))
         print()
         print(consumer_side(sys.argv[1]))
         print()

@@ -263,3 +263,28 @@ def test_a_slow_episode_is_split_at_the_wire_between_the_clients_and_the_broker(
     assert cells[2:6] == ["0.0", f"{per_min:.1f}", f"{per_min:.1f}", "0.0"]   # the broker's, each
     assert cells[6].startswith(f"{per_min:.1f} (")                        # one Produce answer > 5 ms
     assert cells[7].startswith(f"{per_min:.1f} (")                        # one Fetch answer > 5 ms late
+
+
+def test_the_runs_table_gives_each_run_in_the_order_it_ran_with_its_load_and_episodes_by_side(tmp_path):
+    tt = _tail_trace()
+    n = 6000
+    for name, start, load, slow_side in (("late", 10**9, 3.5, "consumer"), ("early", 0, 0.5, "producer")):
+        sent = [start + i * 10_000 for i in range(n)]        # 60 s at 100/s
+        appended = [s + 1_000 for s in sent]
+        lat = [3_000] * n
+        lat[100] = 25_000
+        if slow_side == "producer":
+            appended[100] += 20_000
+        _run(tmp_path, name, sent, lat, [], appended=appended)
+        path = tmp_path / f"{name}-consume.json"
+        cons = json.loads(path.read_text())
+        cons["load"] = load
+        path.write_text(json.dumps(cons))
+    rows = [line for line in tt.runs_table(str(tmp_path)).splitlines() if line.startswith("| early") or
+            line.startswith("| late")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    per_min = 60 / ((6000 - 1) * 10_000 / 1e6 + 0.003)
+    assert [c[0] for c in cells] == ["early", "late"]                 # the order they ran, not the names'
+    assert [c[2] for c in cells] == ["0.5", "3.5"]
+    assert cells[0][4:] == [f"{per_min:.1f}", f"{per_min:.1f}", "0.0"]
+    assert cells[1][4:] == [f"{per_min:.1f}", "0.0", f"{per_min:.1f}"]
