@@ -49,7 +49,8 @@ class Trace:
         # made the consumer's GC run (0.6 collections/s) where it does not
         self.writes, self.reads = array("q"), array("q")
         self.arrivals = array("q")      # per read: the kernel's receive time of its bytes (0: unknown)
-        # kio threading: each wait in select: (returned µs, timer due µs or 0, events, run delay µs)
+        # kio threading: each wait in select: (returned µs, timer due µs or 0, events, run delay µs,
+        # and the round before it: wall, run delay, CPU µs)
         self.waits = array("q")
         gc.callbacks.append(self._on_gc)
 
@@ -142,10 +143,17 @@ class Trace:
 
         def _select(loop, timeout):
             d0 = run_delay()
+            c0 = time.thread_time_ns() // 1000
             t0 = now_us()
+            # the round since this thread's last wait: its wall time, its run delay and its CPU time
+            # (wall well above the other two: the thread waited for the GIL or a lock)
+            prev = getattr(local, "after", None) or (t0, d0, c0)
             events = select(loop, timeout)
             t1 = now_us()
-            log.extend((t1, 0 if timeout is None else t0 + int(timeout * 1e6), len(events), run_delay() - d0))
+            d1 = run_delay()
+            log.extend((t1, 0 if timeout is None else t0 + int(timeout * 1e6), len(events), d1 - d0,
+                        t0 - prev[0], d0 - prev[1], c0 - prev[2]))
+            local.after = (t1, d1, time.thread_time_ns() // 1000)
             return events
         network.SocketLoop.select = _select
 
@@ -154,7 +162,7 @@ class Trace:
         with open(path, "w") as f:
             net = [("w", t, 0) for t in self.writes] + [("r", t, a) for t, a in zip(self.reads, self.arrivals)]
             w = self.waits
-            waits = [tuple(w[i:i + 4]) for i in range(0, len(w), 4)]
+            waits = [tuple(w[i:i + 7]) for i in range(0, len(w), 7)]
             json.dump({"gc": self.gc, "slow": self.slow, "net": net, "waits": waits,
                        "load": os.getloadavg()[0], **extra}, f)
 
@@ -304,12 +312,13 @@ def _reads(run):
 
 
 def _waits(run):
-    """(returned µs, timer due µs or 0, events, run delay µs or -1) of each
-    wait in select a kio threading process recorded, in time order (traces
-    before ``waits`` kept only the producer's timer waits: ``timers``)."""
+    """(returned µs, timer due µs or 0, events, run delay µs or -1, and the
+    round before the wait: wall, run delay and CPU µs, -1 if not recorded) of
+    each wait in select a kio threading process recorded, in time order
+    (traces before ``waits`` kept only the producer's timer waits: ``timers``)."""
     if run.get("waits"):
-        return sorted(tuple(x) for x in run["waits"])
-    return sorted((w, d, 0, -1) for d, w in run.get("timers") or ())
+        return sorted(tuple(x) + (-1, -1, -1)[:max(0, 7 - len(x))] for x in run["waits"])
+    return sorted((w, d, 0, -1, -1, -1, -1) for d, w in run.get("timers") or ())
 
 
 def _first_after(times, t):
@@ -380,9 +389,10 @@ def producer_side(trace_dir: str, threshold_ms: int = 10) -> str:
     its answer's bytes in the kernel (the network and the broker; the append
     is in there, in whole ms) → read by the network thread (the wake-up)."""
     out = ["| run | episode at s | records | send → append ms | send → Produce written ms | "
-           "written past the batch's linger ms | the wait before it: on its timer, late by ms | written → append ms | "
+           "written past the batch's linger ms | the wait before it: on its timer, late by ms | "
+           "the round that wrote it: wall / run delay / CPU ms | written → append ms | "
            "written → answer in the kernel ms | kernel → read (wake-up) ms |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cons_path in sorted(glob.glob(os.path.join(trace_dir, "*-consume.json"))):
         p, c = _load(cons_path)
         if not p.get("net") or not c.get("appended"):
@@ -411,9 +421,13 @@ def producer_side(trace_dir: str, threshold_ms: int = 10) -> str:
                     late += f" (run delay {waits[j][3] / 1000:.1f})"
             k = bisect.bisect_right(read_times, w)
             kernel = reads[k][1] if k < len(reads) else 0
+            # the round that wrote it: recorded with the wait that followed it
+            rnd = "-"
+            if j + 1 < len(waits) and waits[j + 1][4] >= 0:
+                rnd = "/".join(f"{v / 1000:.1f}" for v in waits[j + 1][4:7])
             out.append(f"| {os.path.basename(cons_path)[:14]} {p['client']} → {c['client']} {c['rate']:,}/s | "
                        f"{(sent[i] - t0) / 1e6:.3f} | {len(ep)} | {before[i] / 1000:.1f} | "
-                       f"{(w - sent[i]) / 1000:.1f} | {max(0, w - first - LINGER_US) / 1000:.1f} | {late} | "
+                       f"{(w - sent[i]) / 1000:.1f} | {max(0, w - first - LINGER_US) / 1000:.1f} | {late} | {rnd} | "
                        f"{(appended[i] - w) / 1000:.1f} | {_ms(kernel - w if kernel else None)} | "
                        f"{_ms(reads[k][0] - kernel if kernel else None)} |")
     return "\n".join(out)

@@ -137,13 +137,16 @@ def test_a_producer_side_episode_is_split_at_the_produce_write_that_carried_it(t
                    ["r", sent[slow] + 28_500, sent[slow] + 28_000]]
     # the network thread's wait before the write ended on its timer 1.5 ms
     # late, 1 ms of it waiting for a CPU
-    prod["waits"] = [[sent[slow] + 6_900, sent[slow] + 5_400, 0, 1_000]]
+    prod["waits"] = [[sent[slow] + 6_900, sent[slow] + 5_400, 0, 1_000],
+                     # the next wait records the round that wrote: 0.4 ms wall, 0.1 of it
+                     # waiting for a CPU, 0.3 ms of CPU
+                     [sent[slow] + 8_000, 0, 1, 0, 400, 100, 300]]
     prod_path.write_text(json.dumps(prod))
     rows = [line for line in tt.producer_side(str(tmp_path)).splitlines() if line.startswith("| r3")]
     # send → append 30, → written 7 (past the batch's linger: 2), the timer 1.5
     # late, written → append 23, → the answer in the kernel 21, read 0.5 later
     assert [[c.strip() for c in row.strip("|").split("|")][3:] for row in rows] == [
-        ["30.0", "7.0", "2.0", "1.5 (run delay 1.0)", "23.0", "21.0", "0.5"]]
+        ["30.0", "7.0", "2.0", "1.5 (run delay 1.0)", "0.4/0.1/0.3", "23.0", "21.0", "0.5"]]
 
 
 def test_a_select_wait_is_recorded_with_its_due_time_events_and_run_delay(tmp_path):
@@ -166,9 +169,11 @@ def test_a_select_wait_is_recorded_with_its_due_time_events_and_run_delay(tmp_pa
         network.SocketLoop.select = original
     trace.dump(str(tmp_path / "t-produce.json"), client="x", rate=1)
     waits = json.loads((tmp_path / "t-produce.json").read_text())["waits"]
-    (woke1, due1, n1, delay1), (woke2, due2, n2, delay2) = waits
+    (woke1, due1, n1, delay1, *_), (woke2, due2, n2, delay2, wall, round_delay, cpu) = waits
     assert n1 == 0 and t0 + 20_000 <= due1 <= woke1 and delay1 >= 0
     assert n2 == 1 and due2 == 0 and woke2 >= woke1 and delay2 >= 0
+    # the round between the two waits (the wake() call): its wall time holds its CPU time
+    assert wall >= 0 and round_delay >= 0 and 0 <= cpu <= wall + 1_000
 
 
 def test_jvm_pauses_are_read_from_the_safepoint_lines_of_a_gc_log(tmp_path):
