@@ -17,14 +17,17 @@ the broker's append held them.
 """
 from __future__ import annotations
 
+import bisect
 import gc
 import glob
 import json
 import os
+import threading
 import time
 from array import array
 
 SLOW_CALL_US = 1000
+_SO_TIMESTAMPNS = 35        # socket.SO_TIMESTAMPNS on Linux (Python 3.11 does not name it)
 
 
 def now_us() -> int:
@@ -45,6 +48,10 @@ class Trace:
         # a tuple per event would be a tracked object, and 400 of them a second
         # made the consumer's GC run (0.6 collections/s) where it does not
         self.writes, self.reads = array("q"), array("q")
+        self.arrivals = array("q")      # per read: the kernel's receive time of its bytes (0: unknown)
+        # kio threading: each wait in select: (returned µs, timer due µs or 0, events, run delay µs,
+        # and the round before it: wall, run delay, CPU µs)
+        self.waits = array("q")
         gc.callbacks.append(self._on_gc)
 
     def _on_gc(self, phase, info):
@@ -72,28 +79,92 @@ class Trace:
     def watch_kio_sockets(self):
         """Record when kio's threading driver writes to and reads from its
         broker sockets (class-wide, in this process): for a consumer, when
-        each Fetch went out and its answer came in."""
+        each Fetch went out and its answer came in; for a producer, each
+        Produce and its answer. Each read also records when the kernel got
+        its first bytes (``SO_TIMESTAMPNS``, peeked before the read): the
+        read's time minus that is how long the socket stood readable before
+        a thread of the client took it (the wake-up: GIL, scheduler, a
+        thread busy elsewhere)."""
+        import socket as _socket
+        import struct
         from kio._threaded import network
-        writes, reads = self.writes, self.reads
+        writes, reads, arrivals = self.writes, self.reads, self.arrivals
         write, io = network.SocketLoop._write, network.SocketLoop._io
+        stamped = set()
+        unpack = struct.Struct("qq").unpack_from
 
         def _write(loop, node, sock, now):     # called with output waiting (write_all) or writable
+            fd = sock.fileno()
+            if fd not in stamped:              # the first write: before any answer can come
+                stamped.add(fd)
+                sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
             write(loop, node, sock, now)
             writes.append(now_us())
 
         def _io(loop, node, sock, mask, now):
             t = now_us()
+            arrived = 0
+            if mask & network._READ and sock.fileno() in stamped:
+                try:
+                    _, anc, _, _ = sock.recvmsg(1, 64, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+                    for level, kind, data in anc:
+                        if kind == _SO_TIMESTAMPNS and len(data) >= 16:
+                            sec, ns = unpack(data)
+                            arrived = sec * 1_000_000 + ns // 1000
+                except OSError:
+                    pass
             io(loop, node, sock, mask, now)
             if mask & network._READ:
                 reads.append(t)
+                arrivals.append(arrived)
         network.SocketLoop._write = _write
         network.SocketLoop._io = _io
+
+    def watch_kio_waits(self):
+        """Record each wait of a kio threading client in ``select`` (class-wide,
+        in this process: the producer's network thread, the consumer's polling
+        or network thread): when it returned, when its timer was due (0: no
+        timer), how many events it returned, and how long the thread waited
+        for a CPU meanwhile (``/proc/thread-self/schedstat``'s run delay: the
+        kernel's count). A wait that ended past its due time, or a readable
+        socket taken late, with as much run delay is the machine (no CPU for
+        the thread); without it, the thread was runnable but held elsewhere
+        (the GIL, a lock)."""
+        from kio._threaded import network
+        log = self.waits
+        select = network.SocketLoop.select
+        local = threading.local()
+
+        def run_delay():
+            fd = getattr(local, "fd", None)
+            if fd is None:
+                fd = local.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            return int(os.pread(fd, 64, 0).split()[1]) // 1000
+
+        def _select(loop, timeout):
+            d0 = run_delay()
+            c0 = time.thread_time_ns() // 1000
+            t0 = now_us()
+            # the round since this thread's last wait: its wall time, its run delay and its CPU time
+            # (wall well above the other two: the thread waited for the GIL or a lock)
+            prev = getattr(local, "after", None) or (t0, d0, c0)
+            events = select(loop, timeout)
+            t1 = now_us()
+            d1 = run_delay()
+            log.extend((t1, 0 if timeout is None else t0 + int(timeout * 1e6), len(events), d1 - d0,
+                        t0 - prev[0], d0 - prev[1], c0 - prev[2]))
+            local.after = (t1, d1, time.thread_time_ns() // 1000)
+            return events
+        network.SocketLoop.select = _select
 
     def dump(self, path, **extra):
         gc.callbacks.remove(self._on_gc)
         with open(path, "w") as f:
-            net = [("w", t, 0) for t in self.writes] + [("r", t, 0) for t in self.reads]
-            json.dump({"gc": self.gc, "slow": self.slow, "net": net, **extra}, f)
+            net = [("w", t, 0) for t in self.writes] + [("r", t, a) for t, a in zip(self.reads, self.arrivals)]
+            w = self.waits
+            waits = [tuple(w[i:i + 7]) for i in range(0, len(w), 7)]
+            json.dump({"gc": self.gc, "slow": self.slow, "net": net, "waits": waits,
+                       "load": os.getloadavg()[0], **extra}, f)
 
 
 def _pct(values, q):
@@ -161,11 +232,19 @@ def episode_summary(trace_dir: str) -> str:
         r = rows.setdefault((p["client"], c["client"], c["rate"]), {
             "seconds": 0.0, "runs": 0, **{ms: 0 for ms in EPISODE_MS}, "producer_side": 0, "gc": 0, "slow": 0})
         r["runs"] += 1
+        r["split"] = r.get("split") or bool(appended)
         r["seconds"] += (max(arrived) - min(sent)) / 1e6
         gc_all = [(s, d) for _, s, d, *_ in p["gc"] + c["gc"]]
+        r["load"] = r.get("load", []) + [c["load"]] if "load" in c else r.get("load", [])
         for ms in EPISODE_MS:
             eps = episodes(sent, lat, ms * 1000)
             r[ms] += len(eps)
+            if ms == EPISODE_MS[0]:
+                # at 1,000/s most episodes are 10-20 ms: which side held them, per minute
+                for ep in eps:
+                    worst = max(ep, key=lat.__getitem__)
+                    if appended and appended[worst] - sent[worst] > arrived[worst] - appended[worst]:
+                        r["producer_side_low"] = r.get("producer_side_low", 0) + 1
             if ms != EPISODE_MS[1]:
                 continue
             for ep in eps:
@@ -176,14 +255,50 @@ def episode_summary(trace_dir: str) -> str:
                 r["gc"] += _overlaps(gc_all, first, last)
                 r["slow"] += _overlaps(p["slow"], first, last)
     mid = EPISODE_MS[1]
+    low = EPISODE_MS[0]
     out = ["| producer → consumer | rate/s | runs | " + " | ".join(f"episodes > {ms} ms per min" for ms in EPISODE_MS)
-           + f" | > {mid} ms: producer's side | with a GC collection | with a slow send() |",
-           "|---|---|---|" + "---|" * (len(EPISODE_MS) + 3)]
+           + f" | > {low} ms per min: producer's side / consumer's side | > {mid} ms: producer's side "
+           "| with a GC collection | with a slow send() | load (1 min) |",
+           "|---|---|---|" + "---|" * (len(EPISODE_MS) + 5)]
     for (prod, cons, rate), r in sorted(rows.items(), key=lambda kv: (kv[0][2], kv[0][0])):
         per_min = 60 / r["seconds"]
+        sides = "-"
+        if r.get("split"):
+            ps = r.get("producer_side_low", 0)
+            sides = f"{ps * per_min:.1f} / {(r[low] - ps) * per_min:.1f}"
+        load = r.get("load") or []
         out.append(f"| {prod} → {cons} | {rate:,} | {r['runs']} | "
                    + " | ".join(f"{r[ms] * per_min:.1f}" for ms in EPISODE_MS)
-                   + f" | {r['producer_side']}/{r[mid]} | {r['gc']}/{r[mid]} | {r['slow']}/{r[mid]} |")
+                   + f" | {sides} | {r['producer_side']}/{r[mid]} | {r['gc']}/{r[mid]} | {r['slow']}/{r[mid]} | "
+                   + (f"{min(load):.1f}-{max(load):.1f}" if load else "-") + " |")
+    return "\n".join(out)
+
+
+def runs_table(trace_dir: str, threshold_ms: int = EPISODE_MS[0]) -> str:
+    """One row per traced run, in the order they ran (rounds interleave the
+    clients): the load when it ended, its p99.9, and its episodes above
+    ``threshold_ms`` per minute - all, and by the side of the broker's append
+    that held each (``--split``). Load moves a lot between rows on a shared
+    machine: compare a row with its neighbours."""
+    out = [f"| run | producer → consumer | load (1 min) | p99.9 ms | episodes > {threshold_ms} ms per min | "
+           "producer's side | consumer's side |", "|---|---|---|---|---|---|---|"]
+    runs = []
+    for cons_path in glob.glob(os.path.join(trace_dir, "*-consume.json")):
+        p, c = _load(cons_path)
+        runs.append((min(c["sent"]), os.path.basename(cons_path)[:-len("-consume.json")], p, c))
+    for _, name, p, c in sorted(runs, key=lambda r: r[0]):
+        sent, arrived, appended = c["sent"], c["arrived"], c.get("appended") or []
+        lat = [a - s for s, a in zip(sent, arrived)]
+        per_min = 60 / max(1e-6, (max(arrived) - min(sent)) / 1e6)
+        eps = episodes(sent, lat, threshold_ms * 1000)
+        prod = cons = "-"
+        if appended:
+            worst = [max(ep, key=lat.__getitem__) for ep in eps]
+            n = sum(1 for i in worst if appended[i] - sent[i] > arrived[i] - appended[i])
+            prod, cons = f"{n * per_min:.1f}", f"{(len(eps) - n) * per_min:.1f}"
+        load = f"{c['load']:.1f}" if "load" in c else "-"
+        out.append(f"| {name} | {p['client']} → {c['client']} | {load} | {_pct(lat, 0.999) / 1000:.1f} | "
+                   f"{len(eps) * per_min:.1f} | {prod} | {cons} |")
     return "\n".join(out)
 
 
@@ -191,66 +306,221 @@ def _net_times(run, kind):
     return sorted(t for k, t, _ in run.get("net") or () if k == kind)
 
 
-def consumer_side(trace_dir: str, threshold_ms: int = 20) -> str:
+def _reads(run):
+    """(read µs, kernel arrival µs or 0) of each socket read, in time order."""
+    return sorted((t, a) for k, t, a in run.get("net") or () if k == "r")
+
+
+def _waits(run):
+    """(returned µs, timer due µs or 0, events, run delay µs or -1, and the
+    round before the wait: wall, run delay and CPU µs, -1 if not recorded) of
+    each wait in select a kio threading process recorded, in time order
+    (traces before ``waits`` kept only the producer's timer waits: ``timers``)."""
+    if run.get("waits"):
+        return sorted(tuple(x) + (-1, -1, -1)[:max(0, 7 - len(x))] for x in run["waits"])
+    return sorted((w, d, 0, -1, -1, -1, -1) for d, w in run.get("timers") or ())
+
+
+def _first_after(times, t):
+    i = bisect.bisect_left(times, t)
+    return times[i] if i < len(times) else None
+
+
+def _last_before(times, t):
+    i = bisect.bisect_right(times, t)
+    return times[i - 1] if i else None
+
+
+def _ms(us):
+    return "-" if us is None else f"{us / 1000:.1f}"
+
+
+def consumer_side(trace_dir: str, threshold_ms: int = 10) -> str:
     """For kio threading consumers (``net`` recorded), each episode whose
     slowest record lost more than ``threshold_ms`` after the broker's append
     (``--split``): where that time went - append → the Fetch that brought it
     written (> 0: no Fetch was in flight at the append; the client asked
-    later), the Fetch written → its answer readable (the broker's wait and
-    the network thread's wake-up), and readable → in poll()'s hands."""
+    later), the Fetch's answer: append (or the Fetch, if later) → its bytes
+    in the kernel (the broker's wait; the append time is whole ms) → read
+    by a thread of the client (the wake-up) → in poll()'s hands."""
     out = ["| run | episode at s | records | append → arrival ms | append → Fetch written ms | "
-           "Fetch written → answer readable ms | readable → in poll()'s hands ms |",
-           "|---|---|---|---|---|---|---|"]
+           "→ answer in the kernel ms | kernel → read (wake-up) ms | read → in poll()'s hands ms |",
+           "|---|---|---|---|---|---|---|---|"]
     for cons_path in sorted(glob.glob(os.path.join(trace_dir, "*-consume.json"))):
         p, c = _load(cons_path)
         if not c.get("net") or not c.get("appended"):
             continue
         sent, arrived, appended = c["sent"], c["arrived"], c["appended"]
         after = [a - b for a, b in zip(arrived, appended)]
-        writes, reads = _net_times(c, "w"), _net_times(c, "r")
+        writes, reads = _net_times(c, "w"), _reads(c)
+        read_times = [t for t, _ in reads]
         t0 = min(sent)
         for ep in episodes(sent, after, threshold_ms * 1000):
             i = max(ep, key=after.__getitem__)
             a, r = appended[i], arrived[i]
-            # the read that delivered it: the last before it was in hand; its Fetch: the last write before that
-            # read's answer began (the first read after that write)
-            last_read = max((t for t in reads if t <= r), default=None)
-            w = max((t for t in writes if last_read is not None and t < last_read), default=None)
-            first_read = min((t for t in reads if w is not None and t > w), default=None)
-            if w is None or first_read is None:
+            # the read that delivered it: the last before it was in hand; its Fetch: the last write before
+            # that read's answer began (the first read after that write)
+            last_read = _last_before(read_times, r)
+            w = _last_before(writes, last_read - 1) if last_read is not None else None
+            if w is None:
                 continue
+            k = bisect.bisect_right(read_times, w)
+            if k >= len(reads):
+                continue
+            first_read, kernel = reads[k]
+            kernel = kernel or None
             out.append(f"| {os.path.basename(cons_path)[:14]} {p['client']} → {c['client']} {c['rate']:,}/s | "
                        f"{(a - t0) / 1e6:.3f} | {len(ep)} | {(r - a) / 1000:.1f} | "
-                       f"{max(0, w - a) / 1000:.1f} | {(first_read - max(w, a)) / 1000:.1f} | "
-                       f"{(r - first_read) / 1000:.1f} |")
+                       f"{max(0, w - a) / 1000:.1f} | {_ms(kernel - max(w, a) if kernel else None)} | "
+                       f"{_ms(first_read - kernel if kernel else None)} | {(r - first_read) / 1000:.1f} |")
     return "\n".join(out)
 
 
-def producer_side(trace_dir: str, threshold_ms: int = 20) -> str:
+LINGER_US = 5000        # linger.ms at kio's defaults: a batch is due this long after its first record
+
+
+def producer_side(trace_dir: str, threshold_ms: int = 10) -> str:
     """For kio threading producers (``net`` recorded), each episode whose
     slowest record took more than ``threshold_ms`` from ``send()`` to the
-    broker's append (``--split``): send → the first Produce written after it
-    (linger.ms and the network thread's round: more than linger.ms is the
-    client late) and that write → the append (the network and the broker;
-    the append time is whole ms)."""
+    broker's append (``--split``): send → the first Produce written after it,
+    of which past its batch's linger (its first record's send + linger.ms;
+    > 1 ms: the client late), the timer wait that ended last before that
+    write (how late it woke: the network thread not running), the write →
+    its answer's bytes in the kernel (the network and the broker; the append
+    is in there, in whole ms) → read by the network thread (the wake-up)."""
     out = ["| run | episode at s | records | send → append ms | send → Produce written ms | "
-           "written → append ms |", "|---|---|---|---|---|---|"]
+           "written past the batch's linger ms | the wait before it: on its timer, late by ms | "
+           "the round that wrote it: wall / run delay / CPU ms | written → append ms | "
+           "written → answer in the kernel ms | kernel → read (wake-up) ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cons_path in sorted(glob.glob(os.path.join(trace_dir, "*-consume.json"))):
         p, c = _load(cons_path)
         if not p.get("net") or not c.get("appended"):
             continue
         sent, appended = c["sent"], c["appended"]
+        by_send = sorted(sent)
         before = [a - s for s, a in zip(sent, appended)]
-        writes = _net_times(p, "w")
+        writes, reads = _net_times(p, "w"), _reads(p)
+        read_times = [t for t, _ in reads]
+        waits = _waits(p)
+        woke_at = [x[0] for x in waits]
         t0 = min(sent)
         for ep in episodes(sent, before, threshold_ms * 1000):
             i = max(ep, key=before.__getitem__)
-            w = min((t for t in writes if t >= sent[i]), default=None)
+            w = _first_after(writes, sent[i])
             if w is None:
                 continue
+            prev = _last_before(writes, sent[i]) or 0
+            first = by_send[bisect.bisect_right(by_send, prev)]        # the batch's first record
+            # the wait that ended last before the write: on its timer, how late (and the run delay in it)
+            j = bisect.bisect_right(woke_at, w) - 1
+            late = "-"
+            if j >= 0 and waits[j][1] and not waits[j][2]:
+                late = f"{max(0, waits[j][0] - waits[j][1]) / 1000:.1f}"
+                if waits[j][3] >= 0:
+                    late += f" (run delay {waits[j][3] / 1000:.1f})"
+            k = bisect.bisect_right(read_times, w)
+            kernel = reads[k][1] if k < len(reads) else 0
+            # the round that wrote it: recorded with the wait that followed it
+            rnd = "-"
+            if j + 1 < len(waits) and waits[j + 1][4] >= 0:
+                rnd = "/".join(f"{v / 1000:.1f}" for v in waits[j + 1][4:7])
             out.append(f"| {os.path.basename(cons_path)[:14]} {p['client']} → {c['client']} {c['rate']:,}/s | "
                        f"{(sent[i] - t0) / 1e6:.3f} | {len(ep)} | {before[i] / 1000:.1f} | "
-                       f"{(w - sent[i]) / 1000:.1f} | {(appended[i] - w) / 1000:.1f} |")
+                       f"{(w - sent[i]) / 1000:.1f} | {max(0, w - first - LINGER_US) / 1000:.1f} | {late} | {rnd} | "
+                       f"{(appended[i] - w) / 1000:.1f} | {_ms(kernel - w if kernel else None)} | "
+                       f"{_ms(reads[k][0] - kernel if kernel else None)} |")
+    return "\n".join(out)
+
+
+def wakeup_summary(trace_dir: str) -> str:
+    """Per kio threading process traced, over the whole run: how late its
+    thread took a readable socket (kernel receive → read) and, for a
+    producer, how late its timer waits ended (linger.ms) and how far past
+    its batch's linger each Produce was written: count, p50, p99, max and
+    how many over 2 and 5 ms."""
+    out = ["| run | process | what | count | p50 ms | p99 ms | max ms | > 2 ms | > 5 ms |",
+           "|---|---|---|---|---|---|---|---|---|"]
+
+    def row(name, who, what, values):
+        if not values:
+            return
+        values = sorted(values)
+        out.append(f"| {name} | {who} | {what} | {len(values)} | {_pct(values, 0.5) / 1000:.2f} | "
+                   f"{_pct(values, 0.99) / 1000:.2f} | {values[-1] / 1000:.1f} | "
+                   f"{sum(v > 2000 for v in values)} | {sum(v > 5000 for v in values)} |")
+    for cons_path in sorted(glob.glob(os.path.join(trace_dir, "*-consume.json"))):
+        p, c = _load(cons_path)
+        name = f"{os.path.basename(cons_path)[:14]} {p['client']} → {c['client']}"
+        for who, run in (("producer", p), ("consumer", c)):
+            row(name, who, "kernel → read", [t - a for t, a in _reads(run) if a])
+        for who, run in (("producer", p), ("consumer", c)):
+            timed = [x for x in _waits(run) if x[1] and not x[2]]
+            row(name, who, "wait ended by its timer: past due", [max(0, x[0] - x[1]) for x in timed])
+            late = [x for x in timed if x[0] - x[1] > 2000 and x[3] >= 0]
+            if late:
+                machine = sum(1 for x in late if 2 * x[3] >= x[0] - x[1])
+                out.append(f"| {name} | {who} | of those > 2 ms late: half or more of it waiting for a CPU "
+                           f"(run delay) | {machine}/{len(late)} | | | | | |")
+        writes = _net_times(p, "w")
+        if writes and c.get("sent"):
+            by_send = sorted(c["sent"])
+            past = []
+            for prev, w in zip(writes, writes[1:]):
+                k = bisect.bisect_right(by_send, prev)
+                if k < len(by_send) and by_send[k] <= w:
+                    past.append(max(0, w - by_send[k] - LINGER_US))
+            row(name, "producer", "Produce written past its batch's linger", past)
+    return "\n".join(out)
+
+
+def jvm_pauses(log_path: str, min_us: int = 1000) -> list:
+    """(start µs, duration µs) of each safepoint (GC and other stop-the-world
+    pauses) of a broker run with ``-Xlog:gc,safepoint:file=...:timemillis``
+    longer than ``min_us``: a JVM line is stamped when the pause ended."""
+    out = []
+    with open(log_path) as f:
+        for line in f:
+            if "Safepoint" not in line or "Total: " not in line:
+                continue
+            end_ms = int(line[1:line.index("ms]")])
+            took = int(line.rsplit("Total: ", 1)[1].split()[0]) // 1000
+            if took >= min_us:
+                out.append((end_ms * 1000 - took, took))
+    return out
+
+
+def broker_pause_summary(trace_dir: str, log_path: str, threshold_ms: int = EPISODE_MS[0]) -> str:
+    """Per client pair: the episodes above ``threshold_ms`` (by the side of
+    the broker's append that held them, ``--split``) and how many had a
+    broker pause (safepoint over 1 ms) inside their window, against the
+    share of every 100th record's window that had one (chance)."""
+    pauses = jvm_pauses(log_path)
+    rows = {}
+    for cons_path in sorted(glob.glob(os.path.join(trace_dir, "*-consume.json"))):
+        p, c = _load(cons_path)
+        sent, arrived, appended = c["sent"], c["arrived"], c.get("appended") or []
+        lat = [a - s for s, a in zip(sent, arrived)]
+        r = rows.setdefault((p["client"], c["client"]), {"eps": [0, 0], "hit": [0, 0], "chance": [0, 0]})
+        for ep in episodes(sent, lat, threshold_ms * 1000):
+            worst = max(ep, key=lat.__getitem__)
+            side = 0 if appended and appended[worst] - sent[worst] > arrived[worst] - appended[worst] else 1
+            r["eps"][side] += 1
+            r["hit"][side] += _overlaps(pauses, min(sent[i] for i in ep), max(arrived[i] for i in ep))
+        for i in range(0, len(sent), 100):
+            r["chance"][0] += 1
+            r["chance"][1] += _overlaps(pauses, sent[i], arrived[i])
+    out = [f"| producer → consumer | episodes > {threshold_ms} ms, producer's side: with a broker pause | "
+           "consumer's side: with a broker pause | every 100th record: with a broker pause (chance) |",
+           "|---|---|---|---|"]
+    for (prod, cons), r in sorted(rows.items()):
+        out.append(f"| {prod} → {cons} | {r['hit'][0]}/{r['eps'][0]} | {r['hit'][1]}/{r['eps'][1]} | "
+                   f"{r['chance'][1]}/{r['chance'][0]} |")
+    pause_ms = sorted(d / 1000 for _, d in pauses)
+    if pause_ms:
+        out.append("")
+        out.append(f"broker pauses over 1 ms: {len(pause_ms)}, p50 {_pct(pause_ms, 0.5):.1f} ms, "
+                   f"max {pause_ms[-1]:.1f} ms")
     return "\n".join(out)
 
 
@@ -320,19 +590,29 @@ def report(trace_dir: str) -> str:
         out.append("")
     out.append(episode_summary(trace_dir))
     out.append("")
+    out.append(runs_table(trace_dir))
+    out.append("")
     out.append(consumer_side(trace_dir))
     out.append("")
     out.append(producer_side(trace_dir))
+    out.append("")
+    out.append(wakeup_summary(trace_dir))
     return "\n".join(out)
 
 
 if __name__ == "__main__":
     import sys
-    if sys.argv[2:] == ["--summary"]:
+    if sys.argv[2:3] == ["--jvm-log"]:
+        print(broker_pause_summary(sys.argv[1], sys.argv[3]))
+    elif sys.argv[2:] == ["--summary"]:
         print(episode_summary(sys.argv[1]))
+        print()
+        print(runs_table(sys.argv[1]))
         print()
         print(consumer_side(sys.argv[1]))
         print()
         print(producer_side(sys.argv[1]))
+        print()
+        print(wakeup_summary(sys.argv[1]))
     else:
         print(report(sys.argv[1]))

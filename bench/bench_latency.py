@@ -130,6 +130,7 @@ def produce_kio(bootstrap, topic, rate, total, linger0):
     from kio import Producer
     if TRACE is not None:
         TRACE.watch_kio_sockets()
+        TRACE.watch_kio_waits()
     p = Producer(bootstrap_servers=bootstrap, **({"linger_ms": 0} if linger0 else {}))
     p.partitions_for(topic)
     c0 = cpu()
@@ -254,6 +255,7 @@ def consume_kio(bootstrap, topic, total, deadline):
     from kio import Consumer, TopicPartition
     if TRACE is not None:
         TRACE.watch_kio_sockets()
+        TRACE.watch_kio_waits()
     with Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, 0)])
         c.seek(TopicPartition(topic, 0), 0)
@@ -516,6 +518,10 @@ def main():
     ap.add_argument("--trace", metavar="DIR",
                     help="record each run's GC collections, slow send() calls and per-record times in DIR "
                          "and report what the slowest 0.1%% met (bench/_tail_trace.py)")
+    ap.add_argument("--wire", metavar="JSON",
+                    help="with --trace and --split: capture the broker port's Produce and Fetch requests and "
+                         "answers (root, Linux: bench/_wire_trace.py) into JSON and split each slow episode "
+                         "at the wire - client or broker - for every client alike")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -530,10 +536,25 @@ def main():
             if name not in CLIENTS:
                 ap.error(f"--pair {pair}: {name!r} is not one of {', '.join(CLIENTS)}")
         rows.append((f"{prod} → {cons}", prod, cons))
+    if args.wire and not (args.trace and args.split):
+        ap.error("--wire splits the episodes --trace records at the broker's append: give --trace and --split too")
     load_before = load_average()
     results = {}
 
     def run(bootstrap):
+        if args.wire:
+            capture = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     "_wire_trace.py"), "--capture",
+                                        bootstrap.rsplit(":", 1)[1], args.wire], stdin=subprocess.PIPE)
+            try:
+                measure(bootstrap)
+            finally:
+                capture.stdin.close()       # it writes its JSON and ends
+                capture.wait(60)
+        else:
+            measure(bootstrap)
+
+    def measure(bootstrap):
         warm_up(bootstrap)
         for k in range(args.repeat):
             for rate in rates:
@@ -578,6 +599,10 @@ def main():
         from _tail_trace import report
         print()
         print(report(args.trace))
+        if args.wire:
+            from _wire_trace import wire_summary
+            print()
+            print(wire_summary(args.trace, args.wire))
     if args.table:
         with open(args.table, "w") as f:
             f.write(table + "\n")
