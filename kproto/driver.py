@@ -29,7 +29,7 @@ from typing import Iterable, List, Optional, Protocol, Union, runtime_checkable
 
 from kproto.client import Close, Connect
 
-__all__ = ["Action", "SansIOCore", "Connect", "Close", "TIMER_RESOLUTION_MS", "wait_ms"]
+__all__ = ["Action", "SansIOCore", "Connect", "Close", "TIMER_RESOLUTION_MS", "wait_ms", "precise_timer_at"]
 
 #: The drivers' timers count whole milliseconds: epoll_wait and poll take
 #: milliseconds, and Python's selectors and the asyncio and trio loops round a
@@ -103,3 +103,14 @@ def wait_ms(deadline: Optional[float], now: float) -> Optional[float]:
     if left < TIMER_RESOLUTION_MS:
         return left
     return math.floor(left / TIMER_RESOLUTION_MS) * TIMER_RESOLUTION_MS
+
+
+def precise_timer_at(deadline: float) -> float:
+    """When a driver's precise timer (one that waits fractions of a
+    millisecond, as Linux's timerfd) should fire for the core's ``deadline``
+    (ms): half of :data:`TIMER_RESOLUTION_MS` before it. That is inside the
+    window in which the core counts the deadline as come (a round there does
+    what the deadline asked for: never late), and where a whole-millisecond
+    wait (:func:`wait_ms`, up to one tick early) ends on average, so a batch's
+    linger does not change with the timer that ends it."""
+    return deadline - TIMER_RESOLUTION_MS / 2
