@@ -1,10 +1,11 @@
 """The threading producer: :class:`Producer`, a thin driver around ProducerCore.
 
 One background thread, named ``kio-producer-network-thread | <client_id>``,
-owns every socket (``selectors``) and runs the core's loop; ``send`` only
-serializes, appends under a lock and - when a batch became sendable - wakes
-that thread through a socketpair. No network I/O ever happens on the caller's
-thread.
+owns every socket (``epoll``) and runs the core's loop; ``send`` only
+serializes, appends under a lock and - when it opened or filled a batch -
+sets that thread's deadline timer to the batch's due time (Linux's timerfd:
+the thread sleeps on until then) or, without one, wakes it through a
+socketpair. No network I/O ever happens on the caller's thread.
 
 Threading contract:
 

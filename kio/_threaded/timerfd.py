@@ -75,32 +75,27 @@ def _ctypes_timer(timer: DeadlineTimer) -> Any:
     (nanoseconds of ``CLOCK_MONOTONIC``). Raises OSError when there is no timerfd."""
     import ctypes
 
-    class Timespec(ctypes.Structure):
-        _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-    class Itimerspec(ctypes.Structure):
-        _fields_ = [("it_interval", Timespec), ("it_value", Timespec)]
-
     libc = ctypes.CDLL(None, use_errno=True)
     try:
         create, settime_c = libc.timerfd_create, libc.timerfd_settime
     except AttributeError:
         raise OSError("this C library has no timerfd") from None
-    create.argtypes, create.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    settime_c.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(Itimerspec), ctypes.c_void_p]
-    settime_c.restype = ctypes.c_int
+    create.restype = settime_c.restype = ctypes.c_int
     fd = create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"timerfd_create: {os.strerror(err)}")
     timer.fd = fd
-    # One struct, written in place for every set (it_interval stays 0: one-shot).
-    spec = Itimerspec()
-    value = spec.it_value
-    ref = ctypes.pointer(spec)
+    # struct itimerspec {it_interval, it_value}, each {tv_sec, tv_nsec} (two
+    # C longs on Linux), as one array written in place for every set: the
+    # interval stays 0 (one-shot). No argtypes: ctypes then passes the ints
+    # and the pointer as they are, half the cost of a call that checks them
+    # (~1 µs a set with the syscall).
+    spec = (ctypes.c_long * 4)()
+    ref = ctypes.byref(spec)
 
     def settime(ns: int) -> None:
-        value.tv_sec, value.tv_nsec = divmod(ns, 1_000_000_000)
+        spec[2], spec[3] = divmod(ns, 1_000_000_000)
         if settime_c(fd, _TFD_TIMER_ABSTIME, ref, None) < 0:
             err = ctypes.get_errno()
             raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
