@@ -6,8 +6,8 @@ send() wrote a byte on the wake-up socketpair, and the network thread woke
 only to work its deadline out again and sleep on (a second select, ~30 µs of
 CPU on a cold cache). Now send() sets a timerfd the network thread's epoll
 waits on (``SocketLoop.wake_by``): one syscall, no wake-up; the thread wakes
-when the batch is due (``kproto.driver.precise_timer_at``: half a timer tick
-before its linger ends, inside the window the core counts as due) and its
+when the batch is due (``kproto.driver.precise_timer_at``: a timer tick
+before its linger ends, the window the core counts as due) and its
 round sends it - two selects a batch, the timer's and the answer's.
 
 No broker: the timer alone, the socket loop alone, the core in fake time,
@@ -82,7 +82,7 @@ def test_wake_by_only_lowers_the_timer_and_the_loop_takes_its_expiry():
         events = loop.select(2.0)
         fired = _now_ms()
         assert events == [(loop.timer_fd, select.EPOLLIN)]
-        # half a tick before the deadline: inside the window the core counts as due
+        # a tick before the deadline: inside the window the core counts as due
         assert precise_timer_at(now + 20.0) <= fired
         loop.handle(events, fired)
         assert loop.timer_due is None                # fired and taken
@@ -104,8 +104,8 @@ def test_wake_by_only_lowers_the_timer_and_the_loop_takes_its_expiry():
 @pytest.mark.parametrize("linger_ms", [5, 20])
 def test_a_round_when_the_precise_timer_fires_sends_the_batch_never_after_linger(linger_ms):
     # Fake time: a record opens a batch; the round at precise_timer_at(the
-    # core's deadline) finds it due and sends it, half a tick before its
-    # linger ends (where a whole-millisecond wait's round comes on average).
+    # core's deadline) finds it due and sends it, just under a tick before
+    # its linger ends (as early as a whole-millisecond wait's round may come).
     core, kafka, sim = make(FakeKafka(), linger_ms=linger_ms)
     sim.send(b"warm")
     sim.run_until(lambda: not core.pending)
