@@ -391,7 +391,8 @@ class PolledThreadDriver(ThreadDriver):
                 f"{self._owner} and was called from thread {me} ({threading.current_thread().name}); "
                 f"use one {self._what} per thread")
 
-    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18) -> None:
+    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18,
+                       deadline_timer: bool = False) -> None:
         # The rounds run on the application's thread send requests whose
         # timeouts (request.timeout.ms, more for a Fetch) are later than the
         # network thread's next wake-up if it never sleeps longer than
@@ -400,7 +401,7 @@ class PolledThreadDriver(ThreadDriver):
         # metadata refresh.) A request given a shorter timeout (a commit with
         # its own) still wakes it.
         self._longest_sleep_ms = core.config.request_timeout_ms
-        super()._start_network(core, thread_name, recv_size)
+        super()._start_network(core, thread_name, recv_size, deadline_timer)
         self._standby = threading.Condition(self._lock)
 
     def _stop_network(self) -> None:

@@ -218,8 +218,7 @@ class SocketLoop:
                 self._drain_wakeups()
                 continue
             if fd == self.timer_fd:
-                self._timer.take()
-                self.timer_due = None            # fired: the round it asked for runs next
+                self._take_timer()
                 continue
             node = fd_node.get(fd)
             if node is not None:
@@ -240,6 +239,13 @@ class SocketLoop:
         self._wake_w.close()
 
     # -- internals ---------------------------------------------------------------------
+    def _take_timer(self) -> None:
+        # The deadline timer fired: the round it asked for runs next.
+        timer = self._timer
+        assert timer is not None, "an event on the deadline timer's fd with no timer"
+        timer.take()
+        self.timer_due = None
+
     def _drain_wakeups(self):
         # The flag is cleared only once the pipe is empty. Cleared first, a
         # wake() from another thread during the drain would set it again and

@@ -40,12 +40,13 @@ class DeadlineTimer:
     fd: int
 
     def __init__(self) -> None:
-        if hasattr(os, "timerfd_create"):                  # Python 3.13+
-            self.fd = os.timerfd_create(_CLOCK_MONOTONIC, flags=_TFD_NONBLOCK | _TFD_CLOEXEC)
-            fd = self.fd
+        create = getattr(os, "timerfd_create", None)        # Python 3.13+
+        if create is not None:
+            settime_ns = getattr(os, "timerfd_settime_ns")
+            self.fd = fd = create(_CLOCK_MONOTONIC, flags=_TFD_NONBLOCK | _TFD_CLOEXEC)
 
             def settime(ns: int) -> None:
-                os.timerfd_settime_ns(fd, flags=_TFD_TIMER_ABSTIME, initial=ns)
+                settime_ns(fd, flags=_TFD_TIMER_ABSTIME, initial=ns)
             self._settime = settime
             return
         self._settime = _ctypes_timer(self)
