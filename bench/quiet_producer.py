@@ -54,12 +54,20 @@ import bench_latency  # noqa: E402 - the pacing loops and the record values of t
 from _bench import cpu, create_topic  # noqa: E402
 
 
-def thread_ns() -> dict:
-    """{thread name: CPU ns} of this process's threads (names may repeat:
-    summed): a Python thread's name (``threading``'s, which Python does not
-    give the OS thread), else the OS's (``comm``: librdkafka's ``rdk:*``)."""
+def _thread_names() -> dict:
+    """{native thread id: Python thread name} (Python does not give the OS thread its name)."""
     import threading
-    names = {t.native_id: t.name for t in threading.enumerate()}
+    return {t.native_id: t.name for t in threading.enumerate()}
+
+
+def thread_stats() -> dict:
+    """{thread name: [CPU ns, user ticks, system ticks, voluntary switches,
+    involuntary switches]} of this process's threads (names may repeat:
+    summed): a Python thread's name, else the OS's (``comm``: librdkafka's
+    ``rdk:*``). CPU from ``schedstat`` (ns); user and system time from
+    ``stat`` (clock ticks, coarse: 10 ms); context switches from ``status``
+    (a voluntary one is a sleep: a wait in select, on the GIL or a lock)."""
+    names = _thread_names()
     out: dict = {}
     for task in glob.glob("/proc/self/task/*"):
         try:
@@ -69,9 +77,18 @@ def thread_ns() -> dict:
                     name = f.read().strip()
             with open(task + "/schedstat") as f:
                 ns = int(f.read().split()[0])
+            with open(task + "/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            utime, stime = int(fields[11]), int(fields[12])     # stat's 14th and 15th fields
+            with open(task + "/status") as f:
+                status = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+            vol = int(status["voluntary_ctxt_switches"])
+            invol = int(status["nonvoluntary_ctxt_switches"])
         except OSError:                 # the thread ended meanwhile
             continue
-        out[name] = out.get(name, 0) + ns
+        row = out.setdefault(name, [0, 0, 0, 0, 0])
+        for i, v in enumerate((ns, utime, stime, vol, invol)):
+            row[i] += v
     return out
 
 
@@ -89,18 +106,40 @@ class Counted:
 
 
 class TimerRounds:
-    """Counts the threading driver's selects that returned no event (its next round is a timer's)."""
+    """Counts the threading driver's selects (``selects``) and those that
+    returned no event or only its deadline timer's (``n``: its next round
+    is a timer's)."""
 
     def __init__(self, net):
-        self.n = 0
+        self.n = self.selects = 0
         self.select = net.select
+        self.timer_fd = getattr(net, "timer_fd", -1)
         net.select = self
 
     def __call__(self, timeout):
         events = self.select(timeout)
-        if not events:
+        self.selects += 1
+        if not events or (len(events) == 1 and events[0][0] == self.timer_fd):
             self.n += 1
         return events
+
+
+class WakeWrites:
+    """Counts the wake-up bytes written to the threading driver's socketpair
+    (``SocketLoop.wake`` calls that found no wake-up pending: each ends a
+    select of the network thread)."""
+
+    def __init__(self, net):
+        self.n = 0
+        self.sock = net._wake_w
+        net._wake_w = self
+
+    def send(self, data):
+        self.n += 1
+        return self.sock.send(data)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
 
 
 def counters(p, core):
@@ -110,6 +149,7 @@ def counters(p, core):
     # (absent before the deadline-only wake-ups: a tree measured for comparison)
     deadline_kicks = Counted(p, "_kick_deadline") if hasattr(p, "_kick_deadline") else None
     timer = TimerRounds(p._net) if hasattr(p, "_net") else None
+    wakes = WakeWrites(p._net) if hasattr(p, "_net") else None
     start = dict(rounds=0, kicks=0, timer=0, batches=core.metrics()["batches_sent"],
                  requests=core.metrics()["requests"])
 
@@ -122,6 +162,11 @@ def counters(p, core):
                "rounds_per_batch": round(rounds.n / batches, 3) if batches else None}
         if timer is not None:
             out["timer_rounds"] = timer.n
+            out["selects"] = timer.selects
+            out["wake_writes"] = wakes.n
+            if batches:
+                out["selects_per_batch"] = round(timer.selects / batches, 3)
+                out["wake_writes_per_batch"] = round(wakes.n / batches, 3)
         return out
 
     def reset():
@@ -129,25 +174,32 @@ def counters(p, core):
         if deadline_kicks is not None:
             deadline_kicks.n = 0
         if timer is not None:
-            timer.n = 0
+            timer.n = timer.selects = wakes.n = 0
         start["batches"], start["requests"] = core.metrics()["batches_sent"], core.metrics()["requests"]
     return read, reset
 
 
 class Span:
-    """CPU of the process and of each thread over the measured span."""
+    """CPU of the process and of each thread over the measured span, and
+    each thread's user/system split and context switches."""
 
     def __enter__(self):
-        self.t0, self.c0, self.w0 = thread_ns(), cpu(), time.monotonic()
+        self.t0, self.c0, self.w0 = thread_stats(), cpu(), time.monotonic()
         return self
 
     def __exit__(self, *exc):
-        self.c1, self.t1, self.w1 = cpu(), thread_ns(), time.monotonic()
+        self.c1, self.t1, self.w1 = cpu(), thread_stats(), time.monotonic()
 
     def result(self, total):
-        threads = {n: round((ns - self.t0.get(n, 0)) / 1e3 / total, 2) for n, ns in self.t1.items()}
+        tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+        delta = {n: [v - w for v, w in zip(row, self.t0.get(n, (0, 0, 0, 0, 0)))] for n, row in self.t1.items()}
+        busy = sorted((kv for kv in delta.items() if kv[1][0] > 0), key=lambda kv: -kv[1][0])
         return {"cpu_us": round((self.c1 - self.c0) / total * 1e6, 2), "seconds": round(self.w1 - self.w0, 2),
-                "threads": {n: us for n, us in sorted(threads.items(), key=lambda kv: -kv[1]) if us > 0}}
+                "threads": {n: round(d[0] / 1e3 / total, 2) for n, d in busy},
+                # per record: user and system CPU (coarse, see thread_stats), context switches
+                "threads_user_sys_us": {n: [round(d[1] * tick_us / total, 1), round(d[2] * tick_us / total, 1)]
+                                        for n, d in busy},
+                "threads_switches": {n: {"voluntary": d[3], "involuntary": d[4]} for n, d in busy}}
 
 
 class Opcodes:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from kio._shared.client_ops import DISPATCH
 from kio._shared.common import INF, Steps, Stepper, call_error_cb, error_callbacks, now_ms, sleep_time
 from kio._threaded.network import SocketLoop
-from kproto.driver import wait_ms
+from kproto.driver import TIMER_RESOLUTION_MS, wait_ms
 from kproto.errors import KafkaError
 
 __all__ = ["ThreadDriver", "PolledThreadDriver", "ConsumerThreadError"]
@@ -55,8 +55,10 @@ class ThreadDriver:
     #: said when a step yields an awaitable (a coroutine listener's call) this runner cannot await
     _refuse_awaitable = "a threading client cannot await {step!r}; use kio.aio or kio.trio for coroutine functions"
 
-    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18) -> None:
-        """Set up the waiting state and start the network thread over ``core``."""
+    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18,
+                       deadline_timer: bool = False) -> None:
+        """Set up the waiting state and start the network thread over ``core``;
+        ``deadline_timer``: the socket loop gets one (:meth:`SocketLoop.wake_by`)."""
         self._core = core
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -64,7 +66,7 @@ class ThreadDriver:
         self._waiters = 0            # application threads inside _run
         self._stop = False
         self._fatal = None
-        self._net = SocketLoop(core, recv_size=recv_size)
+        self._net = SocketLoop(core, recv_size=recv_size, deadline_timer=deadline_timer)
         # When the network thread's select ends unless I/O or a wake-up comes
         # first (the core's deadline at its last round; None: no timer): a
         # round the application runs itself (_round_here) wakes it only if
@@ -191,9 +193,18 @@ class ThreadDriver:
     def _select(self, deadline: Optional[float]) -> list:
         """The network thread's wait for I/O until ``deadline`` (the core's,
         ``now_ms()``; None: none), without the lock: its events."""
+        net = self._net
         if deadline is None:
-            return self._net.select(None)
-        return self._net.select(wait_ms(deadline, monotonic() * 1000.0) / 1000.0)   # sleep_time(), inline
+            return net.select(None)
+        due = net.timer_due
+        if due is not None and due <= deadline:
+            # The deadline timer ends this wait first (set by wake_by for
+            # this deadline or an earlier one, only lowered meanwhile): a
+            # whole-millisecond timeout for the same deadline would end it
+            # too, a second wake-up and a round with nothing due. The
+            # timeout stays, one tick late, should the timer ever not fire.
+            deadline += TIMER_RESOLUTION_MS
+        return net.select(wait_ms(deadline, monotonic() * 1000.0) / 1000.0)   # sleep_time(), inline
 
     def _network_loop(self) -> None:
         # At 1,000 records/s this loop runs two rounds a batch: what does not
@@ -202,7 +213,7 @@ class ThreadDriver:
         # a round). Methods stay looked up per round: tests and benches
         # replace them on a running client (core.poll).
         core, net, lock = self._core, self._net, self._lock
-        client, wake_fd = core.client, net.wake_fd
+        client, wake_fd, timer_fd = core.client, net.wake_fd, net.timer_fd
         timer = True                      # the last select returned no I/O event
         try:
             while True:
@@ -230,7 +241,8 @@ class ThreadDriver:
                     break
                 while True:
                     events = self._select(deadline)
-                    timer = not events
+                    # (the deadline timer alone: a timer's round too)
+                    timer = not events or (events[0][0] == timer_fd and len(events) == 1)
                     with lock:
                         net.handle(events, monotonic() * 1000.0)
                         if timer or len(events) > 1 or events[0][0] != wake_fd \
@@ -379,7 +391,8 @@ class PolledThreadDriver(ThreadDriver):
                 f"{self._owner} and was called from thread {me} ({threading.current_thread().name}); "
                 f"use one {self._what} per thread")
 
-    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18) -> None:
+    def _start_network(self, core: Any, thread_name: str, recv_size: int = 1 << 18,
+                       deadline_timer: bool = False) -> None:
         # The rounds run on the application's thread send requests whose
         # timeouts (request.timeout.ms, more for a Fetch) are later than the
         # network thread's next wake-up if it never sleeps longer than
@@ -388,7 +401,7 @@ class PolledThreadDriver(ThreadDriver):
         # metadata refresh.) A request given a shorter timeout (a commit with
         # its own) still wakes it.
         self._longest_sleep_ms = core.config.request_timeout_ms
-        super()._start_network(core, thread_name, recv_size)
+        super()._start_network(core, thread_name, recv_size, deadline_timer)
         self._standby = threading.Condition(self._lock)
 
     def _stop_network(self) -> None:

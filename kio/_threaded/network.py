@@ -17,6 +17,11 @@ returns ``(fd, mask)`` pairs built in C, where ``selectors.select`` ran ~70
 bytecodes a wait to turn them into key/event tuples (a quiet producer waits
 twice a batch). Elsewhere :class:`_SelectorPoller` gives ``selectors``' best
 selector the same face.
+
+With ``deadline_timer`` (the producer's) the loop also waits on a
+:class:`kio._threaded.timerfd.DeadlineTimer`: another thread moves the wait's
+end earlier with :meth:`SocketLoop.wake_by` (one syscall) instead of waking
+the waiting thread to work the new end out itself.
 """
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ from typing import Optional
 
 from kio._shared.common import RecvBuffer, connect_error, open_socket
 from kio._shared.tls import context_for, socket_errors, tls_error
+from kio._threaded.timerfd import new_deadline_timer
 from kproto.client import Close, Connect
+from kproto.driver import precise_timer_at
 
 __all__ = ["SocketLoop"]
 
@@ -79,9 +86,9 @@ def _new_poller():
 class SocketLoop:
     """The sockets of one core and the wait on them (see the module docstring).
     :meth:`select` gives ``(fd, mask)`` pairs; the wake-up pipe's is
-    :attr:`wake_fd`."""
+    :attr:`wake_fd`, the deadline timer's :attr:`timer_fd` (-1: none)."""
 
-    def __init__(self, core, recv_size: int = 1 << 18):
+    def __init__(self, core, recv_size: int = 1 << 18, deadline_timer: bool = False):
         self.core = core
         self.recv_size = recv_size
         self._recv = RecvBuffer(recv_size).recv
@@ -99,6 +106,16 @@ class SocketLoop:
         # (wake(); the caller resets it): one that did not (wake(round=False))
         # only wants the caller to look at its deadline again.
         self.round_wanted = False
+        # The deadline timer (wake_by): the core's deadline it is set for,
+        # until the caller's loop takes its expiry (None: not set, or fired
+        # and taken). Only lowered while set: the loop that waits on it may
+        # have let it replace a later deadline of its own (ThreadDriver._select).
+        self.timer_due: Optional[float] = None
+        self._timer = new_deadline_timer() if deadline_timer else None
+        self.timer_fd: int = -1
+        if self._timer is not None:
+            self.timer_fd = self._timer.fd
+            self._poller.register(self.timer_fd, _READ)
         self.socks: dict = {}            # node -> socket
         self._connecting: set = set()
         self._interest: dict = {}        # node -> registered event mask
@@ -130,6 +147,21 @@ class SocketLoop:
                 self._wake_w.send(b"\0")
             except OSError:
                 pass
+
+    def wake_by(self, deadline: float) -> bool:
+        """With the caller's lock: make the loop's wait end by the core's
+        ``deadline`` (ms) - a batch due then - without waking it now: the
+        deadline timer, set a little before it (``kproto.driver.precise_timer_at``)
+        unless it is already set for that or earlier. False when there is no
+        deadline timer: the caller wakes the loop instead (:meth:`wake`)."""
+        timer = self._timer
+        if timer is None:
+            return False
+        due = self.timer_due
+        if due is None or deadline < due:
+            self.timer_due = deadline
+            timer.set(precise_timer_at(deadline))
+        return True
 
     # -- the network thread ------------------------------------------------------------
     def apply(self, actions, now) -> None:
@@ -185,6 +217,9 @@ class SocketLoop:
             if fd == wake_fd:
                 self._drain_wakeups()
                 continue
+            if fd == self.timer_fd:
+                self._take_timer()
+                continue
             node = fd_node.get(fd)
             if node is not None:
                 # an error or hang-up is both: the read or write says which (as selectors)
@@ -197,11 +232,20 @@ class SocketLoop:
 
     def close(self) -> None:
         self.close_all()
+        if self._timer is not None:
+            self._timer.close()
         self._poller.close()
         self._wake_r.close()
         self._wake_w.close()
 
     # -- internals ---------------------------------------------------------------------
+    def _take_timer(self) -> None:
+        # The deadline timer fired: the round it asked for runs next.
+        timer = self._timer
+        assert timer is not None, "an event on the deadline timer's fd with no timer"
+        timer.take()
+        self.timer_due = None
+
     def _drain_wakeups(self):
         # The flag is cleared only once the pipe is empty. Cleared first, a
         # wake() from another thread during the drain would set it again and
