@@ -388,7 +388,7 @@ class PolledClient(SteppedClient):
             return fn(*args)
         finally:
             self._kicks_here = False
-            if self._round_due:
+            if self._round_due or self._engine.round_owed:
                 self._round_due = False
                 self._engine.round_here()
 
@@ -397,17 +397,29 @@ class PolledClient(SteppedClient):
         (:meth:`kio._shared.client_ops.ClientOps._poll_steps`) in a plain
         loop, without a generator, a Stepper or the runner per call - at a
         low rate a poll() is one look, one wait for the engine's ``changed``
-        event (the reader fed the answer to the core and ran its round), one
-        look that takes the records and the round that sends the next Fetch,
-        in this task. The steps are the twin (``ConsumerOps.poll_fast =
+        event (the reader fed the answer to the core), one look that takes
+        the records and the core's one round of the answer, in this task:
+        the round that sends the next Fetch. The steps are the twin (``ConsumerOps.poll_fast =
         False``); callbacks the collected events call for (rebalance
         listeners, commit callbacks: rare) run through the steps runner
         before the next look, as the steps run them."""
+        engine = self._engine
         end = self._here(self._poll_begin, timeout)
         while True:
             out = self._here(self._poll_look, end, take, arg)
             if out is None:
-                await self._wait_until(end)
+                # An answer read meanwhile leaves its round to this poll
+                # (Engine.polls_waiting): the next look runs it - or this
+                # task now, when it is cancelled.
+                engine.polls_waiting += 1
+                try:
+                    await self._wait_until(end)
+                except BaseException:
+                    if engine.round_owed:
+                        engine.round_here()
+                    raise
+                finally:
+                    engine.polls_waiting -= 1
             elif out is DISPATCH:
                 await self._run(self._dispatch_steps())
             else:

@@ -22,9 +22,10 @@ next deadline or a kick. No retries, timeouts or protocol decisions live
 here: those are the core's.
 
 One answer, one wake-up: the task that fed the core runs its round itself
-(:meth:`Engine.round_here` - the reader after an answer, a consumer's
-``poll()`` after it took records), and a round writes what the core queued
-straight to the socket. The main task is woken only for what a round
+(:meth:`Engine.round_here`: the reader after an answer - or, when a
+consumer's ``poll()`` waits for records, that poll after it took them, one
+round for both), and a round writes what the core queued straight to the
+socket. The main task is woken only for what a round
 elsewhere cannot do: an earlier deadline to sleep towards, ``error_cb``
 calls to await, a failure. (Before, an answer at a low rate woke the main
 task twice, the writer once and the polling task twice: six passes of the
@@ -92,6 +93,13 @@ class Engine:
         # What a round elsewhere raised: the main task fails the client with
         # it, as with its own rounds.
         self.round_error = None
+        # Consumer polls (their fast path) waiting for records: an answer
+        # read meanwhile leaves its round owed to the poll, which runs it
+        # after its look took the records - the round that sends the next
+        # Fetch - as the threading consumer's poll() does: one round per
+        # answer, not the reader's and the poll's.
+        self.polls_waiting = 0
+        self.round_owed = False
         # Counts (tests, profiling): rounds of the core, those run elsewhere
         # than the main task, and the main task's and writers' wake-ups.
         self.rounds = 0
@@ -170,6 +178,7 @@ class Engine:
         applied, what it queued written, the client's hook."""
         core = self.core
         self.rounds += 1
+        self.round_owed = False
         for action in core.poll(now):
             if isinstance(action, Connect):
                 self._open(action)
@@ -288,8 +297,9 @@ class Engine:
 
     def _read(self, node, conn, host, port) -> bool:
         """The socket is readable: read what it has, feed the core and run
-        its round here (:meth:`round_here`); whether to go on reading (False
-        once the connection is gone)."""
+        its round here (:meth:`round_here`), or leave it to the poll that
+        waits for records (``polls_waiting``); whether to go on reading
+        (False once the connection is gone)."""
         if self.conns.get(node) is not conn:
             return False
         sock = conn.sock
@@ -309,7 +319,14 @@ class Engine:
             self._lost(node, conn, None)
             return False
         self.core.received(node, data, now_ms())
-        self.round_here()
+        if self.polls_waiting and not self.stopping:
+            # The waiting poll runs the round after its look (see polls_waiting).
+            self.round_owed = True
+            if self.after_poll is not None:
+                self.after_poll()
+            self.notify()
+        else:
+            self.round_here()
         return self.conns.get(node) is conn
 
     async def _handshake(self, node, conn, host, port) -> bool:
