@@ -29,15 +29,14 @@ import trio
 
 try:
     from test_consumer_core import FakeKafka
-    from test_consumer_poll_fast import REBALANCE_IN_PROGRESS, LoopbackKafka
+    from test_consumer_poll_fast import REBALANCE_IN_PROGRESS, Counts, LoopbackKafka, assert_same_group_logs
 except ImportError:  # pragma: no cover
     from tests.test_consumer_core import FakeKafka
-    from tests.test_consumer_poll_fast import REBALANCE_IN_PROGRESS, LoopbackKafka
+    from tests.test_consumer_poll_fast import REBALANCE_IN_PROGRESS, Counts, LoopbackKafka, assert_same_group_logs
 
 import kio.aio
 import kio.trio
 from kio import TopicPartition as TP
-from kio._shared import client_ops, common
 from kio._shared.consumer_ops import ConsumerOps
 from kio.consumer import ConsumerClosedError
 from kproto.consumer.positions import NoOffsetForPartitionError
@@ -72,32 +71,6 @@ class Framework:
 
 
 FRAMEWORKS = ["asyncio", "trio"]
-
-
-class Counts:
-    """What the polls run through: steps generators started, Steppers made,
-    the core told of a poll (poll_called, the max.poll.interval.ms timer)."""
-
-    def __init__(self, monkeypatch, consumer):
-        self.poll_steps = self.steppers = self.poll_called = 0
-        real_steps, real_init = client_ops.ClientOps._poll_steps, common.Stepper.__init__
-        real_called = consumer._core.poll_called
-
-        def poll_steps(this, *args):
-            self.poll_steps += 1
-            return real_steps(this, *args)
-
-        def stepper_init(this, steps):
-            if threading.current_thread() is threading.main_thread():    # (not the scripted server's)
-                self.steppers += 1
-            real_init(this, steps)
-
-        def poll_called(now):
-            self.poll_called += 1
-            return real_called(now)
-        monkeypatch.setattr(client_ops.ClientOps, "_poll_steps", poll_steps)
-        monkeypatch.setattr(common.Stepper, "__init__", stepper_init)
-        consumer._core.poll_called = poll_called
 
 
 async def _poll_until(consumer, log, done, timeout=15.0, **kw):
@@ -176,24 +149,7 @@ def test_the_fast_path_and_the_steps_give_the_same_records_and_calls_in_the_same
     fast, fast_steady = _run_scenario(fw, group_scenario, True, monkeypatch, partitions={"t": 2})
     monkeypatch.undo()
     steps, steps_steady = _run_scenario(fw, group_scenario, False, monkeypatch, partitions={"t": 2})
-    assert fast == steps
-    # What the application saw (not an empty comparison):
-    kinds = [e[0] for e in fast]
-    assert kinds[:1] == ["assigned"] and kinds.count("record") == 20 and "committed" in kinds
-    both = [TP("t", 0), TP("t", 1)]
-    rebalance = kinds.index("revoked")
-    assert fast[rebalance:rebalance + 2] == [("revoked", both), ("assigned", both)]
-    assert kinds[-5:] == ["cancelled", "poll(0)", "batch", "revoked", "closed"]     # (close() revokes)
-    assert fast[-5] == ("cancelled", True) and fast[-4] == ("poll(0)", [])
-    assert fast[-3][1:] == (1, [5, 6], [b"batch-5", b"batch-6"])
-    assert fast[kinds.index("committed")][1:] == ([(0, 5), (1, 5)], None)
-    # The core hears of every poll on either path (max.poll.interval.ms, auto-commits) ...
-    polls, fast_gens, fast_steppers = fast_steady
-    assert polls >= 10 and steps_steady[0] >= 10
-    # ... but in the steady state the fast path starts no generator of steps
-    # and makes no Stepper; the steps make one of each per poll().
-    assert (fast_gens, fast_steppers) == (0, 0)
-    assert steps_steady[1] == steps_steady[0] and steps_steady[2] == steps_steady[0]
+    assert_same_group_logs(fast, fast_steady, steps, steps_steady, ("cancelled", True))
 
 
 async def errors_scenario(fw, kafka, fast, monkeypatch):

@@ -309,11 +309,8 @@ class Engine:
                 data += sock.recv(sock.pending())
         except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return True
-        except ssl.SSLError as e:
-            self._lost(node, conn, tls_error(e, host, port))
-            return False
         except OSError as e:
-            self._lost(node, conn, e)
+            self._failed(node, conn, host, port, e)
             return False
         if not data:
             self._lost(node, conn, None)
@@ -339,12 +336,14 @@ class Engine:
                 await self.io.wait_readable(sock)
             except ssl.SSLWantWriteError:
                 await self.io.wait_writable(sock)
-            except ssl.SSLError as e:
-                self._lost(node, conn, tls_error(e, host, port))
-                return False
             except OSError as e:
-                self._lost(node, conn, e)
+                self._failed(node, conn, host, port, e)
                 return False
+
+    def _failed(self, node, conn, host, port, exc):
+        """Reading or the TLS handshake failed: the connection is lost (a TLS
+        error said as such, naming the broker)."""
+        self._lost(node, conn, tls_error(exc, host, port) if isinstance(exc, ssl.SSLError) else exc)
 
     def _write(self, node, conn):
         """Write what the core queued for ``node`` as far as the socket takes
