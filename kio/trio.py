@@ -76,6 +76,7 @@ class TrioBackend:
         await trio.lowlevel.wait_writable(sock)
 
     async def reading(self, sock, on_readable):
+        """Call ``on_readable()`` each time ``sock`` is readable, until it returns False (in this task)."""
         while True:
             await trio.lowlevel.wait_readable(sock)
             if not on_readable():

@@ -21,11 +21,11 @@ from typing import (
 )
 
 from kio._async.engine import Engine
+from kio._shared.client_ops import DISPATCH
 from kio._shared.common import Stepper, now_ms
 from kio._shared.types import (
     AsyncCommitCallback, AsyncRebalanceListener, BulkCallback, DeliveryCallback, Headers, Offsets, Partitions,
 )
-from kio._shared.client_ops import DISPATCH
 from kio._shared.consumer_ops import ConsumerOps, PartitionBatch
 from kio._shared.producer_ops import ProducerOps
 from kproto.cluster import TopicPartition
@@ -399,10 +399,10 @@ class PolledClient(SteppedClient):
         low rate a poll() is one look, one wait for the engine's ``changed``
         event (the reader fed the answer to the core), one look that takes
         the records and the core's one round of the answer, in this task:
-        the round that sends the next Fetch. The steps are the twin (``ConsumerOps.poll_fast =
-        False``); callbacks the collected events call for (rebalance
-        listeners, commit callbacks: rare) run through the steps runner
-        before the next look, as the steps run them."""
+        the round that sends the next Fetch. The steps are the twin
+        (``ConsumerOps.poll_fast = False``); callbacks the collected events
+        call for (rebalance listeners, commit callbacks: rare) run through
+        the steps runner before the next look, as the steps run them."""
         engine = self._engine
         end = self._here(self._poll_begin, timeout)
         while True:

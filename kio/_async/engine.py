@@ -295,7 +295,7 @@ class Engine:
         self.kick()
         await self.io.reading(sock, lambda: self._read(node, conn, host, port))
 
-    def _read(self, node, conn, host, port) -> bool:
+    def _read(self, node, conn, host, port):
         """The socket is readable: read what it has, feed the core and run
         its round here (:meth:`round_here`), or leave it to the poll that
         waits for records (``polls_waiting``); whether to go on reading
