@@ -117,6 +117,34 @@ class AsyncioBackend:
         loop = asyncio.get_running_loop()
         await self._ready(sock, loop.add_writer, loop.remove_writer)
 
+    async def reading(self, sock, on_readable):
+        """Call ``on_readable()`` each time ``sock`` is readable, until it
+        returns False: in the loop's reader callback, registered once - no
+        future, task step or selector update per read (an answer at a low
+        rate cost all three)."""
+        loop = asyncio.get_running_loop()
+        fd = sock.fileno()
+        done = loop.create_future()
+
+        def readable():
+            try:
+                more = on_readable()
+            except Exception as e:  # noqa: BLE001 - raised by the waiting task, as a task's own read would
+                more = False
+                if not done.done():
+                    done.set_exception(e)
+            if not more:
+                if sock.fileno() == fd:
+                    loop.remove_reader(fd)
+                if not done.done():
+                    done.set_result(None)
+        loop.add_reader(fd, readable)
+        try:
+            await done
+        finally:
+            if sock.fileno() == fd:          # not closed (and the number reused) meanwhile
+                loop.remove_reader(fd)
+
     def forget(self, sock):
         loop = asyncio.get_running_loop()
         fd = sock.fileno()

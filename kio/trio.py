@@ -18,8 +18,6 @@ or ``commit`` leaves the client consistent, and ``close`` is shielded.
 """
 from __future__ import annotations
 
-import math
-
 import trio
 
 from kio._async import clients
@@ -52,7 +50,10 @@ class TrioBackend:
             await own.__aexit__(*exc)
 
     async def wait(self, event, timeout):
-        with trio.move_on_after(math.inf if timeout is None else timeout):
+        if timeout is None:                  # no deadline: no cancel scope either
+            await event.wait()
+            return
+        with trio.move_on_after(timeout):
             await event.wait()
 
     async def getaddrinfo(self, host, port):
@@ -73,6 +74,13 @@ class TrioBackend:
 
     async def wait_writable(self, sock):
         await trio.lowlevel.wait_writable(sock)
+
+    async def reading(self, sock, on_readable):
+        """Call ``on_readable()`` each time ``sock`` is readable, until it returns False (in this task)."""
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            if not on_readable():
+                return
 
     def forget(self, sock):
         trio.lowlevel.notify_closing(sock)

@@ -21,6 +21,7 @@ from typing import (
 )
 
 from kio._async.engine import Engine
+from kio._shared.client_ops import DISPATCH
 from kio._shared.common import Stepper, now_ms
 from kio._shared.types import (
     AsyncCommitCallback, AsyncRebalanceListener, BulkCallback, DeliveryCallback, Headers, Offsets, Partitions,
@@ -92,6 +93,17 @@ class _Client:
     def _failure(self) -> Optional[BaseException]:
         return self._engine.fatal
 
+    async def _wait_until(self, end: float) -> None:
+        """Wait until something changed or ``end`` (``now_ms()``; INF: no
+        limit) passed: a wait step of the shared method bodies."""
+        left = Stepper.seconds_left(end)
+        if left is None or left > 0:
+            self._waiters += 1
+            try:
+                await self._engine.wait_changed(left)
+            finally:
+                self._waiters -= 1
+
     async def _run(self, steps: Any) -> Any:
         """Run a blocking operation of the shared method bodies in this task: each wait it
         yields awaits the engine's ``changed`` event, each awaitable (a
@@ -100,13 +112,7 @@ class _Client:
             stepper = Stepper(steps)
             for step in stepper:
                 if isinstance(step, float):
-                    left = stepper.seconds_left(step)
-                    if left is None or left > 0:
-                        self._waiters += 1
-                        try:
-                            await self._engine.wait_changed(left)
-                        finally:
-                            self._waiters -= 1
+                    await self._wait_until(step)
                 else:
                     try:
                         stepper.reply(await step)
@@ -354,10 +360,70 @@ class PolledClient(SteppedClient):
     share consumer): the core's events are collected after each of its
     polls, and close runs the shared close steps."""
 
+    _kicks_here = False           # kicks are the calling task's round (see _here)
+    _round_due = False            # one came meanwhile
+
     if TYPE_CHECKING:                 # ClientOps', which comes after this class in the MRO
         def _collect_events(self) -> bool: ...
         def _close_steps(self, timeout: Optional[float]) -> Any: ...
         def _dispatch_steps(self) -> Any: ...
+        def _poll_begin(self, timeout: Optional[float]) -> float: ...
+        def _poll_look(self, end: float, take: Any, arg: Any) -> Any: ...
+
+    def _kick(self) -> None:
+        if self._kicks_here:
+            self._round_due = True
+        else:
+            self._engine.kick()
+
+    def _here(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` (no await in it), its kicks run as one round of the
+        core in this task when it returns or raises (Engine.round_here):
+        what it changed in the core - records taken, the poll's timer, an
+        auto-commit due - goes out at once (the next Fetch leaves before
+        poll() returns, as in Java's consumer) without waking the engine's
+        main task for it and back."""
+        self._kicks_here = True
+        try:
+            return fn(*args)
+        finally:
+            self._kicks_here = False
+            if self._round_due or self._engine.round_owed:
+                self._round_due = False
+                self._engine.round_here()
+
+    async def _poll_now(self, timeout: Optional[float], take: Any, arg: Any) -> Any:
+        """poll()'s fast path: the looks and waits of the shared poll
+        (:meth:`kio._shared.client_ops.ClientOps._poll_steps`) in a plain
+        loop, without a generator, a Stepper or the runner per call - at a
+        low rate a poll() is one look, one wait for the engine's ``changed``
+        event (the reader fed the answer to the core), one look that takes
+        the records and the core's one round of the answer, in this task:
+        the round that sends the next Fetch. The steps are the twin
+        (``ConsumerOps.poll_fast = False``); callbacks the collected events
+        call for (rebalance listeners, commit callbacks: rare) run through
+        the steps runner before the next look, as the steps run them."""
+        engine = self._engine
+        end = self._here(self._poll_begin, timeout)
+        while True:
+            out = self._here(self._poll_look, end, take, arg)
+            if out is None:
+                # An answer read meanwhile leaves its round to this poll
+                # (Engine.polls_waiting): the next look runs it - or this
+                # task now, when it is cancelled.
+                engine.polls_waiting += 1
+                try:
+                    await self._wait_until(end)
+                except BaseException:
+                    if engine.round_owed:
+                        engine.round_here()
+                    raise
+                finally:
+                    engine.polls_waiting -= 1
+            elif out is DISPATCH:
+                await self._run(self._dispatch_steps())
+            else:
+                return out
 
     def _after_poll(self) -> bool:
         self._collect_events()
@@ -411,6 +477,8 @@ class AsyncConsumer(PolledClient, ConsumerOps):
         """Records fetched so far (up to ``max_records``, default
         max.poll.records), waiting up to ``timeout`` seconds for some (None:
         until there are). Rebalance listeners and commit callbacks run here."""
+        if self.poll_fast:
+            return await self._poll_now(timeout, self._core.drain, max_records)  # type: ignore[no-any-return]
         return await self._run(self._poll_records_steps(timeout, max_records))
 
     async def poll_batch(self, timeout: Optional[float] = 1.0, max_records: Optional[int] = None,
@@ -418,6 +486,9 @@ class AsyncConsumer(PolledClient, ConsumerOps):
         """Columnar poll: a list of :class:`kio.consumer.PartitionBatch` (lists,
         or pyarrow arrays with ``arrow=True``, headers too with
         ``headers=True``), as the threading Consumer's."""
+        if self.poll_fast:
+            take, limit = self._batch_take(max_records, arrow, headers)
+            return self._batches(await self._poll_now(timeout, take, limit), arrow, headers)
         return await self._run(self._poll_batch_steps(timeout, max_records, arrow, headers))
 
     def __aiter__(self) -> AsyncIterator[Record]:

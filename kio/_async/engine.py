@@ -9,15 +9,27 @@ The framework is reached only through a small *backend* (see
     backend.spawn(fn, *args)         -> a running task; .cancel()
     await backend.getaddrinfo(host, port) -> socket.getaddrinfo's answer, without blocking the loop
     await backend.wait_readable(sock) / wait_writable(sock)
+    await backend.reading(sock, on_readable) -> on_readable() each time sock is readable, until it returns False
     backend.forget(sock)             -> before closing a socket a task may wait on
     backend.shielded()               -> a context in which cancellation waits
 
 Sockets are plain non-blocking sockets; the backend only waits for them to
 be ready, then reads and writes happen synchronously (no bytes the core
 handed out are held across an await). Per connection one task reads and one
-writes; the main task runs ``core.poll``, opens and closes connections,
-wakes writers, and sleeps until the core's next deadline or a kick. No
-retries, timeouts or protocol decisions live here: those are the core's.
+writes what the socket did not take at once; the main task runs
+``core.poll``, opens and closes connections, and sleeps until the core's
+next deadline or a kick. No retries, timeouts or protocol decisions live
+here: those are the core's.
+
+One answer, one wake-up: the task that fed the core runs its round itself
+(:meth:`Engine.round_here`: the reader after an answer - or, when a
+consumer's ``poll()`` waits for records, that poll after it took them, one
+round for both), and a round writes what the core queued straight to the
+socket. The main task is woken only for what a round
+elsewhere cannot do: an earlier deadline to sleep towards, ``error_cb``
+calls to await, a failure. (Before, an answer at a low rate woke the main
+task twice, the writer once and the polling task twice: six passes of the
+event loop, each with its futures, timers and handles - issue 27.)
 """
 from __future__ import annotations
 
@@ -35,12 +47,13 @@ log = logging.getLogger("kio.async")
 
 
 class _Conn:
-    __slots__ = ("sock", "tasks", "want_write")
+    __slots__ = ("sock", "tasks", "want_write", "writing")
 
     def __init__(self):
         self.sock = None
         self.tasks = []
-        self.want_write = None
+        self.want_write = None      # the writer task's event (None until connected)
+        self.writing = False        # the writer task waits for the socket to take the rest
 
 
 class Engine:
@@ -74,6 +87,25 @@ class Engine:
         self.finished = backend.event()
         self.fatal = None
         self._main = None
+        # The deadline the main task sleeps towards; a round elsewhere
+        # (round_here) that finds an earlier one lowers it and wakes it.
+        self.planned = None
+        # What a round elsewhere raised: the main task fails the client with
+        # it, as with its own rounds.
+        self.round_error = None
+        # Consumer polls (their fast path) waiting for records: an answer
+        # read meanwhile leaves its round owed to the poll, which runs it
+        # after its look took the records - the round that sends the next
+        # Fetch - as the threading consumer's poll() does: one round per
+        # answer, not the reader's and the poll's.
+        self.polls_waiting = 0
+        self.round_owed = False
+        # Counts (tests, profiling): rounds of the core, those run elsewhere
+        # than the main task, and the main task's and writers' wake-ups.
+        self.rounds = 0
+        self.rounds_here = 0
+        self.main_wakeups = 0
+        self.writer_wakeups = 0
         self.tls = context_for(core.config)      # security.protocol SSL / SASL_SSL
 
     # -- application side -----------------------------------------------------------------
@@ -112,24 +144,63 @@ class Engine:
         if self._main is not None:
             await self.finished.wait()
 
+    def round_here(self) -> None:
+        """Run the core's round in the calling task - the reader that fed it
+        an answer, the application task whose poll took records - instead of
+        waking the main task for it (a task switch, a future and a timer each
+        way). The main task is woken only for what it must do itself: the
+        ``error_cb`` calls (it awaits them), sleeping towards a deadline
+        earlier than the one it sleeps towards, failing the client when the
+        round raised; and for every kick while it is not running yet or stopping."""
+        if self._main is None or self.stopping or self.finished.is_set():
+            self.kick()
+            return
+        core = self.core
+        try:
+            now = now_ms()
+            self._round(now)
+            deadline = core.next_deadline(now)
+        except Exception as e:  # noqa: BLE001 - failed by the main task, as its own rounds
+            self.round_error = e
+            self.kick()
+            return
+        self.rounds_here += 1
+        if core.client.has_errors():
+            self.kick()
+        elif deadline is not None:
+            planned = self.planned
+            if planned is None or deadline < planned:
+                self.planned = deadline
+                self.kick(round=False)
+
+    def _round(self, now):
+        """One round of the core, in whichever task runs it: its actions
+        applied, what it queued written, the client's hook."""
+        core = self.core
+        self.rounds += 1
+        self.round_owed = False
+        for action in core.poll(now):
+            if isinstance(action, Connect):
+                self._open(action)
+            elif isinstance(action, Close):
+                self._close(action.node)
+        for node in core.nodes_with_output():
+            conn = self.conns.get(node)
+            if conn is not None and conn.want_write is not None:
+                self._write(node, conn)
+        if self.after_poll is not None and self.after_poll():
+            self.notify()
+
     # -- the main task ------------------------------------------------------------------------
     async def _run(self):
         core = self.core
         try:
             while True:
+                if self.round_error is not None:
+                    raise self.round_error
                 now = now_ms()
                 self.round_wanted = False            # this round covers the kicks so far
-                for action in core.poll(now):
-                    if isinstance(action, Connect):
-                        self._open(action)
-                    elif isinstance(action, Close):
-                        self._close(action.node)
-                for node in core.nodes_with_output():
-                    conn = self.conns.get(node)
-                    if conn is not None and conn.want_write is not None:
-                        conn.want_write.set()
-                if self.after_poll is not None and self.after_poll():
-                    self.notify()
+                self._round(now)
                 for cb, error in error_callbacks(core):
                     result = call_error_cb(cb, error)
                     if inspect.isawaitable(result):
@@ -139,18 +210,21 @@ class Engine:
                             log.exception("error_cb raised for %r", error)
                 if self.stopping:
                     break
-                deadline = core.next_deadline(now)
+                self.planned = core.next_deadline(now)
                 while True:
                     if not self.kicked.is_set():
-                        await self.io.wait(self.kicked, sleep_time(deadline, now_ms()))
-                    if not self.kicked.is_set() or self.round_wanted or self.stopping:
+                        await self.io.wait(self.kicked, sleep_time(self.planned, now_ms()))
+                        self.main_wakeups += 1
+                    if not self.kicked.is_set() or self.round_wanted or self.stopping \
+                            or self.round_error is not None:
                         break
                     # Only kicks that asked for no round: sleep again towards
                     # the core's new deadline (a round each was a third per
                     # batch of a quiet producer, issue 27).
                     self.kicked = self.io.event()
                     after_kick = self.deadline_after_kick
-                    deadline = after_kick(deadline) if after_kick is not None else core.next_deadline(now_ms())
+                    self.planned = after_kick(self.planned) if after_kick is not None \
+                        else core.next_deadline(now_ms())
                 self.kicked = self.io.event()
         except BaseException as e:  # noqa: BLE001 - fail the waiters loudly, never hang them
             if not isinstance(e, Exception):
@@ -219,25 +293,38 @@ class Engine:
         self.core.connected(node, now_ms())
         conn.tasks.append(self.io.spawn(self._writer, node, conn))
         self.kick()
-        while self.conns.get(node) is conn:
-            await self.io.wait_readable(sock)
-            try:
-                data = self._recv(sock)
-                while data and self.tls is not None and sock.pending():   # decrypted, select() won't tell
-                    data += sock.recv(sock.pending())
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                continue
-            except ssl.SSLError as e:
-                self._lost(node, conn, tls_error(e, host, port))
-                return
-            except OSError as e:
-                self._lost(node, conn, e)
-                return
-            if not data:
-                self._lost(node, conn, None)
-                return
-            self.core.received(node, data, now_ms())
-            self.kick()
+        await self.io.reading(sock, lambda: self._read(node, conn, host, port))
+
+    def _read(self, node, conn, host, port):
+        """The socket is readable: read what it has, feed the core and run
+        its round here (:meth:`round_here`), or leave it to the poll that
+        waits for records (``polls_waiting``); whether to go on reading
+        (False once the connection is gone)."""
+        if self.conns.get(node) is not conn:
+            return False
+        sock = conn.sock
+        try:
+            data = self._recv(sock)
+            while data and self.tls is not None and sock.pending():   # decrypted, select() won't tell
+                data += sock.recv(sock.pending())
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return True
+        except OSError as e:
+            self._failed(node, conn, host, port, e)
+            return False
+        if not data:
+            self._lost(node, conn, None)
+            return False
+        self.core.received(node, data, now_ms())
+        if self.polls_waiting and not self.stopping:
+            # The waiting poll runs the round after its look (see polls_waiting).
+            self.round_owed = True
+            if self.after_poll is not None:
+                self.after_poll()
+            self.notify()
+        else:
+            self.round_here()
+        return self.conns.get(node) is conn
 
     async def _handshake(self, node, conn, host, port) -> bool:
         sock = conn.sock
@@ -249,27 +336,63 @@ class Engine:
                 await self.io.wait_readable(sock)
             except ssl.SSLWantWriteError:
                 await self.io.wait_writable(sock)
-            except ssl.SSLError as e:
-                self._lost(node, conn, tls_error(e, host, port))
-                return False
             except OSError as e:
-                self._lost(node, conn, e)
+                self._failed(node, conn, host, port, e)
                 return False
 
+    def _failed(self, node, conn, host, port, exc):
+        """Reading or the TLS handshake failed: the connection is lost (a TLS
+        error said as such, naming the broker)."""
+        self._lost(node, conn, tls_error(exc, host, port) if isinstance(exc, ssl.SSLError) else exc)
+
+    def _write(self, node, conn):
+        """Write what the core queued for ``node`` as far as the socket takes
+        it now, in the task that ran the round; the writer task is woken only
+        for what is left (a full socket buffer, TLS wanting to read, an error
+        it reports). Not while it waits for the socket itself: it writes the
+        rest, in order."""
+        if conn.writing:
+            return
+        core = self.core
+        client = core.client
+        sock = conn.sock
+        while True:
+            data = core.output(node)
+            if not data:
+                return
+            try:
+                n = sock.send(data)
+            except OSError:          # would block, TLS wants to read, or failed: the writer task's
+                n = 0
+            if not n:
+                conn.want_write.set()
+                return
+            progress = client.progress
+            core.sent(node, n, now_ms())
+            # A round only when the write completed something (a request
+            # without a response) or changed the connection: a written
+            # request changes no deadline (its timeout runs from when it was
+            # queued).
+            if client.progress != progress:
+                self.kick()
+
     async def _writer(self, node, conn):
+        """Write what a round could not (see :meth:`_write`): wait for the
+        socket, then write until the core has nothing left for ``node``."""
         sock = conn.sock
         while self.conns.get(node) is conn:
             data = self.core.output(node)
             if not data:
                 conn.want_write = self.io.event()
                 await conn.want_write.wait()
+                self.writer_wakeups += 1
                 continue
             try:
                 n = sock.send(data)
             except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
                 n = 0
             except ssl.SSLWantReadError:
-                await self.io.wait_readable(sock)
+                await self._wait_socket(conn, self.io.wait_readable)
                 continue
             except OSError as e:             # a TLS failure here surfaces on the reader's next recv
                 self._lost(node, conn, e)
@@ -278,13 +401,15 @@ class Engine:
                 client = self.core.client
                 progress = client.progress
                 self.core.sent(node, n, now_ms())
-                # A round only when the write completed something (a request
-                # without a response) or changed the connection: a written
-                # request changes no deadline (its timeout runs from when it
-                # was queued) and what is left to write is this loop's. A
-                # round per write was a third round per batch of a quiet
-                # producer (drain, write, answer: issue 27).
-                if client.progress != progress:
+                if client.progress != progress:      # (as in _write)
                     self.kick()
             else:
-                await self.io.wait_writable(sock)
+                await self._wait_socket(conn, self.io.wait_writable)
+
+    async def _wait_socket(self, conn, wait):
+        """The writer waits for its socket; meanwhile rounds leave it the output."""
+        conn.writing = True
+        try:
+            await wait(conn.sock)
+        finally:
+            conn.writing = False

@@ -116,10 +116,10 @@ class ClientOps(ClosedChecks, MetricSubscriptionOps):
     # A poll is _poll_begin, then looks (_poll_look) until one gives records
     # or its end passed: between two looks the callbacks the collected events
     # call for run, or the driver waits. The steps (_poll_steps) are the
-    # general form every driver runs; the threading consumer runs the same
-    # pieces in a plain loop (PolledThreadDriver._poll_now): a poll() that
-    # finds records, or gets them from one wait, creates and drives no
-    # generator.
+    # general form every driver runs; the consumers run the same pieces in
+    # a plain loop (PolledThreadDriver._poll_now, and the async drivers'
+    # PolledClient._poll_now): a poll() that finds records, or gets them
+    # from one wait, creates and drives no generator.
     def _poll_begin(self, timeout: Optional[float]) -> float:
         """A poll starts (the driver's own checks done): tell the core (the
         max.poll.interval.ms timer, an auto-commit due; the work that gives

@@ -110,10 +110,11 @@ class ConsumerOps(ClientOps):
     """The consumer's methods, shared by every driver (see the module docstring)."""
 
     _what = "consumer"
-    #: poll() and poll_batch() of the threading consumer run without the
-    #: steps runner (PolledThreadDriver._poll_now: the same looks and waits in
-    #: a plain loop). False: through the steps, the general path every driver
-    #: runs - the fast path's twin, which tests compare it with.
+    #: poll() and poll_batch() run without the steps runner: the same looks
+    #: and waits in a plain loop (the threading consumer's
+    #: PolledThreadDriver._poll_now, the asyncio and trio consumers'
+    #: PolledClient._poll_now). False: through the steps, the general path
+    #: every driver runs - the fast path's twin, which tests compare it with.
     poll_fast: ClassVar[bool] = True
     _core: ConsumerCore
     _listeners: Tuple[Any, Any, Any]
