@@ -103,8 +103,8 @@ cdef class ProducerBatch:
     handles (attached, no callback) neither list was ever used - two
     objects per batch the cyclic GC walked while the batch waited.
 
-    ``full``: no more appends (drained, retried, split, or refused a
-    record); only the last batch of a partition's queue may be open.
+    ``full``: no more appends (drained, retried, split, refused a record,
+    or records after the first filled it to batch.size); only the last batch of a partition's queue may be open.
     ``maybe_written``: an attempt ended without an answer (timeout,
     disconnect), so the broker may have written the batch."""
 
@@ -577,6 +577,10 @@ cdef class FastAppend:
                 raise AssertionError("an empty batch refused a record")   # as RecordAccumulator.append
             # full at its current size: growing it, or a new batch, is the slow path's
             return self._slow(topic, value, key, partition, headers, timestamp_ms, now, handle)
+        if count > 0 and builder.pos >= builder._limit:
+            # filled exactly: at batch.size it is full and sendable now
+            # (RecordAccumulator._filled, which also asks for a round)
+            self._acc._filled(batch, now)
 
         # -- the record is in the batch: its handle's bookkeeping
         delta = PyLong_FromSsize_t(count)

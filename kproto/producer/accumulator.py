@@ -208,6 +208,8 @@ class RecordAccumulator:
                         handle._outcome = batch.outcome
                         if handle.on_delivery is not None:
                             batch.callbacks_list().extend((handle.on_delivery, n, ts))
+                    if builder.room == 0:
+                        self._filled(batch, now)
                     return batch
                 batch.full = True
                 # a full batch is sendable now, not after linger.ms (asked even
@@ -235,6 +237,24 @@ class RecordAccumulator:
         dq.append(batch)
         self.nonempty[(topic, partition)] = dq
         return batch
+
+    def _filled(self, batch, now):
+        """``batch``, given a record after its first, has no room left: at
+        batch.size it is full, sendable now rather than after linger.ms
+        (Java's ``MemoryRecordsBuilder.isFull``: the records written reach
+        the write limit, and the append answers ``batchIsFull``, which wakes
+        the sender); below batch.size it grows at the next record instead.
+
+        Only from the second record on: Java's first record never fills its
+        batch (uncompressed), as its buffer is sized to the record's upper
+        bound (21 bytes of record overhead where it writes a few) when that
+        is larger than batch.size; a record larger than batch.size waits
+        linger.ms there too (measured: tests/test_producer_big_record.py)."""
+        if batch.builder.batch_size < self.batch_size:
+            return
+        batch.full = True
+        if self._wants_round(batch.topic, batch.partition, now, now):
+            self.wakeup = True
 
     def _wants_round(self, topic, partition, now, due):
         """Whether a batch opened (or filled) now for ``topic``/``partition``,
@@ -288,6 +308,8 @@ class RecordAccumulator:
                     raise AssertionError("an empty batch refused a record")
                 batch.full = True
                 batch = None
+            elif n and batch.builder.room == 0 and batch.builder.record_count > 1:
+                self._filled(batch, now)       # the last rows filled it exactly
         return i - start
 
     # -- readiness ------------------------------------------------------------------------
