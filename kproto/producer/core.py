@@ -483,6 +483,8 @@ class ProducerCore(DriverIO):
                         handle._outcome = batch.outcome
                         if handle.on_delivery is not None:
                             batch.callbacks_list().extend((handle.on_delivery, n, ts))
+                    if builder.room == 0:
+                        acc._filled(batch, now)     # at batch.size: sendable now
                     self._queued += 1
                     return handle
         try:
