@@ -135,6 +135,19 @@ def check_exactly_once_in_order(log, acked, what):
     return total
 
 
+def restart_and_check(cluster, node, load, topic, partitions, what):
+    """Brings ``node`` back, waits until every replica is in sync, then checks
+    what ``load`` wrote: no error, every acknowledged record once and in
+    order, everything sent written. Returns the record count."""
+    cluster.start_node(node)
+    cluster.wait_in_sync(120)
+    assert not load.errors, load.errors[:3]
+    total = check_exactly_once_in_order(read_partitions(cluster.bootstrap_servers, topic, partitions),
+                                        load.acked, what)
+    assert total == sum(load.sent.values()), f"{what}: not everything sent was written"
+    return total
+
+
 def report(name, stall, **figures):
     """One line for the run's output (``pytest -s``) and the soak script."""
     extra = " ".join(f"{k}={v}" for k, v in figures.items())

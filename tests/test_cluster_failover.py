@@ -14,9 +14,11 @@ import time
 import uuid
 
 try:
-    from cluster_load import (ProduceLoad, Stall, check_exactly_once_in_order, read_partitions, report)
+    from cluster_load import (ProduceLoad, Stall, check_exactly_once_in_order, read_partitions, report,
+                              restart_and_check)
 except ImportError:  # pragma: no cover
-    from tests.cluster_load import (ProduceLoad, Stall, check_exactly_once_in_order, read_partitions, report)
+    from tests.cluster_load import (ProduceLoad, Stall, check_exactly_once_in_order, read_partitions, report,
+                                    restart_and_check)
 
 import kio.aio
 from kio import Consumer, Producer, ShareConsumer
@@ -43,12 +45,7 @@ def test_idempotent_producer_survives_leader_sigkill(kafka_cluster):
     finally:
         load.stop()
     stall = load.stall.longest
-    cluster.start_node(victim)
-    cluster.wait_in_sync(120)
-    assert not load.errors, load.errors[:3]
-    log = read_partitions(cluster.bootstrap_servers, topic, PARTITIONS)
-    total = check_exactly_once_in_order(log, load.acked, "idempotent producer")
-    assert total == sum(load.sent.values())      # everything sent was written, once
+    total = restart_and_check(cluster, victim, load, topic, PARTITIONS, "idempotent producer")
     report("idempotent producer, leader SIGKILL", stall, records=total, killed=victim,
            hints=load.producer._core.cluster.leader_hints_applied)
 

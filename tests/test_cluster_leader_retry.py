@@ -19,9 +19,9 @@ import threading
 import uuid
 
 try:
-    from cluster_load import ProduceLoad, check_exactly_once_in_order, read_partitions, report
+    from cluster_load import ProduceLoad, report, restart_and_check
 except ImportError:  # pragma: no cover
-    from tests.cluster_load import ProduceLoad, check_exactly_once_in_order, read_partitions, report
+    from tests.cluster_load import ProduceLoad, report, restart_and_check
 
 PARTITIONS = 6
 BACKOFF_MS = 2000
@@ -116,12 +116,8 @@ def test_a_retry_after_the_leader_moved_goes_to_the_new_leader_without_the_backo
         if victim is not None:
             cluster.kill(victim)                  # SIGKILL works on a stopped process
     metrics = core.metrics()
-    cluster.start_node(victim)
-    cluster.wait_in_sync(120)
-    assert not load.errors, load.errors[:3]
-    log = read_partitions(cluster.bootstrap_servers, topic, PARTITIONS)
-    total = check_exactly_once_in_order(log, load.acked, "idempotent producer, retries to new leaders")
-    assert total == sum(load.sent.values())      # everything sent was written, once
+    total = restart_and_check(cluster, victim, load, topic, PARTITIONS,
+                              "idempotent producer, retries to new leaders")
 
     gaps = clock.gaps_after_the_new_leader()
     report("idempotent producer, leader SIGSTOP, retry.backoff.ms 2000", load.stall.longest,
