@@ -23,16 +23,57 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+# A KRaft controller refuses an operation of more than 10,000 records
+# (POLICY_VIOLATION, "Unable to perform excessively large batch operation"):
+# a topic of 10,000 partitions is created in steps, as an admin would.
+PARTITIONS_PER_STEP = 5000
+
+
 def create_topic(bootstrap: str, partitions: int = 1, configs: dict | None = None) -> str:
-    """A fresh topic (``configs``: its topic configs, e.g. message.timestamp.type)."""
+    """A fresh topic of ``partitions`` partitions (``configs``: its topic
+    configs, e.g. message.timestamp.type). Raises RuntimeError with the
+    broker's error when it refuses: a bench must never measure a topic the
+    broker auto-created with one partition instead."""
     name = "bench-" + uuid.uuid4().hex[:8]
     configs = [{"name": k, "value": v} for k, v in (configs or {}).items()]
     with BlockingClient(bootstrap) as c:
-        c.request("CreateTopics", {"topics": [{"name": name, "num_partitions": partitions,
-                                               "replication_factor": 1, "assignments": [],
-                                               "configs": configs}],
-                                   "timeout_ms": 10000})
+        first = min(partitions, PARTITIONS_PER_STEP)
+        answer = c.request("CreateTopics", {"topics": [{"name": name, "num_partitions": first,
+                                                        "replication_factor": 1, "assignments": [],
+                                                        "configs": configs}],
+                                            "timeout_ms": 60000})
+        _check(answer["topics"][0], f"creating {name} with {first} partitions")
+        count = first
+        while count < partitions:
+            count = min(partitions, count + PARTITIONS_PER_STEP)
+            answer = c.request("CreatePartitions", {"topics": [{"name": name, "count": count, "assignments": None}],
+                                                    "timeout_ms": 60000, "validate_only": False})
+            _check(answer["results"][0], f"growing {name} to {count} partitions")
+        if partitions > PARTITIONS_PER_STEP:
+            _wait_for_partitions(c, name, partitions)
     return name
+
+
+def _wait_for_partitions(client, name, partitions, timeout=300.0):
+    """Until the broker's metadata shows all of ``name``'s partitions: after
+    a grow it lags the controller by seconds (it creates the logs first)."""
+    end = time.monotonic() + timeout
+    while True:
+        answer = client.request("Metadata", {"topics": [{"name": name, "topic_id": uuid.UUID(int=0)}],
+                                             "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False})
+        seen = len(answer["topics"][0]["partitions"])
+        if seen >= partitions:
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"{name}: the broker shows {seen} of {partitions} partitions after {timeout:.0f} s")
+        time.sleep(1.0)
+
+
+def _check(result, what):
+    if result["error_code"]:
+        raise RuntimeError(f"the broker refused {what}: error {result['error_code']} "
+                           f"({result.get('error_message')})")
 
 
 def measure(fn, n):
