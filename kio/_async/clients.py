@@ -96,11 +96,10 @@ class _Client:
     async def _wait_until(self, end: float) -> None:
         """Wait until something changed or ``end`` (``now_ms()``; INF: no
         limit) passed: a wait step of the shared method bodies."""
-        left = Stepper.seconds_left(end)
-        if left is None or left > 0:
+        if end > now_ms():              # (INF too)
             self._waiters += 1
             try:
-                await self._engine.wait_changed(left)
+                await self._engine.wait_until(end)
             finally:
                 self._waiters -= 1
 
