@@ -428,6 +428,13 @@ class PolledClient(SteppedClient):
         self._collect_events()
         return self._waiters > 0
 
+    def wakeup(self) -> None:
+        """Make a waiting ``poll()`` (or the next one) raise WakeupError, as
+        the threading consumer's; called from another task of the same
+        event loop."""
+        self._wakeup = True
+        self._engine.notify()
+
     async def _close(self, timeout: Optional[float]) -> None:
         """Close the core (commits, leaving the group...), stop the network
         task, then run the callbacks of what the close settled."""
