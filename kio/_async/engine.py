@@ -292,7 +292,11 @@ class Engine:
             now = now_ms()
             at = self.planned
             timeout = sleep_time(at, now)
-            ends = [end for end in self.wait_ends if end > now]     # not those woken already
+            ends = self.wait_ends
+            if ends:
+                if min(ends) <= now:
+                    self.notify()           # their end passed: they look again, and return
+                ends = [end for end in ends if end > now]
             if ends:
                 end = min(ends)
                 if at is None or end < at:
@@ -305,14 +309,9 @@ class Engine:
                 self.alarm_at = None
             if self.kicked.is_set():
                 return
-            now = now_ms()
-            for end in self.wait_ends:
-                if end <= now:
-                    self.notify()
-                    break
-            if self.planned is not None and not sleep_time(self.planned, now):
-                return                      # the core's deadline: a round
-            self.alarm_wakeups += 1         # only a wait's end (or one that ended before it)
+            if self.planned is not None and not sleep_time(self.planned, now_ms()):
+                return                      # the core's deadline: a round (its waiters woken after it)
+            self.alarm_wakeups += 1         # only a wait's end (or one that ended before it): woken next
 
     # -- connections ---------------------------------------------------------------------------
     def _open(self, action):
