@@ -306,11 +306,13 @@ class Engine:
             try:
                 await self.alarm.wait(self.kicked, timeout)
             finally:
-                self.alarm_at = None
+                at, self.alarm_at = self.alarm_at, None     # (moved earlier meanwhile by a wait)
             if self.kicked.is_set():
                 return
-            if self.planned is not None and not sleep_time(self.planned, now_ms()):
-                return                      # the core's deadline: a round (its waiters woken after it)
+            if self.planned is not None and at >= self.planned:
+                # The core's deadline (a timer tick early at most, as
+                # sleep_time has it): a round; the waits woken after it.
+                return
             self.alarm_wakeups += 1         # only a wait's end (or one that ended before it): woken next
 
     # -- connections ---------------------------------------------------------------------------
