@@ -60,8 +60,48 @@ class Event:
             await self._future()
 
 
+class Alarm:
+    """The engine's main task's sleep (:meth:`kio._async.engine.Engine.wait_until`):
+    until an event is set or ``timeout`` seconds (None: never) ran out;
+    :meth:`move` gives the sleep in progress a new timeout without waking
+    the task - its timer replaced, which the application's waits then need
+    none of their own."""
+    __slots__ = ("_fut", "_timer")
+
+    def __init__(self):
+        self._fut = None
+        self._timer = None
+
+    async def wait(self, event, timeout):
+        if event.is_set():
+            return
+        fut = self._fut = event._future()
+        self._arm(timeout)
+        try:
+            await fut
+        finally:
+            self._fut = None
+            if not event._set:                 # the timer's: no future left behind on the event
+                event._waiters.remove(fut)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def move(self, timeout):
+        if self._fut is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._arm(timeout)
+
+    def _arm(self, timeout):
+        self._timer = None if timeout is None else \
+            asyncio.get_running_loop().call_later(timeout, _wake, self._fut)
+
+
 class AsyncioBackend:
     event = Event
+    alarm = Alarm
 
     def __init__(self, nursery=None):
         self._tasks = set()          # strong references: the loop keeps only weak ones

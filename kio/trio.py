@@ -18,6 +18,8 @@ or ``commit`` leaves the client consistent, and ``close`` is shielded.
 """
 from __future__ import annotations
 
+import math
+
 import trio
 
 from kio._async import clients
@@ -27,8 +29,38 @@ from kio._async.share import AsyncShareConsumer
 __all__ = ["Producer", "Consumer", "ShareConsumer", "Admin"]
 
 
+class Alarm:
+    """The engine's main task's sleep (:meth:`kio._async.engine.Engine.wait_until`):
+    until an event is set or ``timeout`` seconds (None: never) ran out, in
+    a cancel scope whose deadline :meth:`move` sets for the sleep in progress
+    without waking the task - the application's waits then open no cancel
+    scope of their own."""
+    __slots__ = ("_scope",)
+
+    def __init__(self):
+        self._scope = None
+
+    async def wait(self, event, timeout):
+        if event.is_set():
+            return
+        with trio.CancelScope(deadline=_deadline(timeout)) as self._scope:
+            try:
+                await event.wait()
+            finally:
+                self._scope = None
+
+    def move(self, timeout):
+        if self._scope is not None:
+            self._scope.deadline = _deadline(timeout)
+
+
+def _deadline(timeout):
+    return math.inf if timeout is None else trio.current_time() + timeout
+
+
 class TrioBackend:
     event = trio.Event
+    alarm = Alarm
 
     def __init__(self, nursery=None):
         self.nursery = nursery

@@ -267,8 +267,10 @@ def test_one_fetch_answer_costs_the_engine_one_wake_up(framework, monkeypatch):
             got = asyncio.run(quiet_consumer(fw, kafka, passes))
         else:
             got = trio.run(quiet_consumer, fw, kafka, passes, instruments=[passes])
-    # one answer per record (the next Fetch may reach the broker before or after a count is taken)
-    assert ANSWERS <= got["fetches"] <= ANSWERS + 1, got
+    # one answer per record (the next Fetch may reach the broker before or
+    # after a count is taken, at either end: the first count may already hold
+    # the Fetch the first record answers, the last not yet the one after it)
+    assert abs(got["fetches"] - ANSWERS) <= 1, got
     # One round of the core per answer, run by the poll that took its record
     # (the round that sends the next Fetch; the reader only fed the answer
     # to the core and woke the poll); the main task and the writer slept.

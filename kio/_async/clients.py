@@ -96,11 +96,10 @@ class _Client:
     async def _wait_until(self, end: float) -> None:
         """Wait until something changed or ``end`` (``now_ms()``; INF: no
         limit) passed: a wait step of the shared method bodies."""
-        left = Stepper.seconds_left(end)
-        if left is None or left > 0:
+        if end > now_ms():              # (INF too)
             self._waiters += 1
             try:
-                await self._engine.wait_changed(left)
+                await self._engine.wait_until(end)
             finally:
                 self._waiters -= 1
 
@@ -428,6 +427,13 @@ class PolledClient(SteppedClient):
     def _after_poll(self) -> bool:
         self._collect_events()
         return self._waiters > 0
+
+    def wakeup(self) -> None:
+        """Make a waiting ``poll()`` (or the next one) raise WakeupError, as
+        the threading consumer's; called from another task of the same
+        event loop."""
+        self._wakeup = True
+        self._engine.notify()
 
     async def _close(self, timeout: Optional[float]) -> None:
         """Close the core (commits, leaving the group...), stop the network

@@ -6,6 +6,8 @@ The framework is reached only through a small *backend* (see
 
     backend.event()                  -> an event: set(), is_set(), await wait()
     await backend.wait(event, secs)  -> returns when the event is set or secs (None: never) ran out
+    backend.alarm()                  -> the main task's sleep: await alarm.wait(event, secs) as above;
+                                        alarm.move(secs) re-arms the sleep in progress without waking it
     backend.spawn(fn, *args)         -> a running task; .cancel()
     await backend.getaddrinfo(host, port) -> socket.getaddrinfo's answer, without blocking the loop
     await backend.wait_readable(sock) / wait_writable(sock)
@@ -30,6 +32,15 @@ elsewhere cannot do: an earlier deadline to sleep towards, ``error_cb``
 calls to await, a failure. (Before, an answer at a low rate woke the main
 task twice, the writer once and the polling task twice: six passes of the
 event loop, each with its futures, timers and handles - issue 27.)
+
+No timer per wait either: an application task that waits until an end (a
+``poll(timeout)``, :meth:`Engine.wait_until`) waits on ``changed`` alone and
+leaves its end to the main task, which sleeps anyway: its alarm is moved
+earlier only when the end comes before it, and a wait that ended (records
+came) leaves it as it is - the main task wakes then, finds no end passed
+and sleeps again. A quiet consumer's poll() made a timer (asyncio) or a
+cancel scope (trio) per answer; now the main task makes one per poll timeout
+at most.
 """
 from __future__ import annotations
 
@@ -37,7 +48,7 @@ import inspect
 import logging
 import ssl
 
-from kio._shared.common import RecvBuffer, call_error_cb, connect_error, error_callbacks, now_ms, open_socket, sleep_time
+from kio._shared.common import INF, RecvBuffer, call_error_cb, connect_error, error_callbacks, now_ms, open_socket, sleep_time
 from kio._shared.tls import context_for, tls_error
 from kproto.client import Close, Connect
 
@@ -100,11 +111,19 @@ class Engine:
         # answer, not the reader's and the poll's.
         self.polls_waiting = 0
         self.round_owed = False
+        # The ends (now_ms()) of the application tasks' waits (wait_until),
+        # kept by the main task's sleep: its alarm, and when it sleeps
+        # towards (alarm_at: INF no deadline; None while it does not sleep
+        # - then a wait makes its own timer).
+        self.wait_ends: list = []
+        self.alarm = backend.alarm()
+        self.alarm_at = None
         # Counts (tests, profiling): rounds of the core, those run elsewhere
         # than the main task, and the main task's and writers' wake-ups.
         self.rounds = 0
         self.rounds_here = 0
         self.main_wakeups = 0
+        self.alarm_wakeups = 0          # the main task's wake-ups only for an application task's end
         self.writer_wakeups = 0
         self.tls = context_for(core.config)      # security.protocol SSL / SASL_SSL
 
@@ -130,12 +149,32 @@ class Engine:
         ev, self.changed = self.changed, self.io.event()
         ev.set()
 
-    async def wait_changed(self, timeout):
-        """Wait until something changed or ``timeout`` seconds (None: no limit)
-        passed. No polling interval: the main task notifies after every poll
-        while a task waits (``after_poll``), and it polls on every I/O event
-        and at every core deadline."""
-        await self.io.wait(self.changed, None if timeout is None else max(0.0, timeout))
+    async def wait_until(self, end: float) -> None:
+        """Wait until something changed or ``end`` (``now_ms()``; INF: no
+        limit) passed - or earlier: the caller looks again. No polling
+        interval: the main task notifies after every poll while a task waits
+        (``after_poll``), and it polls on every I/O event and at every core
+        deadline. No timer of its own while the main task sleeps: the end
+        goes to the main task's alarm (moved only when the end comes first),
+        which wakes the waiters whose end passed."""
+        if end == INF:
+            await self.changed.wait()
+            return
+        at = self.alarm_at
+        if at is None:
+            # The main task does not sleep (not started yet, awaiting an
+            # error_cb, stopped): nothing would wake this wait at its end.
+            await self.io.wait(self.changed, max(0.0, (end - now_ms()) / 1000.0))
+            return
+        ends = self.wait_ends
+        ends.append(end)
+        if end < at:
+            self.alarm_at = end
+            self.alarm.move(max(0.0, (end - now_ms()) / 1000.0))
+        try:
+            await self.changed.wait()
+        finally:
+            ends.remove(end)
 
     async def stop(self):
         """Stop the main task after its last poll; close every socket."""
@@ -204,6 +243,10 @@ class Engine:
                 for cb, error in error_callbacks(core):
                     result = call_error_cb(cb, error)
                     if inspect.isawaitable(result):
+                        if self.wait_ends:
+                            # No alarm while this task awaits it: the waits
+                            # look again and make timers of their own.
+                            self.notify()
                         try:
                             await result
                         except Exception:  # noqa: BLE001 - the application's callback
@@ -213,7 +256,7 @@ class Engine:
                 self.planned = core.next_deadline(now)
                 while True:
                     if not self.kicked.is_set():
-                        await self.io.wait(self.kicked, sleep_time(self.planned, now_ms()))
+                        await self._sleep()
                         self.main_wakeups += 1
                     if not self.kicked.is_set() or self.round_wanted or self.stopping \
                             or self.round_error is not None:
@@ -241,6 +284,36 @@ class Engine:
                 self._close(node)
             self.notify()
             self.finished.set()
+
+    async def _sleep(self):
+        """Sleep until a kick or the core's deadline (``planned``); on the
+        way, wake the application tasks whose wait's end passed (wait_until)."""
+        while True:
+            now = now_ms()
+            at = self.planned
+            timeout = sleep_time(at, now)
+            ends = self.wait_ends
+            if ends:
+                if min(ends) <= now:
+                    self.notify()           # their end passed: they look again, and return
+                ends = [end for end in ends if end > now]
+            if ends:
+                end = min(ends)
+                if at is None or end < at:
+                    at = end
+                    timeout = (end - now) / 1000.0
+            self.alarm_at = INF if at is None else at
+            try:
+                await self.alarm.wait(self.kicked, timeout)
+            finally:
+                at, self.alarm_at = self.alarm_at, None     # (moved earlier meanwhile by a wait)
+            if self.kicked.is_set():
+                return
+            if self.planned is not None and at >= self.planned:
+                # The core's deadline (a timer tick early at most, as
+                # sleep_time has it): a round; the waits woken after it.
+                return
+            self.alarm_wakeups += 1         # only a wait's end (or one that ended before it): woken next
 
     # -- connections ---------------------------------------------------------------------------
     def _open(self, action):
