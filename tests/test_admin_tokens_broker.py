@@ -227,11 +227,11 @@ def test_kio_delegation_tokens_cli(secured_kafka):
 
 @pytest.fixture(scope="module")
 def kafka_without_token_key(tmp_path_factory):
-    """The secured broker without delegation.token.secret.key (a small heap: its tests are short)."""
+    """The secured broker without delegation.token.secret.key (512 MB: with 256 MB it once ran out of heap while starting on a loaded CI machine)."""
     from kio.testing.secured_kafka import SecuredKafkaBroker, make_certificates
     folder = tmp_path_factory.mktemp("no-token-key")
     b = SecuredKafkaBroker(users={"alice": "alice-secret"}, certs=make_certificates(folder),
-                           log_path=str(folder / "kafka.log"), heap="256m", delegation_token_secret=None)
+                           log_path=str(folder / "kafka.log"), heap="512m", delegation_token_secret=None)
     b.start()
     try:
         yield b
