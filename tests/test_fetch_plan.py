@@ -31,7 +31,7 @@ def encode_answer(req, parts, session_id, error_code, as_c):
 class Side:
     """One consumer's positions and fetcher."""
 
-    def __init__(self, tps, incremental, reuse=True):
+    def __init__(self, tps, incremental, reuse=True, quiet=True):
         self.pos = Positions("earliest")
         self.pos.assign(tps)
         for tp in tps:
@@ -39,6 +39,7 @@ class Side:
         self.f = Fetcher(self.pos)
         self.f.incremental_plan = incremental
         self.f.reuse_frames = reuse
+        self.f.quiet_path = quiet                # (the reference walks every round: tests/test_fetch_quiet.py)
         self.in_flight = {}                      # node -> request
 
     def drop_buffered(self, tps):
@@ -66,7 +67,7 @@ class Twin:
         self.leaders = {t: {p: 1 + (p % nodes) for p in range(partitions)} for t in topics}
         self.leaders_version = 0
         # the kept plan (or the walk) re-using frames, against the walk writing every body
-        self.plan, self.walk = Side(self.tps, incremental, True), Side(self.tps, False, False)
+        self.plan, self.walk = Side(self.tps, incremental, True), Side(self.tps, False, False, False)
         self.requests = 0
 
     def sides(self):

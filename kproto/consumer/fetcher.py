@@ -171,6 +171,15 @@ class Fetcher:
         self.reuse_frames = True
         self._frames: Dict[int, Dict[int, FetchFrame]] = {}     # node -> partitions listed -> frame
         self.frames_reused = 0                   # (tests and benchmarks count them)
+        #: With a session open and a walk that planned one request to one
+        #: node from every assigned partition (a quiet consumer of a few
+        #: partitions), the next round re-uses that plan while nothing it
+        #: depends on moved (see ``_quiet_request``): no walk, no topic
+        #: lookups, the same names and index. False: the walk every round,
+        #: the reference (tests/test_fetch_quiet.py).
+        self.quiet_path = True
+        self._quiet: Optional[tuple] = None      # what the last walk planned, and under which versions
+        self.quiet_requests = 0                  # (tests and benchmarks count them)
         self._in_flight_nodes: set = set()
         self._buffered: "collections.deque[_Buffered]" = collections.deque()
         self._errors: List[Exception] = []       # raised to the application on the next drain
@@ -207,18 +216,31 @@ class Fetcher:
         the plan is then kept between rounds and an incremental request
         visits only the partitions that changed (kproto.consumer.fetch_plan).
         """
-        buffered = self._buffered_partitions()
         if leaders_of_topic is not None:
             if (self.incremental_plan and leaders_version is not None
                     and len(self.positions.states) > _WALK_AT_MOST):
-                return self._planned_requests(buffered, leaders_of_topic, leaders_version,
+                self._quiet = None
+                return self._planned_requests(self._buffered_partitions(), leaders_of_topic, leaders_version,
                                               version_of, topic_id_of)
+            quiet = self._quiet
+            if quiet is not None:
+                requests = self._quiet_request(quiet, version_of, leaders_version)
+                if requests is not None:
+                    return requests
+            buffered = self._buffered_partitions()
             self.positions.touched.clear()       # (kept for the plan only)
             self._plan_dirty.clear()
-            by_node, refresh = select_fetchable(self.positions.states, buffered, leaders_of_topic,
-                                                self._in_flight_nodes)
+            states = self.positions.states
+            by_node, refresh = select_fetchable(states, buffered, leaders_of_topic, self._in_flight_nodes)
             self.metadata_refresh_needed = self.metadata_refresh_needed or refresh
-            return self._requests(by_node, version_of, topic_id_of)
+            requests = self._requests(by_node, version_of, topic_id_of)
+            self._quiet = None
+            if (len(requests) == 1 and self.quiet_path and leaders_version is not None and not refresh
+                    and not buffered):
+                self._keep_quiet(requests[0], by_node, states, leaders_version)
+            return requests
+        self._quiet = None
+        buffered = self._buffered_partitions()
         self.positions.touched.clear()
         self._plan_dirty.clear()
         by_node: Dict[int, list] = {}
@@ -233,6 +255,69 @@ class Fetcher:
                 continue
             by_node.setdefault(leader, []).append((tp, st))
         return self._requests(by_node, version_of, topic_id_of)
+
+    def _keep_quiet(self, req: FetchRequest, by_node, states, leaders_version) -> None:
+        """Keep what the walk planned for ``req`` when the next round can
+        re-use it: the only request, to a node with a session, naming every
+        assigned partition (none buffered, none without a leader or a topic
+        id, no other node) - so that nothing but the partitions' positions
+        and leader epochs can change the next walk's outcome while the
+        versions it is kept under stay."""
+        tps = by_node.get(req.node)
+        session = self.sessions.get(req.node)
+        if (req.session_epoch is None or session is None or len(by_node) != 1 or tps is None
+                or len(tps) != len(states) or len(req.offsets) != len(tps) or session.offsets is not req.offsets):
+            return
+        self._quiet = (states, self.positions.assignment_version, leaders_version, req.node, req.version, tps,
+                       session, req.offsets, session.topic_ids, req.topic_names, req.partitions)
+
+    def _quiet_request(self, quiet, version_of, leaders_version) -> Optional[List[FetchRequest]]:
+        """The walk's outcome from the plan ``_keep_quiet`` kept, or None
+        when the walk must decide (the plan is dropped). Kept valid by:
+        the same states dict and assignment (``assignment_version``), no
+        seek, reset, pause or resume since (``touched``: a partition that
+        became unfetchable went through one of them), nothing buffered, the
+        same leaders and topic ids (``leaders_version``: every metadata
+        update, leader hint or rebootstrap bumps it), the same open session
+        holding exactly what the last request sent, the same Fetch version.
+        The request is then ``_build``'s for the same partitions: those
+        whose position or leader epoch moved are listed, nothing is
+        forgotten (the session holds exactly these partitions)."""
+        (states, assignment_version, kept_version, node, version, tps, session, sent, topic_ids, names,
+         index) = quiet
+        positions = self.positions
+        if (kept_version != leaders_version or positions.states is not states
+                or positions.assignment_version != assignment_version or positions.touched or self._buffered
+                or not self.quiet_path or not self.use_sessions or self.sessions.get(node) is not session
+                or session.offsets is not sent or session.topic_ids is not topic_ids or session.is_full):
+            self._quiet = None
+            return None
+        self._plan_dirty.clear()                 # as the walk does (the kept plan is not in use)
+        if node in self._in_flight_nodes:
+            return []                            # the walk skips it: every partition is its
+        now_version = version_of(node)
+        if now_version is None:
+            return []                            # not ready: skipped, as _requests would
+        if now_version != version:
+            self._quiet = None
+            return None
+        topics, offsets, _, epochs, _ = fetch_partitions(tps, self.max_partition_fetch_bytes, sent, session.epochs)
+        by_id = version >= 13
+        topic_entries = []
+        for topic, parts in (sorted(topics.items(), key=_first) if len(topics) > 1 else topics.items()):
+            if parts:
+                if by_id:
+                    topic_entries.append({"topic_id": topic_ids[topic], "partitions": parts})
+                else:
+                    topic_entries.append({"topic": topic, "partitions": parts})
+        session_id, epoch = session.session_id, session.epoch
+        session.sent(offsets, epochs, topic_ids)
+        req = self._request(node, version, session_id, epoch, topic_entries, [], offsets, names, index, epoch)
+        self._in_flight_nodes.add(node)
+        self._quiet = (states, assignment_version, kept_version, node, version, tps, session, offsets, topic_ids,
+                       names, index)
+        self.quiet_requests += 1
+        return [req]
 
     def _planned_requests(self, buffered, leaders_of_topic, leaders_version, version_of,
                           topic_id_of) -> List[FetchRequest]:
