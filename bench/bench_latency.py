@@ -1,4 +1,4 @@
-"""End-to-end latency at a fixed rate, and what a quiet client costs: kio vs confluent-kafka and aiokafka.
+"""End-to-end latency at a fixed rate, and what a quiet client costs: kio vs confluent-kafka, aiokafka and Java.
 
 For each rate (``--rates``, default 1,000, 10,000 and 50,000 records/s) and
 each client, a producer process sends 100-byte records to a fresh
@@ -22,13 +22,26 @@ different loops.
 Clients: kio threading (``kio.Producer``/``kio.Consumer``), kio asyncio
 (``kio.aio``), kio trio (``kio.trio``), confluent-kafka (``produce`` +
 ``poll(0)``; ``Consumer.poll``: ``consume(n, timeout)`` waits for n records
-or the timeout, which would add to the latency) and aiokafka. Each at its
-defaults (kio and librdkafka: acks=all + idempotence, linger.ms 5;
-aiokafka: acks=1, linger 0) and with linger.ms=0 (``--settings``). Rows run
-in alternating rounds (``--repeat``); the table gives medians of the
+or the timeout, which would add to the latency), aiokafka and the Java
+client (``java``: kafka-clients of kio.testing's Kafka, bench/java/KioBench.java
+compiled at run time by bench/_java.py, needs a JDK's javac). Each at its
+defaults (kio, librdkafka and Java 4.x: acks=all + idempotence, linger.ms
+5; aiokafka: acks=1, linger 0) and with linger.ms=0 (``--settings``). Rows
+run in alternating rounds (``--repeat``); the table gives medians of the
 rounds' figures and ratios against confluent-kafka's row of the same rate
-and settings. The Java client is left out (its tools do not timestamp
-records for an end-to-end measure).
+and settings.
+
+The Java rows are child JVMs (``-Xmx1g``, default collector) that follow
+the same protocol: the producer paces itself with the same loop (parking
+until the next send is due) and writes the same values; the consumer
+(``poll(500 ms)``), positioned and fetching before it says ready, takes
+each latency on its own wall clock and hands them back for the same
+percentiles. Their CPU is the JVM's own (OperatingSystemMXBean
+getProcessCpuTime(), 10 ms granularity) over the same intervals: the whole
+JVM, every thread, the JIT compiling the hot paths of a fresh JVM and the GC
+included; the JVM's start-up is not. Their pacing loop alone is KioBench's
+``pace`` mode, in a JVM of its own. ``--trace`` leaves them out (it
+instruments Python processes).
 
 ``--pair PRODUCER:CONSUMER`` adds a crossed row (e.g. ``kio:confluent-kafka``:
 kio's producer, confluent-kafka's consumer) to find which side holds a gap;

@@ -4,9 +4,9 @@
 // JVM; each mode prints one JSON line (the last line of its stdout) that the
 // Python bench parses.
 //
-//   produce <bootstrap> <topic> <n>
-//   consume-assign <bootstrap> <topic> <n> <partitions>
-//   consume-group <bootstrap> <topic> <n>
+//   produce <bootstrap> <topic> <n> [<rounds>]
+//   consume-assign <bootstrap> <topic> <n> <partitions> [<rounds>]
+//   consume-group <bootstrap> <topic> <n> [<rounds>]
 //   latency-produce <bootstrap> <topic> <rate> <total> <linger0: 0|1>
 //   latency-consume <bootstrap> <topic> <total> <seconds> <latencies file>
 //   pace <rate> <total>
@@ -14,7 +14,10 @@
 // CPU is OperatingSystemMXBean.getProcessCpuTime(): the whole JVM, every
 // thread (the client's I/O thread, the JIT compilers, the GC), as getrusage is
 // for the Python clients' processes. Only deltas over the measured interval
-// are reported, so the JVM's start-up is not in them.
+// are reported, so the JVM's start-up is not in them. With <rounds> > 1 the
+// workload runs that many times in the one JVM (a new producer or consumer
+// each time) and the last round is reported: the JIT has compiled the hot
+// paths by then, as in a long-running application.
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
 import java.io.InputStreamReader;
@@ -70,6 +73,20 @@ public class KioBench {
         return -1;
     }
 
+    // Time the JIT compiler threads spent compiling and the collectors spent
+    // collecting, ms since the JVM started: their deltas say how much of a
+    // fresh JVM's CPU went to warming up rather than to the client.
+    static long jitMs() {
+        return ManagementFactory.getCompilationMXBean().getTotalCompilationTime();
+    }
+
+    static long gcMs() {
+        long ms = 0;
+        for (GarbageCollectorMXBean gc : ManagementFactory.getGarbageCollectorMXBeans())
+            ms += Math.max(0, gc.getCollectionTime());
+        return ms;
+    }
+
     static String collectors() {
         List<String> names = new ArrayList<>();
         for (GarbageCollectorMXBean gc : ManagementFactory.getGarbageCollectorMXBeans())
@@ -101,7 +118,13 @@ public class KioBench {
                              (cpu1 - cpu0) / 1e3 / n, prefix, secs);
     }
 
-    static void produce(String bootstrap, String topic, int n) throws Exception {
+    static void produce(String bootstrap, String topic, int n, int rounds) throws Exception {
+        for (int round = 1; round < rounds; round++)
+            produceOnce(bootstrap, topic, n, false);
+        produceOnce(bootstrap, topic, n, true);
+    }
+
+    static void produceOnce(String bootstrap, String topic, int n, boolean report) throws Exception {
         // the keys before the measurement, as the Python rows make theirs
         Random rnd = new Random(1);
         byte[][] keys = new byte[n][16];
@@ -117,27 +140,40 @@ public class KioBench {
         // at its defaults (4.x: acks=all, idempotence, linger.ms 5): nothing set
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps(bootstrap))) {
             producer.partitionsFor(topic);                // metadata before, as kio's partitions_for
+            long jit0 = jitMs(), gc0 = gcMs();
             long cpu0 = cpuNs(), t0 = System.nanoTime();
             for (byte[] k : keys)
                 producer.send(new ProducerRecord<>(topic, k, value), counted);
             producer.flush();
             long t1 = System.nanoTime(), cpu1 = cpuNs();
+            if (!report)
+                return;
             System.out.printf("{\"mode\": \"produce\", \"records\": %d, \"errors\": %d, %s, \"rss_mb\": %.1f, "
-                              + "\"gc\": \"%s\"}%n", n, errors.get(), figures("", n, t0, t1, cpu0, cpu1),
-                              peakRssMb(), collectors());
+                              + "\"jit_ms\": %d, \"gc_ms\": %d, \"gc\": \"%s\"}%n", n, errors.get(),
+                              figures("", n, t0, t1, cpu0, cpu1), peakRssMb(), jitMs() - jit0, gcMs() - gc0,
+                              collectors());
         }
     }
 
-    static void consume(String bootstrap, String topic, int n, int partitions, boolean group) throws Exception {
+    static void consume(String bootstrap, String topic, int n, int partitions, boolean group, int rounds)
+            throws Exception {
+        // A consumer made and closed before the measurement loads the
+        // consumer's classes (no request is sent before a poll): the Python
+        // rows import their client before theirs.
+        new KafkaConsumer<byte[], byte[]>(consumerProps(bootstrap)).close();
+        for (int round = 1; round < rounds; round++)
+            consumeOnce(bootstrap, topic, n, partitions, group, false);
+        consumeOnce(bootstrap, topic, n, partitions, group, true);
+    }
+
+    static void consumeOnce(String bootstrap, String topic, int n, int partitions, boolean group, boolean report)
+            throws Exception {
         Properties props = consumerProps(bootstrap);
         if (group) {
             props.put("group.id", "bench-" + UUID.randomUUID().toString().substring(0, 8));
             props.put("auto.offset.reset", "earliest");
         }
-        // A consumer made and closed before the measurement loads the
-        // consumer's classes (no request is sent before a poll): the Python
-        // rows import their client before theirs.
-        new KafkaConsumer<byte[], byte[]>(props).close();
+        long jit0 = jitMs(), gc0 = gcMs();
         long cpu0 = cpuNs(), t0 = System.nanoTime();
         long cpuFirst = 0, tFirst = 0, got = 0;
         // as the Python rows: from making the consumer to the last record in hand
@@ -167,10 +203,12 @@ public class KioBench {
             if (got < n)
                 throw new IllegalStateException("only " + got + " of " + n + " records after "
                                                 + (t1 - t0) / 1_000_000_000 + " s");
-            System.out.printf("{\"mode\": \"%s\", \"records\": %d, %s, %s, \"rss_mb\": %.1f, \"gc\": \"%s\"}%n",
-                              group ? "consume-group" : "consume-assign", got,
+            if (!report)
+                return;
+            System.out.printf("{\"mode\": \"%s\", \"records\": %d, %s, %s, \"rss_mb\": %.1f, \"jit_ms\": %d, "
+                              + "\"gc_ms\": %d, \"gc\": \"%s\"}%n", group ? "consume-group" : "consume-assign", got,
                               figures("", n, t0, t1, cpu0, cpu1), figures("first_", n, tFirst, t1, cpuFirst, cpu1),
-                              peakRssMb(), collectors());
+                              peakRssMb(), jitMs() - jit0, gcMs() - gc0, collectors());
         }
     }
 
@@ -222,12 +260,14 @@ public class KioBench {
         };
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             producer.partitionsFor(topic);
+            long jit0 = jitMs();
             long cpu0 = cpuNs();
             paced(() -> producer.send(new ProducerRecord<>(topic, 0, null, value()), counted), rate, total);
             producer.flush();
             long cpu1 = cpuNs();
             System.out.printf("{\"mode\": \"latency-produce\", \"records\": %d, \"errors\": %d, \"cpu\": %.6f, "
-                              + "\"rss_mb\": %.1f}%n", total, errors.get(), (cpu1 - cpu0) / 1e9, peakRssMb());
+                              + "\"rss_mb\": %.1f, \"jit_ms\": %d}%n", total, errors.get(), (cpu1 - cpu0) / 1e9,
+                              peakRssMb(), jitMs() - jit0);
         }
     }
 
@@ -279,11 +319,16 @@ public class KioBench {
                           got, got > 0 ? (cpu1 - cpu0) / 1e9 : 0.0, peakRssMb());
     }
 
+    static int rounds(String[] a, int i) {
+        return a.length > i ? Integer.parseInt(a[i]) : 1;
+    }
+
     public static void main(String[] a) throws Exception {
         switch (a[0]) {
-            case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]));
-            case "consume-assign" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]), false);
-            case "consume-group" -> consume(a[1], a[2], Integer.parseInt(a[3]), 0, true);
+            case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]), rounds(a, 4));
+            case "consume-assign" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]), false,
+                                             rounds(a, 5));
+            case "consume-group" -> consume(a[1], a[2], Integer.parseInt(a[3]), 0, true, rounds(a, 4));
             case "latency-produce" -> latencyProduce(a[1], a[2], Integer.parseInt(a[3]), Long.parseLong(a[4]),
                                                      a[5].equals("1"));
             case "latency-consume" -> latencyConsume(a[1], a[2], Integer.parseInt(a[3]), Double.parseDouble(a[4]),
