@@ -33,8 +33,9 @@ JVM's own VmHWM, which includes as much of the heap as the collector
 touched, not only what the client holds. ``java`` is a fresh JVM, whose
 figures include the JIT compiling the hot paths (its round lines print the
 JIT's and GC's time in the interval); ``java, warm JVM`` runs the workload
-twice in one JVM and reports the second: a long-running application's
-steady state.
+``--java-warm-rounds`` times (default 2) in one JVM and reports the last,
+closer to a long-running application's steady state (the round lines show
+how much the JIT still compiled in it, and the earlier rounds' CPU).
 
 Rows run in alternating rounds (``--repeat``, default 3: every row once per
 round, each round starting with the next row), so a machine that gets busier
@@ -208,8 +209,8 @@ def consume_confluent(bootstrap, topic, n, partitions, group):
 def _java_row(mode, spec, *extra):
     """A Java row (bench/java/KioBench.java) in a child JVM of its own: it
     measures itself (records/s, CPU over the measured interval, its VmHWM).
-    ``spec["rounds"]`` 2: the workload runs twice in the JVM, the second
-    reported (a JIT-warm JVM)."""
+    ``spec["rounds"]`` > 1: the workload runs that many times in the JVM,
+    the last reported (a JIT-warm JVM)."""
     import _java
     r = _java.kio_bench(mode, spec["bootstrap"], spec["topic"], spec["records"], *extra, spec.get("rounds", 1),
                         timeout=TIMEOUT * 2 * spec.get("rounds", 1))
@@ -231,8 +232,9 @@ def consume_java_group(spec):
 
 
 def warm(fn):
-    """The Java row ``fn`` in a JIT-warm JVM: its workload twice, the second measured."""
-    return lambda spec: fn({**spec, "rounds": 2})
+    """The Java row ``fn`` in a JIT-warm JVM: its workload ``--java-warm-rounds``
+    times (default 2), the last measured."""
+    return lambda spec: fn({**spec, "rounds": spec.get("warm_rounds", 2)})
 
 
 # (client, call, role, function): role "produce", "assigned" or "group"; the
@@ -371,6 +373,8 @@ def main():
     ap.add_argument("--table", help="write the markdown tables here too")
     ap.add_argument("--no-fetch-sessions", action="store_true",
                     help="kio's consumers send full Fetch requests only (no KIP-227 sessions)")
+    ap.add_argument("--java-warm-rounds", type=int, default=2,
+                    help="the 'java, warm JVM' rows run their workload this many times in one JVM, the last measured")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.no_fetch_sessions:
@@ -409,7 +413,7 @@ def main():
                     key = (client, call, role, p)
                     try:
                         r = run_child({"row": i, "bootstrap": bootstrap, "topic": topic, "records": n,
-                                       "partitions": p})
+                                       "partitions": p, "warm_rounds": args.java_warm_rounds})
                     except Exception as e:  # noqa: BLE001 - report and go on with the others
                         print(f"{client} {call} {role} {p}: failed: {e}", file=sys.stderr, flush=True)
                         results.setdefault(key, [])
@@ -417,7 +421,8 @@ def main():
                     results.setdefault(key, []).append(r)
                     print(f"round {k + 1}: {p:6,} partitions {client:16s} {call:14s} {role:8s} "
                           f"{r['rate']:10,.0f} rec/s {r['us']:7.2f} CPU us/rec {r['rss_mb']:6.0f} MB  "
-                          + (f"JIT {r['jit_ms']} ms GC {r['gc_ms']} ms  " if "jit_ms" in r else "")
+                          + (f"JIT {r['jit_ms']} ms GC {r['gc_ms']} ms earlier rounds {r['earlier_us']} "
+                             if "jit_ms" in r else "")
                           + f"(load {load_average()})", flush=True)
         return label
 

@@ -48,6 +48,11 @@ def test_the_java_rows_of_bench_partitions_produce_and_read_back_every_record(be
     with Consumer(bootstrap_servers=bootstrap) as c:
         ends = c.end_offsets([TopicPartition(topic, p) for p in range(3)])
     assert sum(ends.values()) == N and all(ends.values())
+    # the warm-JVM row: the workload twice in one JVM, the last reported
+    warm = {(client, role): fn for client, _, role, fn in bp.ROWS if client == "java, warm JVM"}
+    again = warm["java, warm JVM", "produce"]({**spec, "topic": make_topic(3)})
+    assert again["records"] == N and again["errors"] == 0 and len(again["earlier_us"]) == 1
+    _sane_rate(again)
 
 
 def test_the_java_rows_of_bench_latency_follow_its_protocol(bench, bootstrap, make_topic, capsys, monkeypatch):

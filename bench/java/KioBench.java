@@ -52,6 +52,11 @@ public class KioBench {
     static final com.sun.management.OperatingSystemMXBean OS =
         (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
     static long sink;                                     // touched values go here, so the JIT keeps the reads
+    static final List<String> earlier = new ArrayList<>(); // CPU µs/record of the unreported rounds
+
+    static String earlierUs() {
+        return "[" + String.join(", ", earlier) + "]";
+    }
 
     static long cpuNs() {
         return OS.getProcessCpuTime();
@@ -146,12 +151,14 @@ public class KioBench {
                 producer.send(new ProducerRecord<>(topic, k, value), counted);
             producer.flush();
             long t1 = System.nanoTime(), cpu1 = cpuNs();
-            if (!report)
+            if (!report) {
+                earlier.add(String.format("%.2f", (cpu1 - cpu0) / 1e3 / n));
                 return;
+            }
             System.out.printf("{\"mode\": \"produce\", \"records\": %d, \"errors\": %d, %s, \"rss_mb\": %.1f, "
-                              + "\"jit_ms\": %d, \"gc_ms\": %d, \"gc\": \"%s\"}%n", n, errors.get(),
-                              figures("", n, t0, t1, cpu0, cpu1), peakRssMb(), jitMs() - jit0, gcMs() - gc0,
-                              collectors());
+                              + "\"jit_ms\": %d, \"gc_ms\": %d, \"earlier_us\": %s, \"gc\": \"%s\"}%n", n,
+                              errors.get(), figures("", n, t0, t1, cpu0, cpu1), peakRssMb(), jitMs() - jit0,
+                              gcMs() - gc0, earlierUs(), collectors());
         }
     }
 
@@ -203,12 +210,15 @@ public class KioBench {
             if (got < n)
                 throw new IllegalStateException("only " + got + " of " + n + " records after "
                                                 + (t1 - t0) / 1_000_000_000 + " s");
-            if (!report)
+            if (!report) {
+                earlier.add(String.format("%.2f", (cpu1 - cpu0) / 1e3 / n));
                 return;
+            }
             System.out.printf("{\"mode\": \"%s\", \"records\": %d, %s, %s, \"rss_mb\": %.1f, \"jit_ms\": %d, "
-                              + "\"gc_ms\": %d, \"gc\": \"%s\"}%n", group ? "consume-group" : "consume-assign", got,
+                              + "\"gc_ms\": %d, \"earlier_us\": %s, \"gc\": \"%s\"}%n",
+                              group ? "consume-group" : "consume-assign", got,
                               figures("", n, t0, t1, cpu0, cpu1), figures("first_", n, tFirst, t1, cpuFirst, cpu1),
-                              peakRssMb(), jitMs() - jit0, gcMs() - gc0, collectors());
+                              peakRssMb(), jitMs() - jit0, gcMs() - gc0, earlierUs(), collectors());
         }
     }
 
