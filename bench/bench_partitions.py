@@ -431,8 +431,10 @@ def main():
     else:
         with local_broker(args.broker) as broker:
             label = run(broker.bootstrap_servers, broker_label(broker))
+    extra = "".join(f" --only {o}" for o in args.only or ()) + (
+        f" --java-warm-rounds {args.java_warm_rounds}" if args.java_warm_rounds != 2 else "")
     title = (f"`python bench/bench_partitions.py --records {n} --repeat {args.repeat} --partitions "
-             f"{args.partitions}`: {n:,} records x {len(VALUE)} B, random 16-byte keys; {label}; Python "
+             f"{args.partitions}{extra}`: {n:,} records x {len(VALUE)} B, random 16-byte keys; {label}; Python "
              f"{sys.version.split()[0]}; median of {args.repeat} alternating rounds; "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
              f"{load_before} before, {load_average()} after")
