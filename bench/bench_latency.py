@@ -635,7 +635,13 @@ def main():
             for rate in rates:
                 # this round's cost of each pacing loop at this rate, alone
                 loops = sorted({PACING[prod] for _, prod, _ in rows})
-                pacing = {loop: run_pacing(loop, rate, args.seconds) for loop in loops}
+                pacing = {}
+                for loop in loops:
+                    try:
+                        pacing[loop] = run_pacing(loop, rate, args.seconds)
+                    except Exception as e:  # noqa: BLE001 - e.g. no javac: that loop's rows fail alone
+                        print(f"pacing loop {loop} {rate}: failed: {e}", file=sys.stderr, flush=True)
+                        pacing[loop] = float("nan")
                 print(f"round {k + 1}: {rate:6,}/s pacing loops alone, CPU µs/rec: "
                       + ", ".join(f"{loop} {us:.1f}" for loop, us in pacing.items()), flush=True)
                 for which in settings:
