@@ -1,4 +1,4 @@
-"""End-to-end latency at a fixed rate, and what a quiet client costs: kio vs confluent-kafka and aiokafka.
+"""End-to-end latency at a fixed rate, and what a quiet client costs: kio vs confluent-kafka, aiokafka and Java.
 
 For each rate (``--rates``, default 1,000, 10,000 and 50,000 records/s) and
 each client, a producer process sends 100-byte records to a fresh
@@ -22,13 +22,26 @@ different loops.
 Clients: kio threading (``kio.Producer``/``kio.Consumer``), kio asyncio
 (``kio.aio``), kio trio (``kio.trio``), confluent-kafka (``produce`` +
 ``poll(0)``; ``Consumer.poll``: ``consume(n, timeout)`` waits for n records
-or the timeout, which would add to the latency) and aiokafka. Each at its
-defaults (kio and librdkafka: acks=all + idempotence, linger.ms 5;
-aiokafka: acks=1, linger 0) and with linger.ms=0 (``--settings``). Rows run
-in alternating rounds (``--repeat``); the table gives medians of the
+or the timeout, which would add to the latency), aiokafka and the Java
+client (``java``: kafka-clients of kio.testing's Kafka, bench/java/KioBench.java
+compiled at run time by bench/_java.py, needs a JDK's javac). Each at its
+defaults (kio, librdkafka and Java 4.x: acks=all + idempotence, linger.ms
+5; aiokafka: acks=1, linger 0) and with linger.ms=0 (``--settings``). Rows
+run in alternating rounds (``--repeat``); the table gives medians of the
 rounds' figures and ratios against confluent-kafka's row of the same rate
-and settings. The Java client is left out (its tools do not timestamp
-records for an end-to-end measure).
+and settings.
+
+The Java rows are child JVMs (``-Xmx1g``, default collector) that follow
+the same protocol: the producer paces itself with the same loop (parking
+until the next send is due) and writes the same values; the consumer
+(``poll(500 ms)``), positioned and fetching before it says ready, takes
+each latency on its own wall clock and hands them back for the same
+percentiles. Their CPU is the JVM's own (OperatingSystemMXBean
+getProcessCpuTime(), 10 ms granularity) over the same intervals: the whole
+JVM, every thread, the JIT compiling the hot paths of a fresh JVM and the GC
+included; the JVM's start-up is not. Their pacing loop alone is KioBench's
+``pace`` mode, in a JVM of its own. ``--trace`` leaves them out (it
+instruments Python processes).
 
 ``--pair PRODUCER:CONSUMER`` adds a crossed row (e.g. ``kio:confluent-kafka``:
 kio's producer, confluent-kafka's consumer) to find which side holds a gap;
@@ -111,6 +124,9 @@ def pace_alone(loop, rate, total):
     more CPU than time.sleep, a trio sleep more again): what is left above the
     loop is the client's own cost, comparable between clients whatever loop
     paces them."""
+    if loop == "java":                       # the JVM's loop (KioBench pace), CPU from its start to its end
+        import _java
+        return _java.kio_bench("pace", rate, total)["cpu"]
     c0 = cpu()
     if loop == "threads":
         paced(value, rate, total)
@@ -242,9 +258,13 @@ class Tally:
         return self.lat, self.to_broker, (cpu() - self.cpu0) if self.cpu0 is not None else 0.0
 
 
-def _ready():
+def _signal_ready():
     print("ready", flush=True)
     sys.stdin.readline()           # the parent starts the producer, then says go
+
+
+def _ready():
+    _signal_ready()
     t = Tally()
     if TRACE is not None:
         TRACE.tally = t
@@ -334,9 +354,59 @@ def consume_aiokafka(bootstrap, topic, total, deadline):
     return asyncio.run(main())
 
 
-# The pacing loop each client's producer runs in (see pace_alone).
+def produce_java(bootstrap, topic, rate, total, linger0):
+    """The Java producer (bench/java/KioBench.java, latency-produce) in a
+    child JVM: the same pacing loop as paced() (parking until the next send
+    is due), the same values, at its defaults or with linger.ms=0. Its CPU is
+    the JVM's own, from its first send to the end of its flush."""
+    import _java
+    r = _java.kio_bench("latency-produce", bootstrap, topic, rate, total, int(linger0))
+    if r["errors"]:
+        raise RuntimeError(f"the Java producer had {r['errors']} failed sends")
+    return r["cpu"]
+
+
+def consume_java(bootstrap, topic, total, deadline):
+    """The Java consumer (KioBench latency-consume) in a child JVM, held to
+    this child's protocol: it says ready once positioned and fetching, this
+    child then says ready to the parent, and passes its go on. The JVM takes
+    each record's latency on its own clock; they come back in a file."""
+    import tempfile
+
+    import _java
+    with tempfile.NamedTemporaryFile(suffix=".lat") as out, tempfile.TemporaryFile() as err:
+        jvm = subprocess.Popen(_java.kio_bench_command("latency-consume", bootstrap, topic, total,
+                                                       max(1.0, deadline - time.monotonic()), out.name),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        try:
+            for line in jvm.stdout:
+                if line.strip() == b"ready":
+                    break
+            else:
+                jvm.wait()
+                err.seek(0)
+                raise RuntimeError(f"the Java consumer ended before ready: {err.read().decode()[-1500:]}")
+            _signal_ready()
+            jvm.stdin.write(b"go\n")
+            jvm.stdin.flush()
+            rest = jvm.stdout.read().decode("utf-8", "replace")
+            if jvm.wait() != 0:
+                err.seek(0)
+                raise RuntimeError(f"the Java consumer exited {jvm.returncode}: {err.read().decode()[-1500:]}")
+        finally:
+            if jvm.poll() is None:
+                jvm.kill()
+        r = _java.last_json(rest)
+        both = array("q")
+        both.frombytes(out.read())                   # native order, as the JVM wrote them
+    kept = len(both) // 2
+    return both[:kept], both[kept:], r["cpu"]
+
+
+# The pacing loop each client's producer runs in (see pace_alone); Java's is
+# its own, in the JVM (KioBench pace).
 PACING = {"kio": "threads", "kio asyncio": "asyncio", "kio trio": "trio", "confluent-kafka": "threads",
-          "aiokafka": "asyncio"}
+          "aiokafka": "asyncio", "java": "java"}
 
 CLIENTS = {
     "kio": (produce_kio, consume_kio),
@@ -344,6 +414,7 @@ CLIENTS = {
     "kio trio": (produce_kio_trio, consume_kio_trio),
     "confluent-kafka": (produce_confluent, consume_confluent),
     "aiokafka": (produce_aiokafka, consume_aiokafka),
+    "java": (produce_java, consume_java),
 }
 
 
@@ -536,6 +607,10 @@ def main():
             if name not in CLIENTS:
                 ap.error(f"--pair {pair}: {name!r} is not one of {', '.join(CLIENTS)}")
         rows.append((f"{prod} → {cons}", prod, cons))
+    if args.trace and any("java" in (prod, cons) for _, prod, cons in rows):
+        # the trace watches a Python process's GC and calls; the JVM's are its own
+        print("--trace: the Java rows are left out (the trace instruments Python processes)", file=sys.stderr)
+        rows = [row for row in rows if "java" not in row[1:]]
     if args.wire and not (args.trace and args.split):
         ap.error("--wire splits the episodes --trace records at the broker's append: give --trace and --split too")
     load_before = load_average()
@@ -560,7 +635,13 @@ def main():
             for rate in rates:
                 # this round's cost of each pacing loop at this rate, alone
                 loops = sorted({PACING[prod] for _, prod, _ in rows})
-                pacing = {loop: run_pacing(loop, rate, args.seconds) for loop in loops}
+                pacing = {}
+                for loop in loops:
+                    try:
+                        pacing[loop] = run_pacing(loop, rate, args.seconds)
+                    except Exception as e:  # noqa: BLE001 - e.g. no javac: that loop's rows fail alone
+                        print(f"pacing loop {loop} {rate}: failed: {e}", file=sys.stderr, flush=True)
+                        pacing[loop] = float("nan")
                 print(f"round {k + 1}: {rate:6,}/s pacing loops alone, CPU µs/rec: "
                       + ", ".join(f"{loop} {us:.1f}" for loop, us in pacing.items()), flush=True)
                 for which in settings:

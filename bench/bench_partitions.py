@@ -1,4 +1,4 @@
-"""How the cost of a record grows with the partitions it may go to: kio vs confluent-kafka.
+"""How the cost of a record grows with the partitions it may go to: kio vs confluent-kafka and the Java client.
 
 For each partition count (``--partitions``, default 1,10,100,1000; add
 10000 where the machine allows it: a single-node Apache Kafka with 10,000
@@ -17,9 +17,25 @@ its peak RSS is its own):
   touched. kio ``poll_batch()`` and ``poll()`` against confluent-kafka
   ``consume(500)``.
 
-The Java client is left out: its bench tools (bench/_java.py) send unkeyed
-records to whatever partitions the sticky partitioner picks, which is not
-this workload.
+The Java client (kafka-clients of kio.testing's Kafka, at its defaults:
+acks=all, idempotence, linger.ms 5) runs the same workloads in
+bench/java/KioBench.java, compiled at run time by bench/_java.py (needs a
+JDK's javac): ``send(key, value, callback)`` (the callback counts errors),
+then flush; ``poll(1 s)``, every value touched. Its rows are a child JVM
+each (``-Xmx1g``, its default collector) that measures itself: records/s on
+the JVM's clock, CPU from OperatingSystemMXBean.getProcessCpuTime() over the
+same interval as the Python rows' (producer: first send to the end of flush;
+consumer: making the consumer to the last record, after a consumer made and
+closed beforehand loaded its classes, as the Python rows import their
+client first), the whole JVM - every thread, the JIT compiler's and the
+GC's included - with the 10 ms granularity of that counter; peak RSS is the
+JVM's own VmHWM, which includes as much of the heap as the collector
+touched, not only what the client holds. ``java`` is a fresh JVM, whose
+figures include the JIT compiling the hot paths (its round lines print the
+JIT's and GC's time in the interval); ``java, warm JVM`` runs the workload
+``--java-warm-rounds`` times (default 2) in one JVM and reports the last,
+closer to a long-running application's steady state (the round lines show
+how much the JIT still compiled in it, and the earlier rounds' CPU).
 
 Rows run in alternating rounds (``--repeat``, default 3: every row once per
 round, each round starting with the next row), so a machine that gets busier
@@ -27,7 +43,7 @@ or quieter moves every client alike, and no client is always the first;
 the tables give medians and ratios against confluent-kafka in the same run.
 CPU is the child process's getrusage user+system (every thread: kio's
 network thread, librdkafka's threads), not the broker's; RSS is the child's
-peak (ru_maxrss), imports included. The markdown tables and the PNG plot
+peak (VmHWM, see peak_rss_mb), imports included. The markdown tables and the PNG plot
 (``--plot``, needs matplotlib: ``pip install 'kproto-kio[bench]'``) are what
 bench/RESULTS.md shows.
 
@@ -190,7 +206,39 @@ def consume_confluent(bootstrap, topic, n, partitions, group):
     return _read_all(make, read_round, lambda c: c.close(), n)
 
 
-# (client, call, role, function): role "produce", "assigned" or "group"
+def _java_row(mode, spec, *extra):
+    """A Java row (bench/java/KioBench.java) in a child JVM of its own: it
+    measures itself (records/s, CPU over the measured interval, its VmHWM).
+    ``spec["rounds"]`` > 1: the workload runs that many times in the JVM,
+    the last reported (a JIT-warm JVM)."""
+    import _java
+    r = _java.kio_bench(mode, spec["bootstrap"], spec["topic"], spec["records"], *extra, spec.get("rounds", 1),
+                        timeout=TIMEOUT * 2 * spec.get("rounds", 1))
+    if r["records"] < spec["records"] or r.get("errors"):
+        raise RuntimeError(f"KioBench {mode}: {r}")
+    return r
+
+
+def produce_java(spec):
+    return _java_row("produce", spec)
+
+
+def consume_java_assigned(spec):
+    return _java_row("consume-assign", spec, spec["partitions"])
+
+
+def consume_java_group(spec):
+    return _java_row("consume-group", spec)
+
+
+def warm(fn):
+    """The Java row ``fn`` in a JIT-warm JVM: its workload ``--java-warm-rounds``
+    times (default 2), the last measured."""
+    return lambda spec: fn({**spec, "rounds": spec.get("warm_rounds", 2)})
+
+
+# (client, call, role, function): role "produce", "assigned" or "group"; the
+# Java rows' functions take the spec and run in the parent (their JVM is the child)
 ROWS = [
     ("kio", "send(key=)", "produce", produce_kio),
     ("confluent-kafka", "produce(key=)", "produce", produce_confluent),
@@ -199,6 +247,12 @@ ROWS = [
     ("confluent-kafka", "consume(500)", "assigned", consume_confluent),
     ("kio", "poll_batch()", "group", consume_kio_batch),
     ("confluent-kafka", "consume(500)", "group", consume_confluent),
+    ("java", "send(key=)", "produce", produce_java),
+    ("java", "poll()", "assigned", consume_java_assigned),
+    ("java", "poll()", "group", consume_java_group),
+    ("java, warm JVM", "send(key=)", "produce", warm(produce_java)),
+    ("java, warm JVM", "poll()", "assigned", warm(consume_java_assigned)),
+    ("java, warm JVM", "poll()", "group", warm(consume_java_group)),
 ]
 
 
@@ -230,6 +284,9 @@ def peak_rss_mb():
 
 
 def run_child(spec):
+    client, _, _, fn = ROWS[spec["row"]]
+    if client.startswith("java"):
+        return fn(spec)
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT * 2)
     if out.returncode != 0:
@@ -316,6 +373,8 @@ def main():
     ap.add_argument("--table", help="write the markdown tables here too")
     ap.add_argument("--no-fetch-sessions", action="store_true",
                     help="kio's consumers send full Fetch requests only (no KIP-227 sessions)")
+    ap.add_argument("--java-warm-rounds", type=int, default=2,
+                    help="the 'java, warm JVM' rows run their workload this many times in one JVM, the last measured")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.no_fetch_sessions:
@@ -354,7 +413,7 @@ def main():
                     key = (client, call, role, p)
                     try:
                         r = run_child({"row": i, "bootstrap": bootstrap, "topic": topic, "records": n,
-                                       "partitions": p})
+                                       "partitions": p, "warm_rounds": args.java_warm_rounds})
                     except Exception as e:  # noqa: BLE001 - report and go on with the others
                         print(f"{client} {call} {role} {p}: failed: {e}", file=sys.stderr, flush=True)
                         results.setdefault(key, [])
@@ -362,7 +421,9 @@ def main():
                     results.setdefault(key, []).append(r)
                     print(f"round {k + 1}: {p:6,} partitions {client:16s} {call:14s} {role:8s} "
                           f"{r['rate']:10,.0f} rec/s {r['us']:7.2f} CPU us/rec {r['rss_mb']:6.0f} MB  "
-                          f"(load {load_average()})", flush=True)
+                          + (f"JIT {r['jit_ms']} ms GC {r['gc_ms']} ms earlier rounds {r['earlier_us']} "
+                             if "jit_ms" in r else "")
+                          + f"(load {load_average()})", flush=True)
         return label
 
     if args.bootstrap:
@@ -370,8 +431,10 @@ def main():
     else:
         with local_broker(args.broker) as broker:
             label = run(broker.bootstrap_servers, broker_label(broker))
+    extra = "".join(f" --only {o}" for o in args.only or ()) + (
+        f" --java-warm-rounds {args.java_warm_rounds}" if args.java_warm_rounds != 2 else "")
     title = (f"`python bench/bench_partitions.py --records {n} --repeat {args.repeat} --partitions "
-             f"{args.partitions}`: {n:,} records x {len(VALUE)} B, random 16-byte keys; {label}; Python "
+             f"{args.partitions}{extra}`: {n:,} records x {len(VALUE)} B, random 16-byte keys; {label}; Python "
              f"{sys.version.split()[0]}; median of {args.repeat} alternating rounds; "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
              f"{load_before} before, {load_average()} after")

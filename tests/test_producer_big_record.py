@@ -17,8 +17,8 @@ No network here (the accumulator, and ProducerCore with a scripted broker
 and a fake clock, through the per-record fast path and without it), then
 kio and the Java client on the Kafka broker.
 """
-import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -142,13 +142,21 @@ JAVA_SOURCE = Path(__file__).parent / "producer_latency_java" / "SendLatency.jav
 
 
 @pytest.fixture(scope="module")
-def java_send_latency(tmp_path_factory):
-    """The command line of SendLatency, compiled with the machine's javac."""
+def java_send_latency():
+    """The command line of SendLatency, compiled with the machine's javac
+    (bench/_java.py's compile, which keeps the classes in kio.testing's cache)."""
+    import importlib.util
+
     from kio.testing.kafka_broker import java_binary, kafka_classpath
-    classes = tmp_path_factory.mktemp("send-latency")
-    javac = shutil.which("javac") or str(Path(java_binary()).with_name("javac"))
-    subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", kafka_classpath(), str(JAVA_SOURCE)],
-                   check=True, capture_output=True)
+    bench = Path(__file__).parent.parent / "bench"
+    spec = importlib.util.spec_from_file_location("_java", bench / "_java.py")
+    _java = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(bench))              # _java imports bench/_bench.py
+    try:
+        spec.loader.exec_module(_java)
+    finally:
+        sys.path.remove(str(bench))
+    classes = _java.compiled(JAVA_SOURCE, kafka_classpath())
     return [java_binary(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp",
             f"{classes}:{kafka_classpath()}", "SendLatency"]
 
