@@ -3,9 +3,11 @@
 // producer's own metrics of request shapes (issue 27: how many partitions a
 // Produce request carries at 10,000 partitions, and how long the broker holds it).
 //
+//   javac -d <classes> -cp "<kafka classpath>" bench/broker_profile/Produce10k.java
 //   java -cp <classes>:<kafka classpath> Produce10k <bootstrap> <topic> <records> [rounds] [key=value ...]
 //
-// Prints one JSON line per round; the metrics are the producer's cumulative
+// (<kafka classpath>: kio.testing.kafka_broker.kafka_classpath()). Prints one JSON
+// line per round; the metrics are the producer's cumulative
 // ones after that round (a fresh producer per round, so a round's own).
 import java.lang.management.ManagementFactory;
 import java.util.ArrayList;
