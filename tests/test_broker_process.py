@@ -70,3 +70,22 @@ def test_kafka_cluster_id_starting_with_a_dash_still_formats(monkeypatch):
         assert b.running
     finally:
         b.stop()
+
+
+def test_kafka_broker_jvm_options_reach_the_broker_after_kio_own(tmp_path):
+    # jvm_options is how a profile of the broker is taken (bench/RESULTS.md,
+    # issue 27: a Flight Recorder recording of 10,000 partitions' Produce
+    # requests): they must reach the broker's JVM, after kio's own options so a
+    # later -Dname=value (another log4j2 file) wins, and not the storage tool's.
+    recording = tmp_path / "broker.jfr"
+    b = KafkaBroker(heap="320m", jvm_options=[f"-XX:StartFlightRecording=filename={recording}",
+                                              "-Dkio.test.marker=yes"]).start()
+    try:
+        with open(f"/proc/{b.process.pid}/cmdline", "rb") as f:
+            argv = f.read().decode().split("\0")
+        assert "-Dkio.test.marker=yes" in argv
+        assert argv.index("-Xmx320m") < argv.index("-Dkio.test.marker=yes") < argv.index("kafka.Kafka")
+    finally:
+        b.stop(timeout=30.0)
+    # the JVM wrote its recording when it stopped: the option was applied, not only passed
+    assert recording.exists() and recording.stat().st_size > 0

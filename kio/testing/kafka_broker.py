@@ -154,8 +154,14 @@ class KafkaBroker(BrokerProcess):
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
                  advertised_port: int | None = None, log_path: str | None = None,
                  config: dict[str, object] | None = None, version: str = KAFKA_VERSION,
-                 heap: str = "1g", extra_classpath: list[str] | None = None):
+                 heap: str = "1g", extra_classpath: list[str] | None = None,
+                 jvm_options: list[str] | None = None):
         super().__init__(host, port, advertised_port, log_path)
+        #: More options of the broker's JVM, after kio's own (a later
+        #: ``-Dname=value`` wins): a Flight Recorder recording
+        #: (``-XX:StartFlightRecording=...``) or another log4j2 file for a
+        #: profile of the broker. The storage tool's JVM does not get them.
+        self.jvm_options = list(jvm_options or [])
         # Plugins of the broker (a metrics reporter, an authorizer) compiled
         # elsewhere: folders or jars appended to its classpath.
         self.extra_classpath = [str(p) for p in extra_classpath or []]
@@ -258,8 +264,8 @@ class KafkaBroker(BrokerProcess):
     def _command(self) -> list[str]:
         assert self.workdir is not None
         classpath = os.pathsep.join([kafka_classpath(self.version), *self.extra_classpath])
-        return [java_binary(), *self._jvm_options(self.heap), "-cp", classpath,
-                "kafka.Kafka", str(self.workdir / "server.properties")]
+        return [java_binary(), *self._jvm_options(self.heap), *self.jvm_options,
+                "-cp", classpath, "kafka.Kafka", str(self.workdir / "server.properties")]
 
     def _cleanup(self) -> None:
         workdir, self.workdir = self.workdir, None
