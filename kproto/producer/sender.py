@@ -322,7 +322,14 @@ class Sender:
         acc = self.acc
         # Produce v13 (KIP-516) names topics by id only: used when the broker
         # offers it and every topic's id is known, else v12 and names.
-        version = self._produce_version(node)
+        # (_produce_version's common case inline: the version known for this
+        # node's connection, a method call less per request)
+        known = self._produce_versions.get(node)
+        c = self.client.connections.get(node)
+        if known is not None and c is not None and known[0] is c.versions:
+            version = known[1]
+        else:
+            version = self._produce_version(node)
         ids = self.cluster.topic_ids
         by_id = raw_ids = None
         if version is not None and version >= 13:
