@@ -86,7 +86,7 @@ class Sender:
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
         self._muted: set = set()
         self._produce_versions: dict = {}       # node -> (its connection's VersionTable, Produce version)
-        self._raw_ids: dict = {}                # topic -> (its topic id, the id's 16 bytes): _by_topic_id
+        self._raw_ids: dict = {}                # topic -> its topic id and two lookups of it: _by_topic_id
         self._init_in_flight = False
         # A round by this time (None: none) is promised to batches opened while
         # a Produce is in flight, so they need not wake the driver: see
@@ -717,23 +717,41 @@ def _holds_many(drained) -> bool:
 def _by_topic_id(topics, ids, cache):
     """``({topic id: topic}, {topic: topic id})`` of a request's topics, each
     id as its 16 bytes (``uuid.UUID.bytes``), or ``(None, None)`` when an id
-    is not known (a loop: ``all(genexpr)`` compiled cost more than the
-    request's one topic). The answer's reader (``read_acknowledged``) looks
-    the ids up by their bytes, and the request's writer writes them as they
-    are: a ``uuid.UUID`` key was hashed and compared by uuid.py's Python
-    methods, and its bytes made by another, for every request. ``cache``:
-    topic -> (its id, the id's bytes), kept by the sender; an id the
-    metadata replaced (a topic made again) is not the cached one."""
+    is not known. The answer's reader (``read_acknowledged``) looks the ids
+    up by their bytes, and the request's writer writes them as they are: a
+    ``uuid.UUID`` key was hashed and compared by uuid.py's Python methods,
+    and its bytes made by another, for every request.
+
+    ``cache``: topic -> (its id, {the id's bytes: topic}, {topic: the id's
+    bytes}), kept by the sender; an id the metadata replaced (a topic made
+    again) is not the cached one. A request of one topic (a quiet
+    producer's every request) gets the cached pair itself: nobody writes
+    to them (the writer, the reader and ``_on_produce`` only look up)."""
+    if len(topics) == 1:
+        for t in topics:
+            topic_id = ids.get(t)
+            if topic_id is None:
+                return None, None
+            known = cache.get(t)
+            if known is None or known[0] is not topic_id:
+                known = cache[t] = _topic_id_entry(t, topic_id)
+            return known[1], known[2]
     by_id = {}
     raw_ids = {}
-    for t in topics:
+    for t in topics:        # (a loop: ``all(genexpr)`` compiled cost more than a request's one topic)
         topic_id = ids.get(t)
         if topic_id is None:
             return None, None
         known = cache.get(t)
         if known is None or known[0] is not topic_id:
-            known = cache[t] = (topic_id, topic_id.bytes)
-        raw = known[1]
+            known = cache[t] = _topic_id_entry(t, topic_id)
+        raw = known[2][t]
         by_id[raw] = t
         raw_ids[t] = raw
     return by_id, raw_ids
+
+
+def _topic_id_entry(topic, topic_id):
+    """``_by_topic_id``'s cache entry of ``topic``, whose id is ``topic_id``."""
+    raw = topic_id.bytes
+    return (topic_id, {raw: topic}, {topic: raw})
