@@ -353,7 +353,8 @@ def callgrind(args):
             "rounds_per_batch": round(rounds / batches, 3) if batches else None,
             "network_instructions_per_round": round((net2 - net1) / rounds) if rounds else None,
             "network_instructions_per_batch": round((net2 - net1) / batches) if batches else None,
-            "caller_instructions_per_record": round((caller2 - caller1) / (n2 - n1))}
+            "caller_instructions_per_record": round((caller2 - caller1) / (n2 - n1)),
+            "out": out}          # a.out-NN / b.out-NN: for callgrind_annotate (bench/_callgrind_functions.py)
 
 
 def main():

@@ -187,6 +187,9 @@ TRANSITIONS = {
 
 # --- events -----------------------------------------------------------------
 
+_tuple_new = tuple.__new__
+
+
 class RequestCompleted(NamedTuple):
     request: "InFlightRequest"
     body: Optional[dict]
@@ -766,7 +769,8 @@ class Connection:
         done = []
         while self._unwritten and self._unwritten[0]._end <= self._stream_sent:
             self._mark_written(self._unwritten.popleft(), now, events, done)
-        self._run_callbacks(done)
+        if done:            # (mostly none: a request that expects an answer completes with it)
+            self._run_callbacks(done)
         return events
 
     def _mark_written(self, req, now, events, done):
@@ -987,7 +991,9 @@ class Connection:
         req.result = body
         req.completed_at = now
         if not req.internal:
-            events.append(RequestCompleted(req, body))
+            # tuple.__new__ straight: a NamedTuple's own __new__ is Python
+            # bytecode (collections' generated code), run for every answer
+            events.append(_tuple_new(RequestCompleted, (req, body)))
             done.append(req)
 
     def _fail(self, req, error, now, events, done):

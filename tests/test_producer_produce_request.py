@@ -170,3 +170,33 @@ def test_the_batches_of_a_request_are_gathered_in_c_as_the_python_reference_gath
     out = outcomes[0]
     assert out["muted"] == sorted(out["by_tp"]) and all(out["marked"]) and out["floor"] is not None
     assert out["sticky"][0] != out["sticky"][1], "no sticky partition moved: nothing was compared"
+
+
+@pytest.mark.parametrize("shape", ["one", "many", "compressed", "transactional"])
+def test_topic_ids_as_the_sender_gives_them_write_the_bytes_of_the_generic_codec(shape):
+    # The sender hands the writer each id as its 16 bytes (_by_topic_id), the
+    # reference path the uuid.UUID: the same request, and the answer's reader
+    # gets the inverse lookup of the same bytes.
+    from kproto.producer.sender import _by_topic_id
+    topics = _topics(shape)
+    cache: dict = {}
+    for _ in range(2):                 # made, then taken from the cache
+        by_id, raw_ids = _by_topic_id(topics, TOPIC_IDS, cache)
+        assert raw_ids == {t: TOPIC_IDS[t].bytes for t in topics}
+        assert by_id == {TOPIC_IDS[t].bytes: t for t in topics}
+        data = produce_request_body(13, "txn", -1, 30_000, topics, raw_ids)
+        written = messages.encode_request("Produce", 13, 12345, "client-é", messages.EncodedBody(0, 13, data))
+        assert written == _reference(13, "txn", -1, topics)
+
+
+def test_a_topic_made_again_gets_its_new_id_and_an_unknown_id_sends_by_name():
+    from kproto.producer.sender import _by_topic_id
+    cache: dict = {}
+    topics = {"a": [], "bb": []}
+    old, new = uuid.UUID(int=1), uuid.UUID(int=2)
+    assert _by_topic_id({"a": []}, {"a": old}, cache) == ({old.bytes: "a"}, {"a": old.bytes})
+    assert _by_topic_id({"a": []}, {"a": new}, cache) == ({new.bytes: "a"}, {"a": new.bytes})
+    assert _by_topic_id(topics, {"a": new, "bb": old}, cache) == ({new.bytes: "a", old.bytes: "bb"},
+                                                                 {"a": new.bytes, "bb": old.bytes})
+    assert _by_topic_id(topics, {"a": new}, cache) == (None, None)
+    assert _by_topic_id({"c": []}, {"a": new}, cache) == (None, None)

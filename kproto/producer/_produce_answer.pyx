@@ -23,6 +23,7 @@ Python path is the reference the twin tests check this one against
 ``use_python_reference`` sends without this reader).
 """
 from libc.stdint cimport int16_t, int32_t, int64_t
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItemWithError
 from cpython.object cimport PyObject
 
@@ -51,7 +52,7 @@ def read_acknowledged(dict by_tp, object by_id, int version, payload):
     base_offset, log_append_time, ...]})`` for a Produce answer of
     ``version`` (the frame without its size prefix) in which every batch of
     the request (``by_tp``: (topic, partition) -> batch; ``by_id``: topic
-    id -> name when the request named topics by id) was acknowledged, three
+    id, as its 16 bytes (``uuid.UUID.bytes``) -> name, when the request named topics by id) was acknowledged, three
     entries per batch in the answer's order; None for any other answer (see
     the module docstring), which the generic decoder then reads."""
     cdef Reader r = Reader(payload)
@@ -76,9 +77,14 @@ def read_acknowledged(dict by_tp, object by_id, int version, payload):
             return None
         for i in range(ntopics):
             if by_topic_id:
-                name = by_id.get(r.read_uuid())
-                if name is None:
+                # the id's 16 bytes as the key: a uuid.UUID made here would
+                # be hashed and compared by uuid.py's Python methods
+                r.need(16, b"uuid")
+                found = PyDict_GetItemWithError(<dict>by_id, PyBytes_FromStringAndSize(<const char*>r.data + r.pos, 16))
+                r.pos += 16
+                if found == NULL:
                     return None
+                name = <object>found
             else:
                 name = r.read_compact_string() if flexible else r.read_string()
             nparts = _array_len(r, flexible)

@@ -86,6 +86,7 @@ class Sender:
         self.guarantee_order = cfg.max_in_flight_requests_per_connection == 1
         self._muted: set = set()
         self._produce_versions: dict = {}       # node -> (its connection's VersionTable, Produce version)
+        self._raw_ids: dict = {}                # topic -> its topic id and two lookups of it: _by_topic_id
         self._init_in_flight = False
         # A round by this time (None: none) is promised to batches opened while
         # a Produce is in flight, so they need not wake the driver: see
@@ -321,19 +322,25 @@ class Sender:
         acc = self.acc
         # Produce v13 (KIP-516) names topics by id only: used when the broker
         # offers it and every topic's id is known, else v12 and names.
-        version = self._produce_version(node)
+        # (_produce_version's common case inline: the version known for this
+        # node's connection, a method call less per request)
+        known = self._produce_versions.get(node)
+        c = self.client.connections.get(node)
+        if known is not None and c is not None and known[0] is c.versions:
+            version = known[1]
+        else:
+            version = self._produce_version(node)
         ids = self.cluster.topic_ids
-        by_id = None
+        by_id = raw_ids = None
         if version is not None and version >= 13:
-            by_id = _by_topic_id(topics, ids)
+            by_id, raw_ids = _by_topic_id(topics, ids, self._raw_ids)
             if by_id is None:
                 version = 12
         transactional_id = self.idem.transactional_id if self.idem is not None else None
         body = None
         write = self.write_request
         if write is not None and version is not None:
-            data = write(version, transactional_id, self.acks, self.request_timeout_ms, topics,
-                         ids if by_id is not None else None)
+            data = write(version, transactional_id, self.acks, self.request_timeout_ms, topics, raw_ids)
             if data is not None:
                 body = EncodedBody(PRODUCE_API_KEY, version, data)
         if body is None:
@@ -457,7 +464,11 @@ class Sender:
         seen = set()
         endpoints = req.result.get("node_endpoints")
         for t in req.result.get("responses") or []:
-            name = t["name"] if by_id is None else by_id.get(t.get("topic_id"))
+            if by_id is None:
+                name = t["name"]
+            else:               # (by_id's keys are the ids' 16 bytes: see _by_topic_id)
+                topic_id = t.get("topic_id")
+                name = by_id.get(topic_id.bytes) if topic_id is not None else None
             for p in t.get("partition_responses") or []:
                 b = by_tp.get((name, p["index"]))
                 if b is None:
@@ -703,13 +714,44 @@ def _holds_many(drained) -> bool:
     return False
 
 
-def _by_topic_id(topics, ids):
-    """{topic id: topic} of a request's topics, None when an id is not known
-    (a loop: ``all(genexpr)`` compiled cost more than the request's one topic)."""
+def _by_topic_id(topics, ids, cache):
+    """``({topic id: topic}, {topic: topic id})`` of a request's topics, each
+    id as its 16 bytes (``uuid.UUID.bytes``), or ``(None, None)`` when an id
+    is not known. The answer's reader (``read_acknowledged``) looks the ids
+    up by their bytes, and the request's writer writes them as they are: a
+    ``uuid.UUID`` key was hashed and compared by uuid.py's Python methods,
+    and its bytes made by another, for every request.
+
+    ``cache``: topic -> (its id, {the id's bytes: topic}, {topic: the id's
+    bytes}), kept by the sender; an id the metadata replaced (a topic made
+    again) is not the cached one. A request of one topic (a quiet
+    producer's every request) gets the cached pair itself: nobody writes
+    to them (the writer, the reader and ``_on_produce`` only look up)."""
+    if len(topics) == 1:
+        for t in topics:
+            topic_id = ids.get(t)
+            if topic_id is None:
+                return None, None
+            known = cache.get(t)
+            if known is None or known[0] is not topic_id:
+                known = cache[t] = _topic_id_entry(t, topic_id)
+            return known[1], known[2]
     by_id = {}
-    for t in topics:
+    raw_ids = {}
+    for t in topics:        # (a loop: ``all(genexpr)`` compiled cost more than a request's one topic)
         topic_id = ids.get(t)
         if topic_id is None:
-            return None
-        by_id[topic_id] = t
-    return by_id
+            return None, None
+        known = cache.get(t)
+        if known is None or known[0] is not topic_id:
+            known = cache[t] = _topic_id_entry(t, topic_id)
+        raw = known[2][t]
+        by_id[raw] = t
+        raw_ids[t] = raw
+    return by_id, raw_ids
+
+
+def _topic_id_entry(topic, topic_id):
+    """``_by_topic_id``'s cache entry of ``topic``, whose id is ``topic_id``."""
+    raw = topic_id.bytes
+    return (topic_id, {raw: topic}, {topic: raw})

@@ -1,0 +1,85 @@
+"""The quiet threading producer's network thread, function by function: the
+inclusive instructions per batch of the compiled functions on its path, from
+``bench/quiet_producer.py --callgrind N1,N2`` runs (the difference of the two
+runs' network-thread files over the difference of their batches, as the
+script's own total)::
+
+    python bench/quiet_producer.py --bootstrap HOST:PORT --client kio --rate 20 --callgrind 50,200 > before.json
+    python bench/quiet_producer.py ... > after.json
+    python bench/_callgrind_functions.py before.json after.json
+
+Each file holds the script's JSON line (its ``out`` names the callgrind
+files). Prints a Markdown table, one column per file. Functions are matched
+by their Cython wrapper's name (``__pyx_pw_...``): only compiled code shows
+(the drivers' Python runs under the interpreter and is counted by
+``--opcodes``). Needs ``callgrind_annotate`` (valgrind).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+#: label -> the end of its Cython wrapper's C name
+FUNCTIONS = {
+    "Sender.run_once": "Sender_5run_once",
+    "Sender._drain_ready": "Sender_7_drain_ready",
+    "RecordAccumulator.ready": "RecordAccumulator_21ready",
+    "RecordAccumulator.drain": "RecordAccumulator_29drain",
+    "Sender._send_produce": "Sender_19_send_produce",
+    "NetworkClient.send": "NetworkClient_23send",
+    "Connection.send": "Connection_31send",
+    "Connection._enqueue": "Connection_33_enqueue",
+    "NetworkClient.sent": "NetworkClient_61sent",
+    "NetworkClient.received": "NetworkClient_53received",
+    "Connection.receive_data": "Connection_43receive_data",
+    "Connection._handle_frame": "Connection_45_handle_frame",
+    "read_acknowledged": "_produce_answer_1read_acknowledged",
+    "Connection._run_callbacks": "Connection_73_run_callbacks",
+    "Sender._on_produce": "Sender_33_on_produce",
+    "NetworkClient.poll": "NetworkClient_73poll",
+    "NetworkClient.next_deadline": "NetworkClient_79next_deadline",
+    "NetworkClient.nodes_with_output": "NetworkClient_57nodes_with_output",
+}
+
+
+def inclusive(path: str) -> dict:
+    """{function: inclusive instructions} of one callgrind output file."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+                         capture_output=True, text=True, check=True).stdout
+    costs: dict = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)", line)
+        if m and ":" in m.group(2) and "=>" not in line:
+            name = re.sub(r"\s*\[.*\]$", "", m.group(2).strip())
+            costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+    return costs
+
+
+def per_batch(result: dict) -> dict:
+    """{label: inclusive instructions per batch} of one --callgrind result."""
+    a = inclusive(result["out"] + "/a.out-02")
+    b = inclusive(result["out"] + "/b.out-02")
+    batches = result["batches"][1] - result["batches"][0]
+    got = {}
+    for label, suffix in FUNCTIONS.items():
+        pattern = re.compile(r"__pyx_pw_\w*" + re.escape(suffix) + r"$")
+        got[label] = sum(b[k] - a.get(k, 0) for k in b if pattern.search(k)) / batches
+    return got
+
+
+def main(paths: list) -> None:
+    results = [json.loads(open(p).read().strip().splitlines()[-1]) for p in paths]
+    rows = [per_batch(r) for r in results]
+    print("| per batch (inclusive) | " + " | ".join(paths) + " |")
+    print("|---|" + "---|" * len(paths))
+    print("| **network thread** | " + " | ".join(f"**{r['network_instructions_per_batch']:,}**" for r in results) + " |")
+    print("| rounds per batch | " + " | ".join(str(r["rounds_per_batch"]) for r in results) + " |")
+    print("| per round | " + " | ".join(f"{r['network_instructions_per_round']:,}" for r in results) + " |")
+    for label in FUNCTIONS:
+        print(f"| `{label}` | " + " | ".join(f"{row[label]:,.0f}" for row in rows) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
