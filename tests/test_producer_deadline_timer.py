@@ -158,6 +158,9 @@ def _paced(producer_kwargs):
             futures = []
             for i in range(RECORDS):
                 futures.append(p.send("t", b"v%d" % i, partition=0))
+                # its answer before the next record: on a loaded machine a
+                # late round would otherwise put two records in one batch
+                futures[-1].result(10)
                 time.sleep(PAUSE_S)
             offsets = [f.result(10).offset for f in futures]
             with p._lock:
