@@ -553,3 +553,41 @@ def test_an_empty_drain_that_drops_a_used_up_fetch_asks_the_driver_for_a_round(d
         assert not f.has_buffered()             # the columnar walk knows the batch ended
     (again,) = requests(f)
     assert again.offsets == {TP0: 6}
+
+
+_REQUEST_BYTES = """
+import sys, uuid
+from kproto.cluster import TopicPartition
+from kproto.consumer.fetcher import Fetcher
+from kproto.consumer.positions import Positions
+pos = Positions("earliest")
+pos.assign([TopicPartition(t, p) for p in (7, 0, 5, 2, 9, 1) for t in ("t", "u")])
+for i, tp in enumerate(pos.assigned()):
+    pos.seek(tp, 10 * i)
+req, = Fetcher(pos).fetch_requests(lambda tp: 1, lambda node: 12, {"t": uuid.UUID(int=1), "u": uuid.UUID(int=2)}.get)
+print(bytes(req.encoded.data).hex())
+"""
+
+
+def test_the_assignment_keeps_the_given_order_and_requests_do_not_depend_on_the_hash_seed():
+    """A Fetch request's bytes follow the assignment's order, which is the
+    order the partitions were given in: before, ``assign`` went through a
+    set, so the order (and a request's bytes) changed with the process's
+    hash seed - one CI run in six failed a test comparing partition order."""
+    import os
+    import subprocess
+    import sys
+    pos = Positions("earliest")
+    given = [TopicPartition("t", p) for p in (5, 0, 3, 1, 4, 2)] + [TP2, TopicPartition("t", 5)]
+    pos.assign(given)
+    assert pos.assigned() == given[:-1]                  # the duplicate dropped, the order kept
+    pos.assign([TP2, TopicPartition("t", 3)])
+    assert pos.assigned() == [TP2, TopicPartition("t", 3)]
+    outputs = set()
+    for seed in ("0", "1", "5", "7"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        run = subprocess.run([sys.executable, "-c", _REQUEST_BYTES], env=env, capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+        outputs.add(run.stdout)
+    assert len(outputs) == 1, "the Fetch request's bytes changed with PYTHONHASHSEED"

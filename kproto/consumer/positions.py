@@ -91,8 +91,11 @@ class Positions:
 
     # -- assignment ------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Replace the assignment; kept partitions keep their state."""
-        wanted = {TopicPartition(*tp) for tp in partitions}
+        """Replace the assignment; kept partitions keep their state.
+        Partitions keep the order they were given in (duplicates dropped):
+        the Fetch requests list them in this order, and a set's order would
+        change with the process's hash seed."""
+        wanted = dict.fromkeys(TopicPartition(*tp) for tp in partitions)
         self.version += 1
         self.assignment_version += 1
         self.states = {tp: self.states.get(tp) or PartitionState() for tp in wanted}
