@@ -49,6 +49,13 @@ bench/RESULTS.md shows.
 
     python bench/bench_partitions.py --records 300000 --repeat 3 --plot bench/partitions.png
     python bench/bench_partitions.py --partitions 1,10,100,1000,10000 ...
+
+``--topic-config KEY=VALUE`` (repeatable) gives the bench's topics a topic
+config. At 10,000 partitions a single broker's appends are bound by the page
+cache around its sparse index files (bench/RESULTS.md, "where the broker's
+time goes": ~1 ms a partition append); ``--topic-config
+segment.index.bytes=65536`` makes them small, so the rows measure the
+clients rather than the broker's read-ahead. The title names the configs.
 """
 from __future__ import annotations
 
@@ -375,6 +382,8 @@ def main():
                     help="kio's consumers send full Fetch requests only (no KIP-227 sessions)")
     ap.add_argument("--java-warm-rounds", type=int, default=2,
                     help="the 'java, warm JVM' rows run their workload this many times in one JVM, the last measured")
+    ap.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a topic config of the bench's topics (repeatable), e.g. segment.index.bytes=65536")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.no_fetch_sessions:
@@ -382,6 +391,7 @@ def main():
     if args.child:
         return child(json.loads(args.child))
     counts = [int(x) for x in args.partitions.split(",")]
+    configs = topic_configs(args.topic_config)
     n = args.records
     load_before = load_average()
     rows = [i for i, (client, call, role, _) in enumerate(ROWS)
@@ -389,10 +399,10 @@ def main():
     results = {}
 
     def run(bootstrap, label):
-        produce_topics = {p: create_topic(bootstrap, p) for p in counts}
+        produce_topics = {p: create_topic(bootstrap, p, configs) for p in counts}
         consume_topics = {}
         for p in counts:
-            consume_topics[p] = create_topic(bootstrap, p)
+            consume_topics[p] = create_topic(bootstrap, p, configs)
             fill(bootstrap, consume_topics[p], n)
             # warm: the first heavy writes to a new topic's partitions cost the
             # broker (at 1,000 partitions the first round of 100,000 records took
@@ -432,7 +442,8 @@ def main():
         with local_broker(args.broker) as broker:
             label = run(broker.bootstrap_servers, broker_label(broker))
     extra = "".join(f" --only {o}" for o in args.only or ()) + (
-        f" --java-warm-rounds {args.java_warm_rounds}" if args.java_warm_rounds != 2 else "")
+        f" --java-warm-rounds {args.java_warm_rounds}" if args.java_warm_rounds != 2 else "") + "".join(
+        f" --topic-config {k}={v}" for k, v in configs.items())
     title = (f"`python bench/bench_partitions.py --records {n} --repeat {args.repeat} --partitions "
              f"{args.partitions}{extra}`: {n:,} records x {len(VALUE)} B, random 16-byte keys; {label}; Python "
              f"{sys.version.split()[0]}; median of {args.repeat} alternating rounds; "
@@ -447,6 +458,18 @@ def main():
     if args.plot:
         plot(results, counts, args.plot, f"{n:,} records x 100 B, random keys; {label}; median of "
                                          f"{args.repeat} rounds; load {load_before}")
+
+
+def topic_configs(items: list) -> dict:
+    """``KEY=VALUE`` strings as a dict of topic configs; a malformed one is
+    an error that names it (the broker checks names and values itself)."""
+    configs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise SystemExit(f"--topic-config wants KEY=VALUE (e.g. segment.index.bytes=65536), not {item!r}")
+        configs[key.strip()] = value.strip()
+    return configs
 
 
 if __name__ == "__main__":
