@@ -16,6 +16,20 @@ class FetchAnswer:
     def as_dict(self) -> dict: ...
 
 
+class PartitionState:
+    position: Optional[int]
+    leader_epoch: int
+    paused: bool
+    reset_to: Optional[str]
+    high_watermark: Optional[int]
+    last_stable_offset: Optional[int]
+    log_start_offset: Optional[int]
+    preferred_read_replica: Optional[int]
+    fetch_entry: Optional[dict]
+
+    def __init__(self) -> None: ...
+
+
 class Buffered:
     tp: Any
     batches: List[Any]

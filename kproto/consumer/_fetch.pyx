@@ -114,6 +114,36 @@ import uuid as _uuid
 cdef object _ZERO_UUID = _uuid.UUID(int=0)
 
 
+@cython.final
+cdef class PartitionState:
+    """One assigned partition's state (see kproto.consumer.positions, which
+    exports it): where it is read from next (``position``, None until
+    known), the leader epoch fetched with, ``paused``, a pending offset
+    reset (``reset_to``: EARLIEST/LATEST), the last high watermark, last
+    stable offset and log start offset answered, and ``fetch_entry``, its
+    entry in Fetch requests, reused (:func:`fetch_partitions`).
+
+    A C class rather than a Python one with ``__slots__``: it is read per
+    partition of every answer, drain and Fetch (select_fetchable,
+    fetch_partitions, apply_fetch_answer, drain_columns), and typed there
+    each field is a struct member, not an attribute lookup (issue 27)."""
+
+    def __init__(self):
+        self.position = None
+        self.leader_epoch = -1
+        self.paused = False
+        self.reset_to = None                 # EARLIEST/LATEST while a reset is pending
+        self.high_watermark = None
+        self.last_stable_offset = None
+        self.log_start_offset = None
+        self.preferred_read_replica = None
+        self.fetch_entry = None
+
+    def __repr__(self):
+        return (f"PartitionState(position={self.position!r}, leader_epoch={self.leader_epoch!r}, "
+                f"paused={self.paused!r}, reset_to={self.reset_to!r}, high_watermark={self.high_watermark!r})")
+
+
 @cython.no_gc
 cdef class Buffered:
     """The records of one partition from one fetch answer, not yet drained
@@ -327,6 +357,7 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
     cdef dict offsets = request.offsets
     cdef dict states = fetcher.positions.states
     cdef object index = None
+    cdef PartitionState st
     by_id = answer.version >= FIRST_TOPIC_ID
     names = request.topic_names
     read_committed = fetcher.isolation == 1
@@ -347,9 +378,10 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
             fetcher._on_partition(request, tp, answer._partition_dict(e), answer.node_endpoints)
             continue
         fetch_offset = offsets.get(tp)
-        st = states.get(tp)
-        if fetch_offset is None or st is None:
+        found = states.get(tp)
+        if fetch_offset is None or found is None:
             continue                             # not asked for, or revoked meanwhile
+        st = <PartitionState?>found
         if st.position != fetch_offset:
             continue                             # a seek happened meanwhile: stale data
         st.high_watermark = e.high_watermark
@@ -368,12 +400,15 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
 cdef Buffered _next_head(object buffered, dict states, list kept):
     """Fetcher._next_head: the oldest buffered fetch that may be handed out."""
     cdef Buffered buf
+    cdef PartitionState st
     while buffered:
         buf = <Buffered>buffered[0]
-        st = states.get(buf.tp)
-        if st is None:
+        found = states.get(buf.tp)
+        if found is None:
             buffered.popleft()                   # revoked
-        elif st.paused:
+            continue
+        st = <PartitionState?>found
+        if st.paused:
             kept.append(buffered.popleft())      # kept for after resume()
         else:
             buf.state = st
@@ -381,7 +416,7 @@ cdef Buffered _next_head(object buffered, dict states, list kept):
     return None
 
 
-cdef object _next_visible_batch(Buffered buf, object st, bint read_committed):
+cdef object _next_visible_batch(Buffered buf, PartitionState st, bint read_committed):
     """Fetcher._next_visible_batch: skips what is before the position,
     control batches and aborted transactional batches (moving the position)."""
     cdef Py_ssize_t n = len(buf.batches)
@@ -419,6 +454,7 @@ def drain_columns(fetcher, Py_ssize_t limit):
     cdef Buffered buf
     cdef Py_ssize_t count = 0, n
     cdef tuple cols
+    cdef PartitionState st
     buffered = fetcher._buffered
     cdef dict states = fetcher.positions.states
     cdef bint read_committed = fetcher.isolation == 1
@@ -427,7 +463,7 @@ def drain_columns(fetcher, Py_ssize_t limit):
             buf = _next_head(buffered, states, kept)
             if buf is None:
                 break
-            st = buf.state
+            st = <PartitionState?>buf.state
             if buf.record_iter is not None:
                 batch = buf.current               # a drain stopped inside this batch
                 buf.record_iter = None
@@ -495,7 +531,9 @@ def select_fetchable(dict states, set buffered, leaders_of_topic, set in_flight)
     cdef object topic = None, leaders = None
     cdef list found
     cdef tuple key
-    for tp, st in states.items():
+    cdef PartitionState st
+    for tp, value in states.items():
+        st = <PartitionState?>value
         if st.paused or st.position is None or st.reset_to is not None or tp in buffered:
             continue
         key = <tuple>tp
@@ -535,8 +573,10 @@ def fetch_partitions(list tps, max_bytes, dict known_offsets=None, dict known_ep
     cdef tuple pair, key
     cdef bint incremental = known_offsets is not None and len(known_offsets) > 0
     cdef Py_ssize_t kept = 0
+    cdef PartitionState st
+    cdef dict entry
     for pair in tps:
-        tp, st = pair[0], pair[1]
+        tp, st = pair[0], <PartitionState?>pair[1]
         key = <tuple>tp
         t = key[0]
         partition = key[1]
