@@ -7,7 +7,24 @@
 # the private ones: _buffered, _quiet, _frames); none can be added, and
 # methods cannot be replaced on an instance (subclass instead).
 
+cimport cython
+
+from kproto.consumer.fetch_session cimport FetchSession
+
+
 cdef class Fetcher:
+    # The methods on the path of every Fetch and answer, cpdef: called from
+    # the Fetcher's own methods they are C calls (a subclass may still
+    # override them in Python), and their session is typed (its fields and
+    # methods reached in C).
+    @cython.locals(session=FetchSession)
+    cpdef _quiet_request(self, quiet, version_of, leaders_version)
+    cpdef _request(self, node, version, session_id, epoch, topic_entries, forgotten, offsets, names, index,
+                   session_epoch)
+    @cython.locals(session=FetchSession)
+    cpdef on_fetch_response(self, request, body)
+    cpdef _take_records(self, tp, fetch_offset, records, aborted)
+
     cdef public object positions
     cdef public object fetch_min_bytes
     cdef public object fetch_max_wait_ms
