@@ -30,7 +30,7 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from kproto._wire cimport Reader
 
 from kproto.errors import DecodeError
-from kproto.records import CONTROL_ABORT, RecordBatch
+from kproto.records import CONTROL_ABORT, RecordBatch, read_batches
 
 # Fetch v12 is the first flexible version (compact strings and arrays,
 # tagged fields, response header v1); v13 names topics by id; v16 adds the
@@ -361,6 +361,10 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
     by_id = answer.version >= FIRST_TOPIC_ID
     names = request.topic_names
     read_committed = fetcher.isolation == 1
+    # what _take_records uses, read once per answer rather than per partition
+    cdef bint check_crcs = fetcher.check_crcs
+    buffered = fetcher._buffered
+    cdef set dirty = fetcher._plan_dirty
     for i in range(answer.count):
         e = &answer.parts[i]
         if e.topic != topic_index:
@@ -391,8 +395,34 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
             st.log_start_offset = e.log_start_offset
         if e.records_len == 0:
             continue
-        fetcher._take_records(tp, fetch_offset, answer._records(e),
-                              answer.aborted[e.aborted] if read_committed and e.aborted >= 0 else None)
+        _take_records(fetcher, tp, fetch_offset, answer._records(e),
+                      answer.aborted[e.aborted] if read_committed and e.aborted >= 0 else None,
+                      check_crcs, buffered, dirty)
+
+
+def take_records(fetcher, tp, fetch_offset, records, aborted):
+    """``Fetcher._take_records``: buffer a partition's records (non-empty)
+    from an answer - the dict path and :func:`apply_fetch_answer` both end
+    here (the latter without a Python call per partition)."""
+    _take_records(fetcher, tp, fetch_offset, records, aborted, fetcher.check_crcs, fetcher._buffered,
+                  fetcher._plan_dirty)
+
+
+cdef int _take_records(fetcher, tp, fetch_offset, records, aborted, bint check_crcs, buffered,
+                       set dirty) except -1:
+    try:
+        batches = read_batches(records, check_crcs)
+    except DecodeError as exc:
+        fetcher._partition_error(exc, tp, fetch_offset)
+        return 0
+    if not batches:
+        # Only part of one batch came back: it is bigger than the fetch size
+        # allows (Fetcher._record_too_large says so to the application).
+        fetcher._record_too_large(tp, fetch_offset, records)
+        return 0
+    buffered.append(Buffered(tp, batches, aborted))
+    dirty.add(tp)                            # (FetchPlan.mark, without a call per partition)
+    return 0
 
 
 # -- the columnar drain ------------------------------------------------------------

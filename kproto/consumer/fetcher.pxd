@@ -23,7 +23,6 @@ cdef class Fetcher:
                    session_epoch)
     @cython.locals(session=FetchSession)
     cpdef on_fetch_response(self, request, body)
-    cpdef _take_records(self, tp, fetch_offset, records, aborted)
 
     cdef public object positions
     cdef public object fetch_min_bytes
