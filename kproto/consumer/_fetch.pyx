@@ -346,25 +346,24 @@ def decode_fetch_response(int version, payload):
     return correlation_id, a
 
 
-def apply_fetch_answer(fetcher, request, FetchAnswer answer):
+def apply_fetch_answer(fetcher, request, FetchAnswer answer, dict states, bint read_committed, bint check_crcs,
+                       buffered, set dirty):
     """``Fetcher.on_fetch_response`` for a FetchAnswer, partition errors and
     top-level errors excepted (the caller handles the latter): the same
-    checks and state updates as ``Fetcher._on_partition``, from the C array."""
+    checks and state updates as ``Fetcher._on_partition``, from the C array.
+    The fetcher's positions' ``states``, whether it reads committed, its
+    ``check_crcs``, ``_buffered`` and ``_plan_dirty`` come as arguments: the
+    compiled Fetcher reads them as struct members, where here each was an
+    attribute lookup per answer."""
     cdef Py_ssize_t i
     cdef int32_t topic_index = -1
     cdef PartitionEntry* e
     cdef dict asked = request.partitions
     cdef dict offsets = request.offsets
-    cdef dict states = fetcher.positions.states
     cdef object index = None
     cdef PartitionState st
     by_id = answer.version >= FIRST_TOPIC_ID
     names = request.topic_names
-    read_committed = fetcher.isolation == 1
-    # what _take_records uses, read once per answer rather than per partition
-    cdef bint check_crcs = fetcher.check_crcs
-    buffered = fetcher._buffered
-    cdef set dirty = fetcher._plan_dirty
     for i in range(answer.count):
         e = &answer.parts[i]
         if e.topic != topic_index:

@@ -628,7 +628,8 @@ class Fetcher:
             self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
             return
         if answer:
-            apply_fetch_answer(self, request, body)
+            apply_fetch_answer(self, request, body, self.positions.states, self.isolation == READ_COMMITTED,
+                               self.check_crcs, self._buffered, self._plan_dirty)
             return
         endpoints = body.get("node_endpoints")
         asked = request.partitions
