@@ -9,7 +9,17 @@ script's own total)::
     python bench/_callgrind_functions.py before.json after.json
 
 Each file holds the script's JSON line (its ``out`` names the callgrind
-files). Prints a Markdown table, one column per file. Functions are matched
+files).
+
+``--consumer`` does the same for the consumer's core, per record, from
+``bench/consumer_cost.py --callgrind N0,N1 --keep DIR`` runs (their last
+line is a JSON line naming DIR)::
+
+    python bench/consumer_cost.py --partitions 1 --per-fetch 1 --callgrind 500,1500 --keep /tmp/a > a.json
+    python bench/_callgrind_functions.py --consumer a.json b.json
+
+(functions matched by class and method name, whatever number Cython gave
+the method: a class made an extension type renumbers them). Prints a Markdown table, one column per file. Functions are matched
 by their Cython wrapper's name (``__pyx_pw_...``): only compiled code shows
 (the drivers' Python runs under the interpreter and is counted by
 ``--opcodes``). Needs ``callgrind_annotate`` (valgrind).
@@ -44,6 +54,34 @@ FUNCTIONS = {
 }
 
 
+#: label -> (module, class and method) of the consumer's core, for --consumer
+CONSUMER_FUNCTIONS = {
+    "Fetcher.fetch_requests": r"fetcher_\d+Fetcher_\d+fetch_requests",
+    "Fetcher._quiet_request": r"fetcher_\d+Fetcher_\d*_quiet_request",
+    "Fetcher._request": r"fetcher_\d+Fetcher_\d*_request",
+    "Fetcher._planned_requests": r"fetcher_\d+Fetcher_\d+_planned_requests",
+    "Fetcher._incremental": r"fetcher_\d+Fetcher_\d+_incremental",
+    "Fetcher._requests": r"fetcher_\d+Fetcher_\d+_requests",
+    "Fetcher._build": r"fetcher_\d+Fetcher_\d+_build",
+    "FetchPlan.update": r"fetch_plan_\d+FetchPlan_\d+update",
+    "select_fetchable": r"_fetch_\d+select_fetchable",
+    "fetch_partitions": r"_fetch_\d+fetch_partitions",
+    "Fetcher.on_fetch_response": r"fetcher_\d+Fetcher_\d*on_fetch_response",
+    "apply_fetch_answer": r"_fetch_\d+apply_fetch_answer",
+    "Fetcher._take_records": r"fetcher_\d+Fetcher_\d*_take_records",
+    "take_records (C)": r"_fetch_\d*_take_records",
+    "decode_fetch_response": r"_fetch_\d+decode_fetch_response",
+    "Fetcher.drain_columns": r"fetcher_\d+Fetcher_\d+drain_columns",
+    "drain_columns (C)": r"_fetch_\d+drain_columns",
+    "FetchSession.sent": r"FetchSession_\d+sent",
+    "FetchSession.on_response": r"FetchSession_\d+on_response",
+    "FetchSession.is_full": r"FetchSession_\d+is_full",
+    "NetworkClient.received": r"NetworkClient_\d+received",
+    "NetworkClient.send": r"NetworkClient_\d+send",
+    "NetworkClient.poll": r"NetworkClient_\d+poll",
+}
+
+
 def inclusive(path: str) -> dict:
     """{function: inclusive instructions} of one callgrind output file."""
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
@@ -69,6 +107,34 @@ def per_batch(result: dict) -> dict:
     return got
 
 
+def per_record(result: dict) -> dict:
+    """{label: inclusive instructions per record} of one consumer_cost.py --keep result."""
+    n0, n1 = result["records"]
+    a = inclusive(f"{result['out']}/cg.{n0}")
+    b = inclusive(f"{result['out']}/cg.{n1}")
+    got = {}
+    for label, name in CONSUMER_FUNCTIONS.items():
+        # a def's Python wrapper (__pyx_pw_), or for a cpdef/cdef called from
+        # C its C function (__pyx_f_): the larger of the two (the wrapper
+        # includes the function when only Python calls it)
+        found = []
+        for kind in ("pw", "f"):
+            pattern = re.compile(r"__pyx_" + kind + r"_\w*?\d" + name + r"$")
+            found.append(sum(b[k] - a.get(k, 0) for k in b if pattern.search(k)))
+        got[label] = max(found) / (n1 - n0)
+    return got
+
+
+def main_consumer(paths: list) -> None:
+    results = [json.loads(open(p).read().strip().splitlines()[-1]) for p in paths]
+    rows = [per_record(r) for r in results]
+    print("| per record (inclusive) | " + " | ".join(paths) + " |")
+    print("|---|" + "---|" * len(paths))
+    print("| **whole process** | " + " | ".join(f"**{r['instructions_per_record']:,}**" for r in results) + " |")
+    for label in CONSUMER_FUNCTIONS:
+        print(f"| `{label}` | " + " | ".join(f"{row[label]:,.0f}" for row in rows) + " |")
+
+
 def main(paths: list) -> None:
     results = [json.loads(open(p).read().strip().splitlines()[-1]) for p in paths]
     rows = [per_batch(r) for r in results]
@@ -82,4 +148,7 @@ def main(paths: list) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--consumer"]:
+        main_consumer(sys.argv[2:])
+    else:
+        main(sys.argv[1:])

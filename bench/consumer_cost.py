@@ -189,6 +189,9 @@ def main() -> None:
                     help="full Fetch requests only (no KIP-227 fetch sessions): the reference")
     ap.add_argument("--replay", metavar="FILE", help="(internal) replay this recording")
     ap.add_argument("--callgrind", metavar="N0,N1", help="instructions per record: two runs under callgrind")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="with --callgrind: keep the two callgrind files in DIR (cg.N0, cg.N1) and print a JSON "
+                         "line for bench/_callgrind_functions.py --consumer (per-function tables)")
     args = ap.parse_args()
     kw = {"busy": args.busy, "sessions": not args.no_sessions}
     if os.environ.get("PYTHONHASHSEED") != "0":
@@ -210,11 +213,13 @@ def main() -> None:
     counts = [int(x) for x in args.callgrind.split(",")]
     found = []
     with tempfile.TemporaryDirectory() as tmp:
+        outdir = os.path.abspath(args.keep) if args.keep else tmp
+        os.makedirs(outdir, exist_ok=True)
         for n in counts:
             rec = os.path.join(tmp, f"log.{n}")
             with open(rec, "wb") as f:
                 pickle.dump(record(args.partitions, n, args.per_fetch, **kw)[0], f)
-            out = os.path.join(tmp, f"cg.{n}")
+            out = os.path.join(outdir, f"cg.{n}")
             subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                             os.path.abspath(__file__), "--partitions", str(args.partitions), "--records", str(n),
                             "--per-fetch", str(args.per_fetch), "--busy", str(args.busy),
@@ -226,6 +231,10 @@ def main() -> None:
           f"{'off' if args.no_sessions else 'on'}), {args.per_fetch} records per partition and answer: "
           f"{(found[1] - found[0]) / dn:,.0f} instructions per record (callgrind, whole process, "
           f"{counts[0]:,} vs {counts[1]:,} records, answers replayed)")
+    if args.keep:
+        import json
+        print(json.dumps({"out": outdir, "records": counts,
+                          "instructions_per_record": round((found[1] - found[0]) / dn)}))
 
 
 if __name__ == "__main__":

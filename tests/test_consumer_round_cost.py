@@ -13,8 +13,12 @@ Deterministic: a scripted broker whose Fetch answers the test holds and
 delivers itself, simulated time, and the walks counted on the core's own
 Positions (each walk is one call of these methods).
 """
+from unittest import mock
+
+import kproto.consumer.core as core_module
 from kproto.cluster import TopicPartition as TP
 from kproto.consumer.core import ConsumerCore
+from kproto.consumer.fetcher import Fetcher
 
 from test_consumer_core import FakeKafka
 
@@ -60,18 +64,32 @@ class HeldFetches:
             self.core.received(node, reply, self.now)
 
 
+class CountingFetcher(Fetcher):
+    """The core's Fetcher, counting the core's calls of fetch_requests once
+    ``counts`` is set: a subclass, as the compiled Fetcher (a C class,
+    fetcher.pxd) takes no method replaced on an instance."""
+
+    counts = None
+
+    def fetch_requests(self, *args, **kw):
+        if self.counts is not None:
+            self.counts[PLAN] += 1
+        return super().fetch_requests(*args, **kw)
+
+
 def count_walks(core):
     """Count the calls that visit every partition: the Positions walks and
     the fetch plans."""
     counts = dict.fromkeys(WALKS + (PLAN,), 0)
-    for owner, names in ((core.positions, WALKS), (core.fetcher, (PLAN,))):
-        for name in names:
-            real = getattr(owner, name)
+    for name in WALKS:
+        real = getattr(core.positions, name)
 
-            def counted(*args, _real=real, _name=name, **kw):
-                counts[_name] += 1
-                return _real(*args, **kw)
-            setattr(owner, name, counted)
+        def counted(*args, _real=real, _name=name, **kw):
+            counts[_name] += 1
+            return _real(*args, **kw)
+        setattr(core.positions, name, counted)
+    assert type(core.fetcher) is CountingFetcher
+    core.fetcher.counts = counts
     return counts
 
 
@@ -79,7 +97,8 @@ def started(records_per_partition=3):
     kafka = FakeKafka(partitions={"t": PARTITIONS})
     for p in range(PARTITIONS):
         kafka.produce("t", p, records_per_partition)
-    core = ConsumerCore({"bootstrap.servers": "b1:9092", "enable.auto.commit": False})
+    with mock.patch.object(core_module, "Fetcher", CountingFetcher):
+        core = ConsumerCore({"bootstrap.servers": "b1:9092", "enable.auto.commit": False})
     driver = HeldFetches(kafka, core)
     core.assign([TP("t", p) for p in range(PARTITIONS)], 0)
     for p in range(PARTITIONS):

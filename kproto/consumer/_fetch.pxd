@@ -41,6 +41,22 @@ cdef class FetchAnswer:
     cdef dict _partition_dict(self, PartitionEntry* e)
 
 
+cdef class PartitionState:
+    # kproto.consumer.positions.PartitionState (documented there): a C class
+    # so that the fetcher's per-partition paths here read and write its
+    # fields as struct members, not by attribute lookup. Every field stays
+    # readable and writable from Python; objects where None is a value.
+    cdef public object position
+    cdef public object leader_epoch
+    cdef public bint paused
+    cdef public object reset_to
+    cdef public object high_watermark
+    cdef public object last_stable_offset
+    cdef public object log_start_offset
+    cdef public object preferred_read_replica
+    cdef public dict fetch_entry
+
+
 cdef class Buffered:
     cdef public object tp
     cdef public list batches

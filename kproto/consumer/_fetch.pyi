@@ -16,6 +16,20 @@ class FetchAnswer:
     def as_dict(self) -> dict: ...
 
 
+class PartitionState:
+    position: Optional[int]
+    leader_epoch: int
+    paused: bool
+    reset_to: Optional[str]
+    high_watermark: Optional[int]
+    last_stable_offset: Optional[int]
+    log_start_offset: Optional[int]
+    preferred_read_replica: Optional[int]
+    fetch_entry: Optional[dict]
+
+    def __init__(self) -> None: ...
+
+
 class Buffered:
     tp: Any
     batches: List[Any]
@@ -30,7 +44,9 @@ class Buffered:
 
 
 def decode_fetch_response(version: int, payload: Any) -> Tuple[int, FetchAnswer]: ...
-def apply_fetch_answer(fetcher: Any, request: Any, answer: FetchAnswer) -> None: ...
+def apply_fetch_answer(fetcher: Any, request: Any, answer: FetchAnswer, states: dict, read_committed: bool,
+                       check_crcs: bool, buffered: Any, dirty: set) -> None: ...
+def take_records(fetcher: Any, tp: Any, fetch_offset: int, records: Any, aborted: Optional[list]) -> None: ...
 def drain_columns(fetcher: Any, limit: int) -> Dict[Any, tuple]: ...
 def select_fetchable(states: dict, buffered: set, leaders_of_topic: Any,
                      in_flight: set) -> Tuple[Dict[int, list], bool]: ...

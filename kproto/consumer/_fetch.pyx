@@ -30,7 +30,7 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from kproto._wire cimport Reader
 
 from kproto.errors import DecodeError
-from kproto.records import CONTROL_ABORT, RecordBatch
+from kproto.records import CONTROL_ABORT, RecordBatch, read_batches
 
 # Fetch v12 is the first flexible version (compact strings and arrays,
 # tagged fields, response header v1); v13 names topics by id; v16 adds the
@@ -112,6 +112,36 @@ cdef class FetchAnswer:
 
 import uuid as _uuid
 cdef object _ZERO_UUID = _uuid.UUID(int=0)
+
+
+@cython.final
+cdef class PartitionState:
+    """One assigned partition's state (see kproto.consumer.positions, which
+    exports it): where it is read from next (``position``, None until
+    known), the leader epoch fetched with, ``paused``, a pending offset
+    reset (``reset_to``: EARLIEST/LATEST), the last high watermark, last
+    stable offset and log start offset answered, and ``fetch_entry``, its
+    entry in Fetch requests, reused (:func:`fetch_partitions`).
+
+    A C class rather than a Python one with ``__slots__``: it is read per
+    partition of every answer, drain and Fetch (select_fetchable,
+    fetch_partitions, apply_fetch_answer, drain_columns), and typed there
+    each field is a struct member, not an attribute lookup (issue 27)."""
+
+    def __init__(self):
+        self.position = None
+        self.leader_epoch = -1
+        self.paused = False
+        self.reset_to = None                 # EARLIEST/LATEST while a reset is pending
+        self.high_watermark = None
+        self.last_stable_offset = None
+        self.log_start_offset = None
+        self.preferred_read_replica = None
+        self.fetch_entry = None
+
+    def __repr__(self):
+        return (f"PartitionState(position={self.position!r}, leader_epoch={self.leader_epoch!r}, "
+                f"paused={self.paused!r}, reset_to={self.reset_to!r}, high_watermark={self.high_watermark!r})")
 
 
 @cython.no_gc
@@ -316,20 +346,24 @@ def decode_fetch_response(int version, payload):
     return correlation_id, a
 
 
-def apply_fetch_answer(fetcher, request, FetchAnswer answer):
+def apply_fetch_answer(fetcher, request, FetchAnswer answer, dict states, bint read_committed, bint check_crcs,
+                       buffered, set dirty):
     """``Fetcher.on_fetch_response`` for a FetchAnswer, partition errors and
     top-level errors excepted (the caller handles the latter): the same
-    checks and state updates as ``Fetcher._on_partition``, from the C array."""
+    checks and state updates as ``Fetcher._on_partition``, from the C array.
+    The fetcher's positions' ``states``, whether it reads committed, its
+    ``check_crcs``, ``_buffered`` and ``_plan_dirty`` come as arguments: the
+    compiled Fetcher reads them as struct members, where here each was an
+    attribute lookup per answer."""
     cdef Py_ssize_t i
     cdef int32_t topic_index = -1
     cdef PartitionEntry* e
     cdef dict asked = request.partitions
     cdef dict offsets = request.offsets
-    cdef dict states = fetcher.positions.states
     cdef object index = None
+    cdef PartitionState st
     by_id = answer.version >= FIRST_TOPIC_ID
     names = request.topic_names
-    read_committed = fetcher.isolation == 1
     for i in range(answer.count):
         e = &answer.parts[i]
         if e.topic != topic_index:
@@ -347,9 +381,10 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
             fetcher._on_partition(request, tp, answer._partition_dict(e), answer.node_endpoints)
             continue
         fetch_offset = offsets.get(tp)
-        st = states.get(tp)
-        if fetch_offset is None or st is None:
+        found = states.get(tp)
+        if fetch_offset is None or found is None:
             continue                             # not asked for, or revoked meanwhile
+        st = <PartitionState?>found
         if st.position != fetch_offset:
             continue                             # a seek happened meanwhile: stale data
         st.high_watermark = e.high_watermark
@@ -359,8 +394,34 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
             st.log_start_offset = e.log_start_offset
         if e.records_len == 0:
             continue
-        fetcher._take_records(tp, fetch_offset, answer._records(e),
-                              answer.aborted[e.aborted] if read_committed and e.aborted >= 0 else None)
+        _take_records(fetcher, tp, fetch_offset, answer._records(e),
+                      answer.aborted[e.aborted] if read_committed and e.aborted >= 0 else None,
+                      check_crcs, buffered, dirty)
+
+
+def take_records(fetcher, tp, fetch_offset, records, aborted):
+    """``Fetcher._take_records``: buffer a partition's records (non-empty)
+    from an answer - the dict path and :func:`apply_fetch_answer` both end
+    here (the latter without a Python call per partition)."""
+    _take_records(fetcher, tp, fetch_offset, records, aborted, fetcher.check_crcs, fetcher._buffered,
+                  fetcher._plan_dirty)
+
+
+cdef int _take_records(fetcher, tp, fetch_offset, records, aborted, bint check_crcs, buffered,
+                       set dirty) except -1:
+    try:
+        batches = read_batches(records, check_crcs)
+    except DecodeError as exc:
+        fetcher._partition_error(exc, tp, fetch_offset)
+        return 0
+    if not batches:
+        # Only part of one batch came back: it is bigger than the fetch size
+        # allows (Fetcher._record_too_large says so to the application).
+        fetcher._record_too_large(tp, fetch_offset, records)
+        return 0
+    buffered.append(Buffered(tp, batches, aborted))
+    dirty.add(tp)                            # (FetchPlan.mark, without a call per partition)
+    return 0
 
 
 # -- the columnar drain ------------------------------------------------------------
@@ -368,12 +429,15 @@ def apply_fetch_answer(fetcher, request, FetchAnswer answer):
 cdef Buffered _next_head(object buffered, dict states, list kept):
     """Fetcher._next_head: the oldest buffered fetch that may be handed out."""
     cdef Buffered buf
+    cdef PartitionState st
     while buffered:
         buf = <Buffered>buffered[0]
-        st = states.get(buf.tp)
-        if st is None:
+        found = states.get(buf.tp)
+        if found is None:
             buffered.popleft()                   # revoked
-        elif st.paused:
+            continue
+        st = <PartitionState?>found
+        if st.paused:
             kept.append(buffered.popleft())      # kept for after resume()
         else:
             buf.state = st
@@ -381,7 +445,7 @@ cdef Buffered _next_head(object buffered, dict states, list kept):
     return None
 
 
-cdef object _next_visible_batch(Buffered buf, object st, bint read_committed):
+cdef object _next_visible_batch(Buffered buf, PartitionState st, bint read_committed):
     """Fetcher._next_visible_batch: skips what is before the position,
     control batches and aborted transactional batches (moving the position)."""
     cdef Py_ssize_t n = len(buf.batches)
@@ -419,6 +483,7 @@ def drain_columns(fetcher, Py_ssize_t limit):
     cdef Buffered buf
     cdef Py_ssize_t count = 0, n
     cdef tuple cols
+    cdef PartitionState st
     buffered = fetcher._buffered
     cdef dict states = fetcher.positions.states
     cdef bint read_committed = fetcher.isolation == 1
@@ -427,7 +492,7 @@ def drain_columns(fetcher, Py_ssize_t limit):
             buf = _next_head(buffered, states, kept)
             if buf is None:
                 break
-            st = buf.state
+            st = <PartitionState?>buf.state
             if buf.record_iter is not None:
                 batch = buf.current               # a drain stopped inside this batch
                 buf.record_iter = None
@@ -495,7 +560,9 @@ def select_fetchable(dict states, set buffered, leaders_of_topic, set in_flight)
     cdef object topic = None, leaders = None
     cdef list found
     cdef tuple key
-    for tp, st in states.items():
+    cdef PartitionState st
+    for tp, value in states.items():
+        st = <PartitionState?>value
         if st.paused or st.position is None or st.reset_to is not None or tp in buffered:
             continue
         key = <tuple>tp
@@ -535,8 +602,10 @@ def fetch_partitions(list tps, max_bytes, dict known_offsets=None, dict known_ep
     cdef tuple pair, key
     cdef bint incremental = known_offsets is not None and len(known_offsets) > 0
     cdef Py_ssize_t kept = 0
+    cdef PartitionState st
+    cdef dict entry
     for pair in tps:
-        tp, st = pair[0], pair[1]
+        tp, st = pair[0], <PartitionState?>pair[1]
         key = <tuple>tp
         t = key[0]
         partition = key[1]

@@ -64,8 +64,8 @@ def next_epoch(epoch: int) -> int:
 class FetchSession:
     """The fetch session with one node (see the module docstring)."""
 
-    __slots__ = ("node", "session_id", "epoch", "offsets", "epochs", "topic_ids",
-                 "incremental_sent", "full_sent", "errors")
+    # (No __slots__: compiled, fetch_session.pxd declares the fields of the C
+    # class; interpreted, a plain class.)
 
     def __init__(self, node: int):
         self.node = node

@@ -32,6 +32,7 @@ from kproto import error_codes
 from kproto.cluster import TopicPartition
 from kproto.consumer._fetch import (
     Buffered as _Buffered, FetchAnswer, apply_fetch_answer, drain_columns, fetch_partitions, select_fetchable,
+    take_records,
 )
 from kproto.consumer._fetch_request import FetchFrame, fetch_request_body
 from kproto.consumer.fetch_plan import FetchPlan
@@ -41,9 +42,9 @@ from kproto.consumer.fetch_session import (
 from kproto.consumer.positions import (
     EARLIEST, LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, OffsetOutOfRangeError, Positions,
 )
-from kproto.errors import ConfigError, DecodeError, KafkaError
+from kproto.errors import ConfigError, KafkaError
 from kproto.messages import EncodedBody
-from kproto.records import CONTROL_ABORT, ColumnBuffers, RecordBatch, read_batches
+from kproto.records import CONTROL_ABORT, ColumnBuffers, RecordBatch
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 FETCH_API_KEY = 1
@@ -627,7 +628,8 @@ class Fetcher:
             self._errors.append(error_codes.error_for_code(top, None, context="fetch"))
             return
         if answer:
-            apply_fetch_answer(self, request, body)
+            apply_fetch_answer(self, request, body, self.positions.states, self.isolation == READ_COMMITTED,
+                               self.check_crcs, self._buffered, self._plan_dirty)
             return
         endpoints = body.get("node_endpoints")
         asked = request.partitions
@@ -691,23 +693,20 @@ class Fetcher:
 
     def _take_records(self, tp, fetch_offset, records, aborted) -> None:
         """Buffer a partition's records (non-empty) from an answer: both the
-        dict path above and kproto.consumer._fetch.apply_fetch_answer end here."""
-        try:
-            batches = read_batches(records, check_crc=self.check_crcs)
-        except DecodeError as exc:
-            self._partition_error(exc, tp, fetch_offset)
-            return
-        if not batches:
-            # Only part of one batch came back: it is bigger than the fetch
-            # size allows (brokers since KIP-74 send at least one whole batch,
-            # so this means a very old broker or a tiny setting).
-            self._partition_error(RecordTooLargeForFetchError(
-                f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
-                f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
-                f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
-            return
-        self._buffered.append(_Buffered(tp, batches, aborted))
-        self._plan_dirty.add(tp)                 # (FetchPlan.mark, without a call per partition)
+        dict path above and kproto.consumer._fetch.apply_fetch_answer end in
+        kproto.consumer._fetch.take_records (in C: parsed, buffered, marked
+        for the plan; the errors come back to this class)."""
+        take_records(self, tp, fetch_offset, records, aborted)
+
+    def _record_too_large(self, tp, fetch_offset, records) -> None:
+        """An answer held only part of one batch at the position: it is
+        bigger than the fetch size allows (brokers since KIP-74 send at
+        least one whole batch, so this means a very old broker or a tiny
+        setting)."""
+        self._partition_error(RecordTooLargeForFetchError(
+            f"{tp.topic}-{tp.partition} at offset {fetch_offset}: the batch there "
+            f"is larger than max.partition.fetch.bytes={self.max_partition_fetch_bytes} "
+            f"({len(records)} bytes returned); raise it to consume this partition"), tp, fetch_offset)
 
     def _partition_error(self, err, tp, fetch_offset):
         """Keep a partition's fetch error for the next drain: once per
@@ -862,7 +861,8 @@ class Fetcher:
 
         Walked in C (kproto.consumer._fetch.drain_columns); ``_drain_columns_py``
         is its reference twin (tests/test_fetch_answer.py compares them)."""
-        self._raise_pending_error()
+        if self._errors:                # (no call per drain when all is well, as drain())
+            self._raise_pending_error()
         return drain_columns(self, max_records or self.max_poll_records)
 
     def _drain_columns_py(self, max_records: Optional[int] = None) -> Dict[TopicPartition, tuple]:

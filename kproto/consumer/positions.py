@@ -13,6 +13,7 @@ from typing import Dict, Iterable, Optional
 
 from kproto import error_codes
 from kproto.cluster import TopicPartition
+from kproto.consumer._fetch import PartitionState as _PartitionState
 from kproto.errors import ConfigError, KafkaError
 
 EARLIEST = "earliest"
@@ -35,21 +36,12 @@ class NoOffsetForPartitionError(KafkaError):
 OffsetOutOfRangeError = error_codes.OffsetOutOfRangeError
 
 
-class PartitionState:
-    __slots__ = ("position", "leader_epoch", "paused", "reset_to", "high_watermark",
-                 "last_stable_offset", "log_start_offset", "preferred_read_replica", "fetch_entry")
-
-    def __init__(self):
-        self.position: Optional[int] = None
-        self.leader_epoch: int = -1
-        self.paused = False
-        self.reset_to: Optional[str] = None      # EARLIEST/LATEST while a reset is pending
-        self.high_watermark: Optional[int] = None
-        self.last_stable_offset: Optional[int] = None
-        self.log_start_offset: Optional[int] = None
-        self.preferred_read_replica: Optional[int] = None
-        #: the partition's entry in Fetch requests, reused (kproto.consumer._fetch.fetch_partitions)
-        self.fetch_entry: Optional[dict] = None
+# One partition's state (position, leader epoch, paused, pending reset, the
+# watermarks last answered, its reused Fetch entry): a C class defined with
+# the fetcher's per-partition code in kproto/consumer/_fetch.pyx, which reads
+# its fields as struct members (issue 27); re-exported here, its home for
+# readers and callers.
+PartitionState = _PartitionState
 
 
 class Positions:
