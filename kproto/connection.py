@@ -257,9 +257,8 @@ class InFlightRequest:
     its bytes were reported written.
     """
 
-    __slots__ = ("api", "version", "correlation_id", "body", "node_id", "expect_response",
-                 "timeout_ms", "sent_at", "deadline", "written", "written_at", "completed_at",
-                 "result", "error", "done", "callback", "internal", "decoder", "_end", "_seq")
+    # Compiled, an extension type whose attributes kproto/connection.pxd
+    # declares (no __slots__ then: a cdef class refuses them).
 
     def __init__(self, api, version, correlation_id, body, node_id, expect_response,
                  timeout_ms, sent_at, callback=None, internal=False):
