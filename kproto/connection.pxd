@@ -5,6 +5,8 @@
 # The .py stays the single source and still runs interpreted; every field is
 # ``public``: readable and writable from Python as before.
 
+cimport cython
+
 cdef class InFlightRequest:
     # One is made per request (~4k instructions as a class with __slots__).
     cdef public object api, version, correlation_id, body, node_id
@@ -34,3 +36,16 @@ cdef class Connection:
     cdef public object _decoder, _out, _awaiting, _unwritten, _raw_deadline, _reauth_at
     cdef public long long _out_offset, _out_pending, _stream_queued, _stream_sent
     cdef public long long _noresp_in_flight, _apiversions_attempts
+
+    # The per-request and per-answer methods: C calls between them, and the
+    # requests they handle typed (their fields read as C fields). cpdef keeps
+    # them callable (and overridable by a Python subclass) as before.
+    cpdef _enqueue(self, api, body, now, version, expect_response, timeout_ms, callback, internal=*)
+    @cython.locals(req=InFlightRequest)
+    cpdef bytes_sent(self, n, now)
+    cpdef _mark_written(self, InFlightRequest req, now, events, done)
+    @cython.locals(req=InFlightRequest, first=InFlightRequest)
+    cpdef _handle_frame(self, payload, now, events, done)
+    cpdef _maybe_throttle(self, InFlightRequest req, throttle_ms, now)
+    cpdef _decode(self, InFlightRequest req, payload)
+    cpdef _complete(self, InFlightRequest req, body, now, events, done)
