@@ -9,15 +9,15 @@ try:
 except ImportError:  # pragma: no cover
     from tests.test_producer_core import FakeKafka, make
 
-import kproto.client
-from kproto.client import Close
+from call_counter import patchable_network_clients
+from kproto.client import Close, NetworkClient
 from kproto.connection import Connection
 
 
 class _CountingConnection(Connection):
     """Counts its check_timeouts calls (the walk of poll) once ``walks`` is
-    set. A subclass the client makes (see ``_settled``): compiled, Connection
-    is an extension type whose instances refuse a method put on them."""
+    set: compiled, Connection is an extension type whose instances refuse a
+    method put on them, so the client makes these (``_CountingClient``)."""
     walks = None
 
     def check_timeouts(self, now):
@@ -26,18 +26,24 @@ class _CountingConnection(Connection):
         return super().check_timeouts(now)
 
 
+class _CountingClient(NetworkClient):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.connection_class = _CountingConnection
+
+
 def _counting_walks(client):
     """Count check_timeouts calls on each connection (the walk of poll)."""
     calls = []
     for c in client.connections.values():
-        assert type(c) is _CountingConnection, type(c)   # made under _settled(counting=True)
+        assert type(c) is _CountingConnection, type(c)   # made under _settled(monkeypatch)
         c.walks = calls
     return calls
 
 
 def _settled(monkeypatch=None):
-    if monkeypatch is not None:     # the client makes _CountingConnection (kproto.client's name)
-        monkeypatch.setattr(kproto.client, "Connection", _CountingConnection)
+    if monkeypatch is not None:     # the client makes _CountingConnection
+        patchable_network_clients(monkeypatch, _CountingClient)
     core, kafka, sim = make(FakeKafka(), linger_ms=5)
     sim.send(b"warm")
     sim.run_until(lambda: not core.pending)
