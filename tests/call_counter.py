@@ -4,7 +4,6 @@ import functools
 
 import kproto.client
 import kproto.producer.core
-import kproto.producer.sender
 
 
 class Calls:
@@ -32,14 +31,3 @@ def patchable_network_clients(monkeypatch, client_class=PatchableNetworkClient):
     client (``network_for``'s seam)."""
     monkeypatch.setattr(kproto.producer.core, "network_for",
                         functools.partial(kproto.client.network_for, client_class=client_class))
-
-
-class PatchableSender(kproto.producer.sender.Sender):
-    """A Sender whose instances take attributes (:class:`Calls`, a method
-    replaced): compiled, Sender is an extension type whose instances refuse
-    them."""
-
-
-def patchable_senders(monkeypatch):
-    """Producer cores made from now on (in this test) get a :class:`PatchableSender`."""
-    monkeypatch.setattr(kproto.producer.core, "Sender", PatchableSender)

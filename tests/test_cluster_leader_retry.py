@@ -18,8 +18,6 @@ import signal
 import threading
 import uuid
 
-from call_counter import patchable_senders
-
 try:
     from cluster_load import ProduceLoad, report, restart_and_check
 except ImportError:  # pragma: no cover
@@ -96,8 +94,7 @@ class RetryClock:
                     if refused_by == self.victim and p in self.learnt and failed >= self.learnt[p]]
 
 
-def test_a_retry_after_the_leader_moved_goes_to_the_new_leader_without_the_backoff(kafka_cluster, monkeypatch):
-    patchable_senders(monkeypatch)          # RetryClock replaces two of its methods (a subclass takes that)
+def test_a_retry_after_the_leader_moved_goes_to_the_new_leader_without_the_backoff(kafka_cluster):
     cluster = kafka_cluster
     topic = cluster.create_topic(f"retry-{uuid.uuid4().hex[:8]}", PARTITIONS)
     load = ProduceLoad(cluster.bootstrap_servers, topic, PARTITIONS, acks="all", enable_idempotence=True,

@@ -52,11 +52,8 @@ def _topics(shape):
 
 def _reference(version, transactional_id, acks, topics):
     """The frame the generic codec encodes from the sender's dicts (the reference path)."""
-    # a Sender with only what the method reads (compiled, Sender is an
-    # extension type: its methods take no stand-in for self)
-    sender = Sender.__new__(Sender)
-    sender.acks, sender.cfg = acks, types.SimpleNamespace(request_timeout_ms=30_000)
-    body = sender._body_for_codec(transactional_id, topics, TOPIC_IDS if version >= 13 else None)
+    sender = types.SimpleNamespace(acks=acks, cfg=types.SimpleNamespace(request_timeout_ms=30_000))
+    body = Sender._body_for_codec(sender, transactional_id, topics, TOPIC_IDS if version >= 13 else None)
     return messages.encode_request("Produce", version, 12345, "client-é", body)
 
 

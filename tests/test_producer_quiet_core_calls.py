@@ -18,8 +18,7 @@ import pytest
 
 from kproto.cluster import ClusterMetadata
 from kproto.telemetry import ClientTelemetry, TelemetryState
-from call_counter import (Calls, PatchableNetworkClient, PatchableSender, patchable_network_clients,
-                          patchable_senders)
+from call_counter import Calls, PatchableNetworkClient, patchable_network_clients
 
 try:
     from test_producer_core import FakeKafka, make
@@ -44,9 +43,8 @@ def quiet_batches(core, sim, count=40, every_ms=10):
 @pytest.fixture
 def warm(monkeypatch):
     """A producer core over the scripted broker that sent one record, with
-    telemetry on; its network client and sender take :class:`Calls` (subclasses)."""
+    telemetry on; its network client takes :class:`Calls` (a subclass)."""
     patchable_network_clients(monkeypatch)
-    patchable_senders(monkeypatch)
     kafka = FakeKafka()
     for b in kafka.brokers.values():      # (a broker with the telemetry APIs, subscribing to nothing)
         b.versions["GetTelemetrySubscriptions"] = (0, 0)
@@ -60,7 +58,7 @@ def warm(monkeypatch):
     sim.run_until(lambda: not core.pending)
     sim.advance(1)
     assert core.client.telemetry is not None
-    assert type(core.client) is PatchableNetworkClient and type(core.sender) is PatchableSender
+    assert type(core.client) is PatchableNetworkClient
     return core, kafka, sim
 
 
