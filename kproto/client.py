@@ -89,6 +89,10 @@ class NetworkClient:
                                 rng=rng or random.Random())
         self.request_timeout_ms = request_timeout_ms
         self.connections: dict[int, Connection] = {}
+        # The class _conn makes a connection of: a test's Python subclass
+        # (compiled, Connection is an extension type, and this module refers
+        # to it directly, not through a module attribute a test could patch).
+        self.connection_class = Connection
         self._actions: list = []
         self._metadata_in_flight = None
         self.on_metadata = on_metadata        # called after every metadata update
@@ -139,8 +143,8 @@ class NetworkClient:
             if addr is None:
                 return None
             auth = self.authenticator_factory() if self.authenticator_factory is not None else None
-            c = self.connections[node] = Connection(node, addr[0], addr[1], authenticator=auth,
-                                                    **self.conn_config)
+            c = self.connections[node] = self.connection_class(node, addr[0], addr[1], authenticator=auth,
+                                                                  **self.conn_config)
         return c
 
     def is_ready(self, node, now=None) -> bool:
@@ -759,19 +763,23 @@ def host_port(s) -> tuple:
 
 
 def network_for(cfg, *, rng, max_in_flight, allow_auto_topic_creation, cluster_class=ClusterMetadata,
-                telemetry_type: Optional[str] = None, bootstrap=None, **cluster_kwargs):
+                telemetry_type: Optional[str] = None, bootstrap=None, client_class=None, **cluster_kwargs):
     """The metadata cache and NetworkClient every core builds from the common
     settings (kproto.config.COMMON): (cluster, client). ``telemetry_type``
     (Java's metric group prefix) turns on KIP-714 telemetry when the
     ``enable.metrics.push`` setting is true. ``bootstrap``: the addresses to
-    start from instead of ``bootstrap.servers`` (the admin's bootstrap.controllers)."""
+    start from instead of ``bootstrap.servers`` (the admin's bootstrap.controllers).
+    ``client_class``: a NetworkClient subclass to make instead (tests: compiled,
+    NetworkClient is an extension type whose instances take no attribute of a
+    test's own, and this module names it directly, not through a module
+    attribute a test could patch)."""
     cluster = cluster_class(
         [host_port(s) for s in (bootstrap or cfg.bootstrap_servers)],
         metadata_max_age_ms=cfg.metadata_max_age_ms, retry_backoff_ms=cfg.retry_backoff_ms,
         retry_backoff_max_ms=cfg.retry_backoff_max_ms, allow_auto_topic_creation=allow_auto_topic_creation,
         metadata_recovery_strategy=cfg.metadata_recovery_strategy,
         rebootstrap_trigger_ms=cfg.metadata_recovery_rebootstrap_trigger_ms, **cluster_kwargs)
-    client = NetworkClient(
+    client = (client_class or NetworkClient)(
         cluster, client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
         max_in_flight=max_in_flight, reconnect_backoff_ms=cfg.reconnect_backoff_ms,
         reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,

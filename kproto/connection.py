@@ -257,9 +257,8 @@ class InFlightRequest:
     its bytes were reported written.
     """
 
-    __slots__ = ("api", "version", "correlation_id", "body", "node_id", "expect_response",
-                 "timeout_ms", "sent_at", "deadline", "written", "written_at", "completed_at",
-                 "result", "error", "done", "callback", "internal", "decoder", "_end", "_seq")
+    # Compiled, an extension type whose attributes kproto/connection.pxd
+    # declares (no __slots__ then: a cdef class refuses them).
 
     def __init__(self, api, version, correlation_id, body, node_id, expect_response,
                  timeout_ms, sent_at, callback=None, internal=False):
@@ -767,8 +766,12 @@ class Connection:
         self.last_activity = now
         events = []
         done = []
-        while self._unwritten and self._unwritten[0]._end <= self._stream_sent:
-            self._mark_written(self._unwritten.popleft(), now, events, done)
+        unwritten = self._unwritten
+        while unwritten:
+            req = unwritten[0]          # (a typed local compiled: its _end is a C field)
+            if req._end > self._stream_sent:
+                break
+            self._mark_written(unwritten.popleft(), now, events, done)
         if done:            # (mostly none: a request that expects an answer completes with it)
             self._run_callbacks(done)
         return events
@@ -852,8 +855,12 @@ class Connection:
         self._awaiting.popleft()
         # A response proves every earlier request was written, even if the
         # driver has not reported it yet.
-        while self._unwritten and self._unwritten[0]._seq <= req._seq:
-            self._mark_written(self._unwritten.popleft(), now, events, done)
+        unwritten = self._unwritten
+        while unwritten:
+            first = unwritten[0]
+            if first._seq > req._seq:
+                break
+            self._mark_written(unwritten.popleft(), now, events, done)
         if isinstance(body, dict):
             if "throttle_time_ms" in body:
                 self._maybe_throttle(req, body["throttle_time_ms"], now)

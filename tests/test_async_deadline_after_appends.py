@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover
 
 import kio.aio
 import kio.trio
-from call_counter import Calls
+from call_counter import Calls, PatchableNetworkClient, patchable_network_clients
 
 RECORDS = 12
 PAUSE_S = 0.03          # well above linger.ms and the round trip: each record opens a batch
@@ -66,6 +66,7 @@ async def paced_sends(mod, sleep, bootstrap):
         await (await p.send("t", b"first", partition=0))
         core = p._core
         engine = p._engine
+        assert type(core.client) is PatchableNetworkClient     # it takes Calls (see the test)
         assert engine.deadline_after_kick == core.next_deadline_after_appends
         rounds = Calls(core, "poll")
         full = Calls(core.client, "next_deadline")
@@ -80,7 +81,8 @@ async def paced_sends(mod, sleep, bootstrap):
 
 
 @pytest.mark.parametrize("driver", ["asyncio", "trio"])
-def test_a_new_batch_wakes_the_async_engine_for_its_deadline_only(driver):
+def test_a_new_batch_wakes_the_async_engine_for_its_deadline_only(driver, monkeypatch):
+    patchable_network_clients(monkeypatch)      # compiled, a NetworkClient instance takes no Calls
     broker, server = one_partition_broker()
     with server:
         if driver == "asyncio":

@@ -9,31 +9,49 @@ try:
 except ImportError:  # pragma: no cover
     from tests.test_producer_core import FakeKafka, make
 
-from kproto.client import Close
+from call_counter import patchable_network_clients
+from kproto.client import Close, NetworkClient
+from kproto.connection import Connection
+
+
+class _CountingConnection(Connection):
+    """Counts its check_timeouts calls (the walk of poll) once ``walks`` is
+    set: compiled, Connection is an extension type whose instances refuse a
+    method put on them, so the client makes these (``_CountingClient``)."""
+    walks = None
+
+    def check_timeouts(self, now):
+        if self.walks is not None:
+            self.walks.append(self.node_id)
+        return super().check_timeouts(now)
+
+
+class _CountingClient(NetworkClient):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.connection_class = _CountingConnection
 
 
 def _counting_walks(client):
     """Count check_timeouts calls on each connection (the walk of poll)."""
     calls = []
-    for node, c in client.connections.items():
-        check = c.check_timeouts
-
-        def counted(now, check=check, node=node):
-            calls.append(node)
-            return check(now)
-        c.check_timeouts = counted
+    for c in client.connections.values():
+        assert type(c) is _CountingConnection, type(c)   # made under _settled(monkeypatch)
+        c.walks = calls
     return calls
 
 
-def _settled():
+def _settled(monkeypatch=None):
+    if monkeypatch is not None:     # the client makes _CountingConnection
+        patchable_network_clients(monkeypatch, _CountingClient)
     core, kafka, sim = make(FakeKafka(), linger_ms=5)
     sim.send(b"warm")
     sim.run_until(lambda: not core.pending)
     return core, kafka, sim
 
 
-def test_quiet_rounds_do_not_walk_the_connections():
-    core, kafka, sim = _settled()
+def test_quiet_rounds_do_not_walk_the_connections(monkeypatch):
+    core, kafka, sim = _settled(monkeypatch)
     client = core.client
     walks = _counting_walks(client)
     core.next_deadline(sim.now)              # the driver's end of round: the earliest deadline kept

@@ -48,6 +48,12 @@ def find_coordinator_answer(node_id=1, error=0, key=GROUP):
                                                        "port": 9092 + node_id, "error_code": error}]}
 
 
+class _ScriptedConnection(Connection):
+    """A Connection that also holds its scripted broker's channel (``broker``):
+    compiled, Connection is an extension type whose instances take no
+    attribute of a test's own; a Python subclass's do."""
+
+
 class GroupNet:
     """A sans-IO driver for the consumer group machines over scripted brokers.
 
@@ -74,8 +80,8 @@ class GroupNet:
     def _conn(self, conn_id, node_id):
         c = self.conns.get(conn_id)
         if c is None or not c.is_connected:
-            c = Connection(conn_id, f"broker{node_id}", 9092 + node_id,
-                           request_timeout_ms=self.request_timeout_ms)
+            c = _ScriptedConnection(conn_id, f"broker{node_id}", 9092 + node_id,
+                                    request_timeout_ms=self.request_timeout_ms)
             c.broker = self.brokers[node_id].channel()
             c.start_connect(self.now)
             c.connection_made(self.now)

@@ -21,6 +21,8 @@ from kio._threaded.network import SocketLoop, _READ, _SelectorPoller, _WRITE
 from kproto import config as kconfig
 from kproto.producer import ProducerCore
 
+from call_counter import PatchableNetworkClient, patchable_network_clients
+
 try:
     from test_producer_core import FakeKafka, make
 except ImportError:  # pragma: no cover
@@ -85,8 +87,10 @@ def test_events_hands_completions_over_once_then_the_shared_empty():
     assert core.events() == first and not core.events()       # leaves the shared empty alone
 
 
-def test_error_callbacks_takes_nothing_when_nothing_was_reported():
+def test_error_callbacks_takes_nothing_when_nothing_was_reported(monkeypatch):
+    patchable_network_clients(monkeypatch)
     core = ProducerCore(bootstrap_servers=["127.0.0.1:9"], error_cb=lambda e: None)
+    assert type(core.client) is PatchableNetworkClient
     taken = []
     real_take = core.client.take_errors
     core.client.take_errors = lambda: taken.append(1) or real_take()
@@ -193,10 +197,12 @@ def test_after_round_compares_nothing_without_a_waiter_and_still_wakes_one():
 
 
 # -- the deadline after a wake-up that asked for no round ---------------------------------------
-def test_the_deadline_after_appends_is_the_full_deadline_without_asking_the_network_client():
+def test_the_deadline_after_appends_is_the_full_deadline_without_asking_the_network_client(monkeypatch):
     import random
     rng = random.Random(27)
+    patchable_network_clients(monkeypatch)
     core, kafka, sim = make(FakeKafka(partitions={"t": 4}), linger_ms=5)
+    assert type(core.client) is PatchableNetworkClient
     sim.send(b"warm")
     sim.run_until(lambda: not core.pending)
     asked = []

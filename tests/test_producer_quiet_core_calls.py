@@ -18,7 +18,7 @@ import pytest
 
 from kproto.cluster import ClusterMetadata
 from kproto.telemetry import ClientTelemetry, TelemetryState
-from call_counter import Calls
+from call_counter import Calls, PatchableNetworkClient, patchable_network_clients
 
 try:
     from test_producer_core import FakeKafka, make
@@ -41,8 +41,10 @@ def quiet_batches(core, sim, count=40, every_ms=10):
 
 
 @pytest.fixture
-def warm():
-    """A producer core over the scripted broker that sent one record, with telemetry on."""
+def warm(monkeypatch):
+    """A producer core over the scripted broker that sent one record, with
+    telemetry on; its network client takes :class:`Calls` (a subclass)."""
+    patchable_network_clients(monkeypatch)
     kafka = FakeKafka()
     for b in kafka.brokers.values():      # (a broker with the telemetry APIs, subscribing to nothing)
         b.versions["GetTelemetrySubscriptions"] = (0, 0)
@@ -56,6 +58,7 @@ def warm():
     sim.run_until(lambda: not core.pending)
     sim.advance(1)
     assert core.client.telemetry is not None
+    assert type(core.client) is PatchableNetworkClient
     return core, kafka, sim
 
 
