@@ -18,9 +18,10 @@ line is a JSON line naming DIR)::
     python bench/consumer_cost.py --partitions 1 --per-fetch 1 --callgrind 500,1500 --keep /tmp/a > a.json
     python bench/_callgrind_functions.py --consumer a.json b.json
 
-(functions matched by class and method name, whatever number Cython gave
-the method: a class made an extension type renumbers them). Prints a Markdown table, one column per file. Functions are matched
-by their Cython wrapper's name (``__pyx_pw_...``): only compiled code shows
+Prints a Markdown table, one column per file. Functions are matched by
+class and method name, whatever number Cython gave the method (a class made
+an extension type renumbers them), through their Cython wrapper
+(``__pyx_pw_...``) or a cpdef's C function: only compiled code shows
 (the drivers' Python runs under the interpreter and is counted by
 ``--opcodes``). Needs ``callgrind_annotate`` (valgrind).
 """
